@@ -1,0 +1,10 @@
+"""Build the compiled fast path; everything else is declared in pyproject.toml."""
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=cythonize(
+        [Extension("zsched._fastpath", ["zsched/_fastpath.pyx"])],
+        compiler_directives={"language_level": "3", "boundscheck": False, "wraparound": False},
+    )
+)

@@ -1,0 +1,12 @@
+"""zsched: run very many Python tasks on a cluster of executor processes."""
+from .client import Client, TaskFuture
+from .config import Config
+from .errors import (ConfigError, DriverConnectionError, MessageTooLarge, ProtocolError,
+                     RemoteTraceback, TaskFailed, ZschedError)
+from .local_cluster import LocalCluster
+
+__version__ = "0.1.0"
+
+__all__ = ["Client", "LocalCluster", "TaskFuture", "Config", "ConfigError",
+           "DriverConnectionError", "MessageTooLarge", "ProtocolError", "RemoteTraceback",
+           "TaskFailed", "ZschedError", "__version__"]

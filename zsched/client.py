@@ -1,0 +1,474 @@
+"""``zsched.Client``: a ``concurrent.futures.Executor`` that runs tasks on a zsched cluster.
+
+The calling threads pickle tasks and queue them; one I/O thread owns the DEALER socket,
+sends whatever has queued up as one SubmitTasks message (a lone task leaves at once, a
+flood leaves in large frames) and completes futures from TaskResults.
+"""
+import concurrent.futures
+import hashlib
+import itertools
+import logging
+import os
+import pickle
+import threading
+import time
+import types
+from collections import deque
+
+import cloudpickle
+import zmq
+
+from . import protocol as p
+from .config import Config
+from .errors import DriverConnectionError, MessageTooLarge, RemoteTraceback, TaskFailed
+from .protocol import MsgType, TaskState
+from .security import HandshakeWatch, load_keys, make_client
+
+log = logging.getLogger(__name__)
+
+_FUNCTION_CACHE_SIZE = 1024
+_MAP_BATCH = 4096  # map hands tasks to the I/O thread in groups of this many
+
+
+class TaskFuture(concurrent.futures.Future):
+    """A Future whose ``cancel`` also removes the task from the cluster."""
+
+    def __init__(self, client, task_id):
+        super().__init__()
+        self._client = client
+        self._task_id = task_id
+
+    def cancel(self):
+        cancelled = super().cancel()
+        if cancelled and self._client is not None:
+            self._client._cancel_task(self._task_id)
+        return cancelled
+
+
+class _ChunkRunner:
+    """Runs one function over a chunk of argument tuples (``map`` with ``chunksize`` > 1)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *chunk):
+        fn = self.fn
+        return [fn(*args) for args in chunk]
+
+
+def _load_exception(payload):
+    try:
+        exc, text = pickle.loads(payload)
+    except Exception as error:
+        return TaskFailed(f"the task raised an exception that cannot be unpickled here: {error!r}")
+    exc.__cause__ = RemoteTraceback(text)
+    return exc
+
+
+class Client(concurrent.futures.Executor):
+    """Submit Python callables to a zsched driver.
+
+    ``Client()`` starts an embedded local cluster (a driver thread in this process and one
+    executor process per core) and stops it at shutdown. ``Client("tcp://host:port",
+    secret_file=...)`` connects to a running driver; without a secret file (argument,
+    ``ZSCHED_SECRET_FILE`` or ``ZSCHED_SECRET``) it connects without security, which only
+    a driver started with ``--insecure`` accepts.
+    """
+
+    def __init__(self, address=None, *, secret_file=None, timeout=30, cluster=None):
+        self._closed = False
+        self._owned_cluster = None
+        self.timeout = timeout
+        context = None
+        keys = None
+        if address is None:
+            if cluster is None:
+                from .local_cluster import LocalCluster
+                cluster = self._owned_cluster = LocalCluster(n_executors=os.cpu_count() or 1)
+            address, context = cluster.inproc_address, cluster.context
+        else:
+            keys = load_keys(secret_file)
+        self.address = address
+        self._context = context or zmq.Context()
+        self._own_context = context is None
+        self._task_ids = itertools.count(1)
+        self._admin_ids = itertools.count(1)
+        self._futures = {}                # task id -> TaskFuture
+        self._admin_futures = {}          # request id -> Future
+        self._outbox = deque()            # (task id, digest, args) and control messages
+        self._cancels = deque()
+        self._function_blobs = {}         # digest -> cloudpickled function
+        self._function_cache = {}         # function -> (digest, size)
+        self._shutdown_lock = threading.Lock()
+        self._shutdown = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._wake_pending = False
+        try:
+            self._socket = self._connect(keys)
+        except BaseException:
+            self._close_resources()
+            raise
+        self._io_stopped = False
+        self._io_thread = threading.Thread(target=self._io_loop, name="zsched-client-io", daemon=True)
+        self._io_thread.start()
+
+    # ------------------------------------------------------------ connection
+
+    def _connect(self, keys):
+        sock = self._context.socket(zmq.DEALER)
+        sock.linger = 1000
+        sock.sndhwm = 100_000
+        sock.rcvhwm = 100_000
+        defaults = Config()
+        sock.heartbeat_ivl = int(defaults.zmq_heartbeat_interval * 1000)
+        sock.heartbeat_timeout = int(defaults.zmq_heartbeat_timeout * 1000)
+        if keys is not None:
+            make_client(sock, keys)
+        watch = HandshakeWatch(sock)
+        try:
+            sock.connect(self.address)
+            sock.send(p.encode(p.ClientHello(os.getpid())))
+            poller = zmq.Poller()
+            poller.register(sock, zmq.POLLIN)
+            poller.register(watch.socket, zmq.POLLIN)
+            deadline = time.monotonic() + self.timeout
+            while True:
+                failure = watch.check()
+                if failure:
+                    raise DriverConnectionError(
+                        f"cannot connect to driver {self.address}: authentication failed ({failure})")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise DriverConnectionError(
+                        f"cannot connect to driver {self.address}: no answer within {self.timeout:g} s")
+                if sock in dict(poller.poll(remaining * 1000)):
+                    msg = p.decode(sock.recv())
+                    if isinstance(msg, p.ClientWelcome):
+                        break
+        except BaseException:
+            sock.close(linger=0)
+            raise
+        finally:
+            watch.close()
+        self.app_id = msg.app_id
+        self.incarnation = msg.incarnation
+        self.config = Config.from_mapping(msg.settings)
+        return sock
+
+    # ------------------------------------------------------------ submitting
+
+    def _function_digest(self, fn):
+        """(digest, size) of ``fn``'s pickle; plain functions are pickled once per client."""
+        cacheable = isinstance(fn, (types.FunctionType, types.BuiltinFunctionType))
+        if cacheable:
+            entry = self._function_cache.get(fn)
+            if entry is not None:
+                return entry
+        blob = cloudpickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+        digest = hashlib.blake2b(blob, digest_size=16).digest()
+        self._function_blobs.setdefault(digest, blob)
+        entry = (digest, len(blob))
+        if cacheable:
+            if len(self._function_cache) >= _FUNCTION_CACHE_SIZE:
+                del self._function_cache[next(iter(self._function_cache))]
+            self._function_cache[fn] = entry
+        return entry
+
+    def _check_open(self):
+        if self._shutdown:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+
+    def _new_future(self, digest, fn_size, args, kwargs):
+        task_id = next(self._task_ids)
+        future = TaskFuture(self, task_id)
+        try:
+            payload = pickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            payload = cloudpickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        size = len(payload) + fn_size
+        if size > self.config.max_message_size:
+            future.set_exception(MessageTooLarge(f"task {task_id}", size, self.config.max_message_size))
+            return future, None
+        self._futures[task_id] = future
+        return future, (task_id, digest, payload)
+
+    def submit(self, fn, /, *args, **kwargs):
+        with self._shutdown_lock:
+            self._check_open()
+            digest, fn_size = self._function_digest(fn)
+            future, item = self._new_future(digest, fn_size, args, kwargs)
+            if item is not None:
+                self._outbox.append(item)
+                self._wake()
+        return future
+
+    def map(self, fn, *iterables, timeout=None, chunksize=1):
+        """Like ``Executor.map``: results in order; ``chunksize`` > 1 runs that many calls per task."""
+        if chunksize < 1:
+            raise ValueError("chunksize must be >= 1")
+        end_time = None if timeout is None else timeout + time.monotonic()
+        arg_tuples = zip(*iterables)
+        if chunksize > 1:
+            fn = _ChunkRunner(fn)
+            arg_tuples = iter(lambda it=arg_tuples: tuple(itertools.islice(it, chunksize)), ())
+        futures = []
+        with self._shutdown_lock:
+            self._check_open()
+            digest, fn_size = self._function_digest(fn)
+            batch = []
+            for args in arg_tuples:
+                future, item = self._new_future(digest, fn_size, args, {})
+                futures.append(future)
+                if item is not None:
+                    batch.append(item)
+                if len(batch) >= _MAP_BATCH:
+                    self._outbox.extend(batch)
+                    self._wake()
+                    batch = []
+            self._outbox.extend(batch)
+            self._wake()
+        return self._results_in_order(futures, end_time, chunksize > 1)
+
+    @staticmethod
+    def _results_in_order(futures, end_time, chunked):
+        futures.reverse()
+        try:
+            while futures:
+                future = futures[-1]
+                if end_time is None:
+                    result = future.result()
+                else:
+                    result = future.result(end_time - time.monotonic())
+                futures.pop()
+                if chunked:
+                    yield from result
+                else:
+                    yield result
+        finally:
+            for future in futures:
+                future.cancel()
+
+    def _cancel_task(self, task_id):
+        if self._futures.pop(task_id, None) is not None and not self._io_stopped:
+            self._cancels.append(task_id)
+            self._wake()
+
+    def _wake(self):
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                os.write(self._wake_w, b"x")
+            except (BlockingIOError, OSError):
+                pass
+
+    # ------------------------------------------------------------ administration
+
+    def _admin(self, operation, *args, timeout=None):
+        if self._io_stopped:
+            raise RuntimeError("the client is shut down")
+        request_id = next(self._admin_ids)
+        future = concurrent.futures.Future()
+        self._admin_futures[request_id] = future
+        self._outbox.append(("admin", request_id, operation, list(args)))
+        self._wake()
+        try:
+            return future.result(self.timeout if timeout is None else timeout)
+        except concurrent.futures.TimeoutError:
+            raise DriverConnectionError(
+                f"driver {self.address} did not answer {operation} within {self.timeout:g} s") from None
+        finally:
+            self._admin_futures.pop(request_id, None)
+
+    def executor_ids(self):
+        """Ids of the registered executors."""
+        return self._admin("executor_ids")
+
+    def is_executor_active(self, executor_id):
+        return self._admin("is_executor_active", executor_id)
+
+    def status(self):
+        """Executors, task counts and recent executor losses, as the driver sees them."""
+        return self._admin("status")
+
+    # ------------------------------------------------------------ I/O thread
+
+    def _io_loop(self):
+        sock = self._socket
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        self._sent_functions = set()
+        try:
+            while True:
+                events = dict(poller.poll(1000))
+                if self._wake_r in events:
+                    try:
+                        os.read(self._wake_r, 4096)
+                    except BlockingIOError:
+                        pass
+                self._wake_pending = False
+                if self._send_outbox():
+                    break
+                if sock in events:
+                    self._receive()
+            log.debug("client I/O thread ended: shutdown")
+        except Exception as exc:
+            log.exception("client I/O thread ended by an error")
+            self._fail_all(TaskFailed(f"the client's connection failed: {exc!r}"))
+        finally:
+            self._io_stopped = True
+
+    def _send_outbox(self):
+        """Send queued submissions and control messages; True when told to stop."""
+        sock = self._socket
+        while self._cancels:
+            ids = []
+            while self._cancels and len(ids) < 65536:
+                ids.append(self._cancels.popleft())
+            sock.send(p.encode(p.CancelTasks(ids)))
+        outbox = self._outbox
+        limit = self.config.max_message_size
+        tasks, functions, size = [], {}, 0
+        sent_functions = self._sent_functions
+        while outbox:
+            item = outbox.popleft()
+            if len(item) == 3:  # a task
+                digest = item[1]
+                item_size = len(item[2])
+                if digest not in sent_functions and digest not in functions:
+                    functions[digest] = self._function_blobs[digest]
+                    item_size += len(functions[digest])
+                if tasks and size + item_size > limit:
+                    sock.send(p.encode(p.SubmitTasks(functions, tasks)))
+                    sent_functions.update(functions)
+                    tasks, functions, size = [], {}, 0
+                    if digest not in sent_functions:
+                        functions[digest] = self._function_blobs[digest]
+                tasks.append(list(item))
+                size += item_size
+                continue
+            if tasks:
+                sock.send(p.encode(p.SubmitTasks(functions, tasks)))
+                sent_functions.update(functions)
+                tasks, functions, size = [], {}, 0
+            if item[0] == "admin":
+                sock.send(p.encode(p.AdminRequest(item[1], item[2], item[3])))
+            elif item[0] == "goodbye":
+                sock.send(p.encode(p.ClientGoodbye()))
+                return True
+        if tasks:
+            sock.send(p.encode(p.SubmitTasks(functions, tasks)))
+            sent_functions.update(functions)
+        return False
+
+    def _receive(self):
+        sock = self._socket
+        while True:
+            try:
+                frame = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = p.decode(frame)
+            except p.ProtocolError as exc:
+                log.warning("ignored a malformed message from the driver: %s", exc)
+                continue
+            if msg.TYPE == MsgType.TASK_RESULTS:
+                self._complete(msg.results)
+            elif msg.TYPE == MsgType.ADMIN_REPLY:
+                future = self._admin_futures.get(msg.request_id)
+                if future is not None:
+                    if msg.ok:
+                        future.set_result(msg.value)
+                    else:
+                        future.set_exception(ValueError(msg.value))
+
+    def _complete(self, results):
+        futures = self._futures
+        loads = pickle.loads
+        for task_id, state, payload in results:
+            future = futures.pop(task_id, None)
+            if future is None:
+                continue
+            try:
+                if state == TaskState.FINISHED:
+                    try:
+                        value = loads(payload)
+                    except Exception as exc:
+                        future.set_exception(TaskFailed(f"the result of task {task_id} cannot be "
+                                                        f"unpickled here: {exc!r}"))
+                    else:
+                        future.set_result(value)
+                elif state == TaskState.FAILED:
+                    future.set_exception(_load_exception(payload))
+                elif state == TaskState.KILLED:
+                    future.cancel()
+                else:
+                    future.set_exception(TaskFailed(payload.decode(errors="replace")))
+            except concurrent.futures.InvalidStateError:
+                pass  # cancelled by the caller meanwhile
+
+    def _fail_all(self, error):
+        for task_id in list(self._futures):
+            future = self._futures.pop(task_id, None)
+            if future is not None and not future.done():
+                try:
+                    future.set_exception(error)
+                except concurrent.futures.InvalidStateError:
+                    pass
+
+    # ------------------------------------------------------------ shutting down
+
+    def shutdown(self, wait=True, *, cancel_futures=False):
+        with self._shutdown_lock:
+            already = self._shutdown
+            self._shutdown = True
+        if already and self._closed:
+            return
+        if cancel_futures:
+            for future in list(self._futures.values()):
+                future.cancel()
+        if wait:
+            concurrent.futures.wait(list(self._futures.values()))
+            self._close()
+        else:
+            threading.Thread(target=self._close_when_done, name="zsched-client-close",
+                             daemon=True).start()
+
+    def _close_when_done(self):
+        concurrent.futures.wait(list(self._futures.values()))
+        self._close()
+
+    def _close(self):
+        if self._closed:
+            return
+        self._closed = True
+        if not self._io_stopped:
+            self._outbox.append(("goodbye",))
+            self._wake()
+            self._io_thread.join(self.timeout)
+        self._fail_all(TaskFailed("the client was shut down"))
+        self._close_resources()
+        if self._owned_cluster is not None:
+            self._owned_cluster.close()
+
+    def _close_resources(self):
+        sock = getattr(self, "_socket", None)
+        if sock is not None:
+            sock.close(linger=1000)
+        if self._own_context:
+            self._context.term()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.shutdown(wait=True)
+        return False

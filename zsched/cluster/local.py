@@ -1,0 +1,100 @@
+"""Executor processes on this host, started with the executor command line."""
+import itertools
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+log = logging.getLogger(__name__)
+
+
+def describe_exit(returncode):
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = str(-returncode)
+        return f"killed by signal {name}"
+    return f"exited with code {returncode}"
+
+
+def executor_command(driver_url, executor_id, hostname, cores, app_id, secret_file=None,
+                     python=sys.executable):
+    command = [python, "-m", "zsched.executor", "--driver-url", driver_url,
+               "--executor-id", executor_id, "--hostname", hostname,
+               "--cores", str(cores), "--app-id", app_id]
+    if secret_file:
+        command += ["--secret-file", secret_file]
+    return command
+
+
+class LocalClusterManager:
+    def __init__(self, cores_per_executor=1, hostname="127.0.0.1"):
+        if cores_per_executor < 1:
+            raise ValueError(f"cores_per_executor must be >= 1, got {cores_per_executor}")
+        self.cores_per_executor = cores_per_executor
+        self.hostname = hostname
+        self._ids = itertools.count(1)
+        self._processes = {}  # executor id -> Popen
+        self._target = 0
+        self._driver_url = self._app_id = self._secret_file = None
+
+    def attach(self, driver_url, app_id, secret_file):
+        self._driver_url, self._app_id, self._secret_file = driver_url, app_id, secret_file
+
+    def expected_executors(self):
+        return self._target
+
+    def request_total(self, n):
+        self._target = n
+        while len(self._processes) < n:
+            self._start_one()
+
+    def _start_one(self):
+        executor_id = str(next(self._ids))
+        command = executor_command(self._driver_url, executor_id, self.hostname,
+                                   self.cores_per_executor, self._app_id, self._secret_file)
+        env = dict(os.environ)
+        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        self._processes[executor_id] = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+        log.info("started executor %s (pid %d)", executor_id, self._processes[executor_id].pid)
+
+    def kill(self, executor_ids):
+        for executor_id in executor_ids:
+            process = self._processes.get(executor_id)
+            if process is not None and process.poll() is None:
+                process.terminate()
+
+    def poll_exits(self):
+        exits = []
+        for executor_id, process in list(self._processes.items()):
+            if process.poll() is not None:
+                del self._processes[executor_id]
+                exits.append((executor_id, describe_exit(process.returncode)))
+        return exits
+
+    def stop(self, timeout):
+        """Wait up to ``timeout`` for executors told to stop, then terminate, then kill."""
+        deadline = time.monotonic() + timeout
+        for process in self._processes.values():
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for sig_name, grace in (("terminate", 2.0), ("kill", 5.0)):
+            alive = [p for p in self._processes.values() if p.poll() is None]
+            if not alive:
+                break
+            log.warning("%d executor(s) still running at stop: %s", len(alive), sig_name)
+            for process in alive:
+                getattr(process, sig_name)()
+            for process in alive:
+                try:
+                    process.wait(grace)
+                except subprocess.TimeoutExpired:
+                    pass
+        self._processes.clear()
+        self._target = 0

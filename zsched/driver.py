@@ -1,0 +1,587 @@
+"""The driver: one ROUTER socket, one thread, all scheduling state.
+
+Executors and clients connect as DEALERs. The loop polls the ROUTER (plus the ZAP
+socket and a wake-up pipe), handles each message in order, runs its timers (revive
+offers, heartbeat check, executor exits) and sends launches and results in batches.
+Other threads never touch its state: they connect over inproc or write to the pipe.
+"""
+import argparse
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import threading
+import time
+
+import zmq
+
+from . import protocol as p
+from .cluster import LocalClusterManager
+from .config import Config
+from .errors import ConfigError, ProtocolError
+from .fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
+from .protocol import MsgType, TaskState
+from .scheduler import ClientData, TaskScheduler
+from .security import ZapHandler, create_secret_file, default_secret_path, load_keys, make_server
+
+log = logging.getLogger(__name__)
+
+_RECV_BATCH = 1024          # messages handled per wake-up before timers and sends run
+_WARNED_PEERS_LIMIT = 10000
+
+
+class Driver:
+    """Spark's DriverEndpoint with its backend: registration, offers, launches, results."""
+
+    def __init__(self, config=None, *, host="127.0.0.1", port=0, app_id=None, keys=None,
+                 cluster_manager=None, initial_executors=0, secret_file=None, clock=time.monotonic):
+        self.config = config or Config()
+        self.host = host
+        self.port = port
+        self.app_id = app_id or f"app-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+        self.keys = keys
+        self.secret_file = secret_file
+        self.cluster_manager = cluster_manager
+        self.initial_executors = initial_executors
+        self.clock = clock
+        self.incarnation = secrets.randbits(62)
+        self.scheduler = TaskScheduler(self.config)
+        self.executors = {}           # executor id -> ExecutorData
+        self.executors_by_rid = {}    # routing id -> ExecutorData
+        self.clients = {}             # routing id -> ClientData
+        self.url = None
+        self.inproc_url = f"inproc://zsched-driver-{id(self):x}"
+        self.context = zmq.Context()
+        self.ready_event = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        os.set_blocking(self._wake_r, False)
+        self._stop_requested = False
+        self._offers_needed = False
+        self._warned_peers = set()
+        self._started_at = clock()
+        self._thread = None
+        self._losses = []             # recent (executor id, reason)
+        self.bind()
+
+    # ------------------------------------------------------------ set-up
+
+    def bind(self):
+        router = self.context.socket(zmq.ROUTER)
+        router.router_mandatory = 1
+        router.linger = 1000
+        router.sndhwm = 100_000
+        router.rcvhwm = 100_000
+        router.maxmsgsize = p.frame_limit(self.config.max_message_size)
+        router.heartbeat_ivl = int(self.config.zmq_heartbeat_interval * 1000)
+        router.heartbeat_timeout = int(self.config.zmq_heartbeat_timeout * 1000)
+        router.heartbeat_ttl = int(self.config.zmq_heartbeat_timeout * 1000)
+        self.zap = None
+        if self.keys is not None:
+            self.zap = ZapHandler(self.context, self.keys)
+            make_server(router, self.keys)
+        else:
+            log.warning("the bus is NOT authenticated or encrypted (insecure mode): "
+                        "anyone who can reach the port can run code on the executors")
+        if self.port == 0:
+            port = router.bind_to_random_port(f"tcp://{self.host}")
+        else:
+            router.bind(f"tcp://{self.host}:{self.port}")
+            port = self.port
+        router.bind(self.inproc_url)
+        self.router = router
+        self.port = port
+        advertised = self.host
+        if advertised in ("0.0.0.0", "*", ""):
+            advertised = socket.gethostname()
+        self.url = f"tcp://{advertised}:{port}"
+
+    # ------------------------------------------------------------ running
+
+    def start_thread(self):
+        """Run the loop in a background thread (embedded use); returns when serving."""
+        self._thread = threading.Thread(target=self.run, name="zsched-driver", daemon=True)
+        self._thread.start()
+        self.ready_event.wait()
+
+    def request_stop(self):
+        """Ask the loop to stop; safe from any thread and from signal handlers."""
+        self._stop_requested = True
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def join(self, timeout=None):
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run(self):
+        log.info("driver %s (app %s) fast path: %s", self.url, self.app_id, FASTPATH_IMPLEMENTATION)
+        try:
+            if self.cluster_manager is not None:
+                self.cluster_manager.attach(self.url, self.app_id, self.secret_file)
+                if self.initial_executors:
+                    self.cluster_manager.request_total(self.initial_executors)
+            self.ready_event.set()
+            self._loop()
+            log.info("driver loop ended: stop requested")
+        except BaseException:
+            log.exception("driver loop ended by an error")
+            raise
+        finally:
+            self.ready_event.set()
+            self._shutdown()
+
+    def _loop(self):
+        poller = zmq.Poller()
+        poller.register(self.router, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        if self.zap is not None:
+            poller.register(self.zap.socket, zmq.POLLIN)
+        timers = [
+            [self.config.revive_interval, self._revive_offers],
+            [min(1.0, self.config.executor_heartbeat_timeout / 4), self._check_heartbeats],
+            [0.2, self._check_executor_exits],
+        ]
+        now = self.clock()
+        for timer in timers:
+            timer.append(now + timer[0])
+        while not self._stop_requested:
+            timeout = max(0.0, min(t[2] for t in timers) - self.clock())
+            events = dict(poller.poll(timeout * 1000))
+            if self.zap is not None and self.zap.socket in events:
+                self.zap.handle()
+            if self._wake_r in events:
+                try:
+                    os.read(self._wake_r, 4096)
+                except BlockingIOError:
+                    pass
+            if self.router in events:
+                self._receive()
+            now = self.clock()
+            for timer in timers:
+                if now >= timer[2]:
+                    timer[1]()
+                    timer[2] = now + timer[0]
+            if self._offers_needed:
+                self._make_offers()
+            self._send_results()
+
+    # ------------------------------------------------------------ receiving
+
+    def _receive(self):
+        router = self.router
+        handlers = self._handlers
+        for _ in range(_RECV_BATCH):
+            try:
+                frames = router.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            rid = frames[0]
+            if len(frames) != 2:
+                self._warn_peer(rid, f"message of {len(frames) - 1} frames, expected 1")
+                continue
+            try:
+                msg = p.decode(frames[1])
+            except ProtocolError as exc:
+                self._warn_peer(rid, str(exc))
+                continue
+            handler = handlers.get(msg.TYPE)
+            if handler is None:
+                self._warn_peer(rid, f"{type(msg).__name__} is not a message for the driver")
+                continue
+            try:
+                handler(self, rid, msg)
+            except Exception:
+                # a bug for one message must not stop the loop
+                log.exception("error handling %s from peer %s", type(msg).__name__, rid.hex())
+
+    def _warn_peer(self, rid, what):
+        if rid in self._warned_peers:
+            return
+        if len(self._warned_peers) >= _WARNED_PEERS_LIMIT:
+            self._warned_peers.clear()
+        self._warned_peers.add(rid)
+        log.warning("dropped malformed input from peer %s: %s (further input from it is dropped "
+                    "without a word)", rid.hex(), what)
+
+    # -- executors
+
+    def _on_register_executor(self, rid, msg):
+        executor_id = msg.executor_id
+        reason = None
+        if msg.app_id != self.app_id:
+            reason = f"app id {msg.app_id!r} does not match the driver's {self.app_id!r}"
+        elif executor_id in self.executors:
+            reason = f"Duplicate executor ID: {executor_id}"
+        elif rid in self.executors_by_rid or rid in self.clients:
+            reason = "this connection is already registered"
+        elif msg.cores < 1:
+            reason = f"an executor needs at least one core, got {msg.cores}"
+        elif not executor_id:
+            reason = "empty executor id"
+        if reason is not None:
+            log.warning("refused registration of executor %r from %s: %s",
+                        executor_id, msg.hostname, reason)
+            self._send(rid, p.RegisterExecutorFailed(reason))
+            return
+        executor = self.scheduler.add_executor(executor_id, rid, msg.hostname, msg.cores, msg.pid,
+                                               self.clock())
+        self.executors[executor_id] = executor
+        self.executors_by_rid[rid] = executor
+        log.info("Registered executor %s on %s (pid %d) with %d core(s)",
+                 executor_id, msg.hostname, msg.pid, msg.cores)
+        self._send(rid, p.RegisteredExecutor(self.incarnation, self.config.to_settings()))
+        self._offers_needed = True
+
+    def _executor_for(self, rid, incarnation=None):
+        executor = self.executors_by_rid.get(rid)
+        if executor is None or (incarnation is not None and incarnation != self.incarnation):
+            self._warn_peer(rid, "message from an executor that is not registered with this driver")
+            self._send(rid, p.StopExecutor("not registered with this driver (removed, or from "
+                                           "an earlier driver incarnation)"))
+            return None
+        executor.last_seen = self.clock()
+        return executor
+
+    def _on_status_updates(self, rid, msg):
+        executor = self._executor_for(rid, msg.incarnation)
+        if executor is None:
+            return
+        stale = self.scheduler.status_updates(executor, msg.updates)
+        if stale:
+            log.info("ignored %d status update(s) for attempts no longer current from executor %s",
+                     stale, executor.executor_id)
+        self._offers_needed = True
+
+    def _on_heartbeat(self, rid, msg):
+        executor = self._executor_for(rid, msg.incarnation)
+        if executor is None:
+            return
+        executor.metrics = msg.metrics
+        self._send(rid, p.HeartbeatAck(self.incarnation))
+
+    def _on_remove_executor(self, rid, msg):
+        executor = self.executors_by_rid.get(rid)
+        if executor is not None:  # the executor reports its own exit
+            self.remove_executor(executor.executor_id, msg.reason, notify=False)
+        elif rid in self.clients:
+            self.remove_executor(msg.executor_id, msg.reason or "removed by a client")
+        else:
+            self._warn_peer(rid, "RemoveExecutor from an unknown peer")
+
+    def remove_executor(self, executor_id, reason, notify=True, count_failure=True):
+        executor = self.executors.pop(executor_id, None)
+        if executor is None:
+            return False
+        del self.executors_by_rid[executor.routing_id]
+        log.warning("Removed executor %s on %s: %s (%d task(s) were running)",
+                    executor_id, executor.hostname, reason, len(executor.running))
+        self._losses.append((executor_id, executor.hostname, reason, time.time()))
+        del self._losses[:-100]
+        self.scheduler.remove_executor(executor, reason, count_failure)
+        if notify:
+            self._send(executor.routing_id, p.StopExecutor(reason), quiet=True)
+        self._offers_needed = True
+        return True
+
+    # -- clients
+
+    def _on_client_hello(self, rid, msg):
+        if rid in self.executors_by_rid:
+            self._warn_peer(rid, "ClientHello from a registered executor")
+            return
+        if rid not in self.clients:
+            self.clients[rid] = ClientData(rid, msg.pid)
+            log.info("client %s (pid %d) connected", rid.hex(), msg.pid)
+        self._send(rid, p.ClientWelcome(self.incarnation, self.app_id, self.config.to_settings()))
+
+    def _client_for(self, rid):
+        client = self.clients.get(rid)
+        if client is None:
+            self._warn_peer(rid, "message from a client that did not say hello")
+        return client
+
+    def _on_submit_tasks(self, rid, msg):
+        client = self._client_for(rid)
+        if client is None:
+            return
+        client.functions.update(msg.functions)
+        known = client.functions
+        good = []
+        for task in msg.tasks:
+            if task[1] in known:
+                good.append(task)
+            else:
+                client.results.append([task[0], TaskState.ERROR,
+                                       b"the driver does not hold the task's function"])
+        self.scheduler.submit(client, good)
+        self._offers_needed = True
+
+    def _on_cancel_tasks(self, rid, msg):
+        client = self._client_for(rid)
+        if client is not None:
+            self._kill(self.scheduler.cancel(client, msg.task_ids), "cancelled by the client")
+
+    def _kill(self, to_kill, reason):
+        for executor, task in to_kill:
+            self._send(executor.routing_id, p.KillTask(task.task_id, task.attempt, reason))
+
+    def _on_client_goodbye(self, rid, msg):
+        client = self.clients.pop(rid, None)
+        if client is not None:
+            self._kill(self.scheduler.drop_client(client), "its client left")
+            log.info("client %s left", rid.hex())
+
+    def _on_stop_executors(self, rid, msg):
+        if self._client_for(rid) is not None:
+            for executor_id in list(self.executors):
+                self.remove_executor(executor_id, "stopped by a client (StopExecutors)",
+                                     count_failure=False)
+
+    def _on_admin_request(self, rid, msg):
+        if self._client_for(rid) is None:
+            return
+        operation = self._admin_operations.get(msg.operation)
+        if operation is None:
+            self._send(rid, p.AdminReply(msg.request_id, False, f"unknown operation {msg.operation!r}"))
+            return
+        try:
+            value = operation(self, *msg.args)
+        except (TypeError, ValueError) as exc:
+            self._send(rid, p.AdminReply(msg.request_id, False, f"{type(exc).__name__}: {exc}"))
+            return
+        self._send(rid, p.AdminReply(msg.request_id, True, value))
+
+    def executor_ids(self):
+        return sorted(self.executors, key=_natural_key)
+
+    def status(self):
+        counts = dict(self.scheduler.counts)
+        counts["queued"] = self.scheduler.n_pending
+        counts["running"] = self.scheduler.running_count()
+        return {
+            "app_id": self.app_id,
+            "url": self.url,
+            "ready": self.is_ready(),
+            "executors": [
+                {"id": e.executor_id, "host": e.hostname, "cores": e.cores, "pid": e.pid,
+                 "running": len(e.running), "free_slots": self.scheduler.slots.free(e.slot),
+                 "tasks_done": e.tasks_done, "tasks_failed": e.tasks_failed,
+                 "last_heartbeat_age": self.clock() - e.last_seen, **e.metrics}
+                for e in (self.executors[i] for i in self.executor_ids())
+            ],
+            "tasks": counts,
+            "losses": [{"id": i, "host": h, "reason": r, "time": t} for i, h, r, t in self._losses],
+        }
+
+    def is_executor_active(self, executor_id):
+        return executor_id in self.executors
+
+    _admin_operations = {
+        "executor_ids": executor_ids,
+        "status": status,
+        "is_executor_active": is_executor_active,
+    }
+
+    _handlers = {
+        MsgType.REGISTER_EXECUTOR: _on_register_executor,
+        MsgType.STATUS_UPDATES: _on_status_updates,
+        MsgType.HEARTBEAT: _on_heartbeat,
+        MsgType.REMOVE_EXECUTOR: _on_remove_executor,
+        MsgType.CLIENT_HELLO: _on_client_hello,
+        MsgType.SUBMIT_TASKS: _on_submit_tasks,
+        MsgType.CANCEL_TASKS: _on_cancel_tasks,
+        MsgType.ADMIN_REQUEST: _on_admin_request,
+        MsgType.STOP_EXECUTORS: _on_stop_executors,
+        MsgType.CLIENT_GOODBYE: _on_client_goodbye,
+    }
+
+    # ------------------------------------------------------------ offers and sending
+
+    def is_ready(self):
+        """Spark's isReady: enough of the expected cores registered, or waited long enough."""
+        ratio = self.config.min_registered_ratio
+        if ratio <= 0:
+            return True
+        expected = 0
+        if self.cluster_manager is not None:
+            expected = self.cluster_manager.expected_executors() * self.cluster_manager.cores_per_executor
+        registered = sum(e.cores for e in self.executors.values())
+        if expected == 0 or registered >= ratio * expected:
+            return True
+        return self.clock() - self._started_at >= self.config.max_registered_waiting_time
+
+    def _revive_offers(self):
+        self._offers_needed = True
+
+    def _make_offers(self):
+        self._offers_needed = False
+        if self.scheduler.n_pending == 0 or not self.is_ready():
+            return
+        limit = self.config.max_message_size
+        for executor, tasks in self.scheduler.resource_offers():
+            functions = {}
+            rows = []
+            size = 0
+            known = executor.functions
+            for task in tasks:
+                digest = task.function
+                task_size = len(task.args)
+                if digest not in known and digest not in functions:
+                    blob = task.client.functions[digest]
+                    functions[digest] = blob
+                    task_size += len(blob)
+                if rows and size + task_size > limit:
+                    self._send(executor.routing_id, p.LaunchTasks(functions, rows))
+                    known.update(functions)
+                    functions, rows, size = {}, [], 0
+                    if digest not in known:
+                        functions[digest] = task.client.functions[digest]
+                rows.append([task.task_id, task.attempt, digest, task.args])
+                size += task_size
+            self._send(executor.routing_id, p.LaunchTasks(functions, rows))
+            known.update(functions)
+
+    def _send_results(self):
+        limit = self.config.max_message_size
+        for client in list(self.clients.values()):
+            results = client.results
+            if not results:
+                continue
+            client.results = []
+            start, size = 0, 0
+            for i, row in enumerate(results):
+                size += len(row[2])
+                if size > limit and i > start:
+                    self._send(client.routing_id, p.TaskResults(results[start:i]))
+                    start, size = i, len(row[2])
+            self._send(client.routing_id, p.TaskResults(results[start:]))
+
+    def _send(self, rid, msg, quiet=False):
+        """Send without blocking; a peer that is gone or not reading is dealt with here."""
+        try:
+            self.router.send_multipart((rid, p.encode(msg)), zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            problem = "not reading (its queue is full)"
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            problem = "gone"
+        if not quiet:
+            self._peer_unreachable(rid, problem, msg)
+        return False
+
+    def _peer_unreachable(self, rid, problem, msg):
+        executor = self.executors_by_rid.get(rid)
+        if executor is not None:
+            self.remove_executor(executor.executor_id, f"disconnected ({problem})", notify=False)
+            return
+        client = self.clients.pop(rid, None)
+        if client is not None:
+            log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
+            self._kill(self.scheduler.drop_client(client), "its client is gone")
+            return
+        log.debug("could not send %s to peer %s: %s", type(msg).__name__, rid.hex(), problem)
+
+    # ------------------------------------------------------------ timers
+
+    def _check_heartbeats(self):
+        deadline = self.clock() - self.config.executor_heartbeat_timeout
+        for executor in list(self.executors.values()):
+            if executor.last_seen < deadline:
+                self.remove_executor(
+                    executor.executor_id,
+                    f"heartbeat timeout (no message for {self.config.executor_heartbeat_timeout:g} s)")
+
+    def _check_executor_exits(self):
+        if self.cluster_manager is None:
+            return
+        for executor_id, reason in self.cluster_manager.poll_exits():
+            self.remove_executor(executor_id, reason, notify=False)
+
+    # ------------------------------------------------------------ stopping
+
+    def _shutdown(self):
+        for executor in list(self.executors.values()):
+            self._send(executor.routing_id, p.Shutdown(), quiet=True)
+        for client in list(self.clients.values()):
+            for client_task_id in list(client.tasks):
+                client.results.append([client_task_id, TaskState.ERROR, b"the driver stopped"])
+            client.tasks.clear()
+        self._send_results()
+        if self.cluster_manager is not None:
+            self.cluster_manager.stop(self.config.shutdown_timeout)
+        if self.zap is not None:
+            self.zap.close()
+        self.router.close(linger=1000)
+        self.context.term()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        log.info("driver stopped")
+
+
+def _natural_key(executor_id):
+    return (0, int(executor_id), "") if executor_id.isdigit() else (1, 0, executor_id)
+
+
+# ---------------------------------------------------------------- command line
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="zsched-driver", description="Run a zsched driver.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
+    parser.add_argument("--app-id", default=None)
+    parser.add_argument("--secret-file", default=None,
+                        help=f"shared secret; created (mode 0600) if missing (default {default_secret_path()})")
+    parser.add_argument("--insecure", action="store_true",
+                        help="no authentication or encryption (anyone reaching the port can run code)")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--local", type=int, default=None, metavar="N",
+                        help="start N executor processes on this host")
+    parser.add_argument("--cores-per-executor", type=int, default=1, metavar="C")
+    parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = Config.from_conf_pairs(args.conf)
+        if args.local is not None and args.local < 0:
+            raise ConfigError(f"--local must be >= 0, got {args.local}")
+        if args.cores_per_executor < 1:
+            raise ConfigError(f"--cores-per-executor must be >= 1, got {args.cores_per_executor}")
+        keys = secret_file = None
+        if not args.insecure:
+            secret_file = args.secret_file or default_secret_path()
+            if create_secret_file(secret_file):
+                log.info("created secret file %s", secret_file)
+            keys = load_keys(secret_file, use_environment=False)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    manager = None
+    if args.local:
+        manager = LocalClusterManager(args.cores_per_executor, hostname=args.host
+                                      if args.host not in ("0.0.0.0", "*") else socket.gethostname())
+    driver = Driver(config, host=args.host, port=args.port, app_id=args.app_id, keys=keys,
+                    cluster_manager=manager, initial_executors=args.local or 0,
+                    secret_file=secret_file)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: driver.request_stop())
+    print(f"zsched driver listening on {driver.url}", flush=True)
+    if secret_file:
+        print(f"zsched secret file: {secret_file}", flush=True)
+    driver.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Exceptions that zsched raises, each carrying the facts that explain it."""
+
+
+class ZschedError(Exception):
+    """Base class of zsched's own errors."""
+
+
+class ProtocolError(ZschedError, ValueError):
+    """A frame that is not a valid zsched message."""
+
+
+class ConfigError(ZschedError, ValueError):
+    """A setting with an unknown name or an invalid value."""
+
+
+class MessageTooLarge(ZschedError, ValueError):
+    """A task or a result larger than the message limit (checked by the sender)."""
+
+    def __init__(self, what, size, limit):
+        self.what = what
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"{what} is {size} bytes, larger than the message limit of {limit} bytes "
+            f"(setting max_message_size)"
+        )
+
+
+class TaskFailed(ZschedError):
+    """A task that failed for a reason other than its own exception
+    (its result could not be sent back, its executor was lost, ...)."""
+
+
+class RemoteTraceback(Exception):
+    """The traceback of a task's exception, as printed on the executor.
+
+    Attached as ``__cause__`` of the exception re-raised in the caller."""
+
+    def __init__(self, text):
+        self.text = text
+        super().__init__(text)
+
+    def __str__(self):
+        return "\n\nTraceback on the executor:\n" + self.text
+
+
+class DriverConnectionError(ZschedError, ConnectionError):
+    """The driver could not be reached, refused us, or failed authentication."""

@@ -1,0 +1,413 @@
+"""The executor backend: registers with the driver, runs tasks, sends status updates.
+
+The main thread owns the DEALER socket and runs the loop; ``cores`` task threads run
+tasks taken from a local queue and hand results back through a deque and a wake-up pipe,
+so status updates leave in batches of whatever finished meanwhile.
+"""
+import argparse
+import ctypes
+import logging
+import os
+import pickle
+import queue
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+
+import cloudpickle
+import psutil
+import zmq
+
+from . import protocol as p
+from .config import Config
+from .errors import ConfigError, MessageTooLarge
+from .protocol import MsgType, TaskState
+from .security import HandshakeWatch, load_keys, make_client
+
+log = logging.getLogger(__name__)
+
+REGISTRATION_TIMEOUT_ENV = "ZSCHED_REGISTRATION_TIMEOUT"
+USAGE = """\
+Usage: zsched-executor [options]
+
+ Options are:
+   --driver-url <driverUrl>
+   --executor-id <executorId>
+   --hostname <hostname>
+   --cores <cores>
+   --app-id <appid>
+   --worker-url <workerUrl>
+   --secret-file <path>
+"""
+
+
+class TaskKilled(BaseException):
+    """Raised inside a task's thread to interrupt it (KillTask)."""
+
+
+class RegistrationError(Exception):
+    pass
+
+
+def dumps_value(value):
+    """Pickle a result: plain pickle when it can, cloudpickle for lambdas and the like."""
+    try:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def exception_payload(exc):
+    """Pickled (exception, traceback text); a stand-in when the exception does not pickle."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    exc.__traceback__ = None
+    try:
+        payload = cloudpickle.dumps((exc, text))
+        pickle.loads(payload)
+        return payload
+    except Exception:
+        stand_in = RuntimeError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
+        return cloudpickle.dumps((stand_in, text))
+
+
+class ExecutorBackend:
+    def __init__(self, driver_url, executor_id, hostname, cores, app_id, *, keys=None,
+                 worker_url=None, registration_timeout=30.0, clock=time.monotonic):
+        self.driver_url = driver_url
+        self.executor_id = executor_id
+        self.hostname = hostname
+        self.cores = cores
+        self.app_id = app_id
+        self.keys = keys
+        self.worker_url = worker_url
+        self.registration_timeout = registration_timeout
+        self.clock = clock
+        self.config = Config()
+        self.incarnation = None
+        self.context = zmq.Context()
+        self.socket = None
+        self._work = queue.SimpleQueue()     # (task id, attempt, digest, args) for task threads
+        self._results = deque()              # [task id, attempt, state, payload] for the loop
+        self._function_blobs = {}            # digest -> cloudpickled function
+        self._functions = {}                 # digest -> function, unpickled by a task thread
+        self._running = {}                   # task id -> (attempt, thread ident)
+        self._killed = set()                 # (task id, attempt) killed before or while running
+        self._lock = threading.Lock()        # guards _running and _killed
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._wake_pending = False
+        self._threads = []
+        self._stopping = None                # reason, once the loop must end
+        self._exit_code = 0
+        self._process = psutil.Process()
+
+    # ------------------------------------------------------------ registration
+
+    def connect(self):
+        sock = self.context.socket(zmq.DEALER)
+        sock.linger = 2000
+        sock.sndhwm = 100_000
+        sock.rcvhwm = 100_000
+        sock.heartbeat_ivl = int(self.config.zmq_heartbeat_interval * 1000)
+        sock.heartbeat_timeout = int(self.config.zmq_heartbeat_timeout * 1000)
+        sock.heartbeat_ttl = int(self.config.zmq_heartbeat_timeout * 1000)
+        watch = None
+        if self.keys is not None:
+            make_client(sock, self.keys)
+        watch = HandshakeWatch(sock)
+        sock.connect(self.driver_url)
+        self.socket = sock
+        return watch
+
+    def register(self):
+        """Send RegisterExecutor and wait for the answer; RegistrationError says why not."""
+        watch = self.connect()
+        try:
+            self.socket.send(p.encode(p.RegisterExecutor(
+                self.executor_id, self.hostname, self.cores, self.app_id, os.getpid())))
+            deadline = self.clock() + self.registration_timeout
+            poller = zmq.Poller()
+            poller.register(self.socket, zmq.POLLIN)
+            poller.register(watch.socket, zmq.POLLIN)
+            while True:
+                failure = watch.check()
+                if failure:
+                    raise RegistrationError(f"Cannot register with driver: {self.driver_url} "
+                                            f"(authentication failed: {failure})")
+                remaining = deadline - self.clock()
+                if remaining <= 0:
+                    raise RegistrationError(f"Cannot register with driver: {self.driver_url}")
+                events = dict(poller.poll(remaining * 1000))
+                if self.socket not in events:
+                    continue
+                try:
+                    msg = p.decode(self.socket.recv())
+                except p.ProtocolError as exc:
+                    log.warning("ignored a malformed message from the driver: %s", exc)
+                    continue
+                if isinstance(msg, p.RegisterExecutorFailed):
+                    raise RegistrationError(f"Registration refused by driver {self.driver_url}: "
+                                            f"{msg.reason}")
+                if isinstance(msg, p.RegisteredExecutor):
+                    self.incarnation = msg.incarnation
+                    self.config = Config.from_mapping(msg.settings)
+                    log.info("Successfully registered with driver %s as executor %s",
+                             self.driver_url, self.executor_id)
+                    return
+                log.warning("ignored %s before registration", type(msg).__name__)
+        finally:
+            watch.close()
+
+    # ------------------------------------------------------------ loop
+
+    def run(self):
+        """Register, serve until stopped; returns the process exit code."""
+        try:
+            self.register()
+        except RegistrationError as exc:
+            print(str(exc), file=sys.stderr, flush=True)
+            self._close()
+            return 1
+        for i in range(self.cores):
+            thread = threading.Thread(target=self._task_thread, name=f"task-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        try:
+            self._loop()
+        finally:
+            self._close()
+        log.info("executor %s stopped: %s", self.executor_id, self._stopping)
+        return self._exit_code
+
+    def _loop(self):
+        poller = zmq.Poller()
+        poller.register(self.socket, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        handlers = self._handlers
+        interval = self.config.executor_heartbeat_interval
+        last_heard = self.clock()
+        next_heartbeat = self.clock()
+        while self._stopping is None:
+            now = self.clock()
+            if now >= next_heartbeat:
+                self._send_heartbeat()
+                next_heartbeat = now + interval
+            if now - last_heard > self.config.executor_heartbeat_timeout:
+                self._stop(f"driver silent for {self.config.executor_heartbeat_timeout:g} s", 1)
+                break
+            events = dict(poller.poll(max(0.0, min(next_heartbeat - now, 1.0)) * 1000))
+            if self._wake_r in events:
+                try:
+                    os.read(self._wake_r, 4096)
+                except BlockingIOError:
+                    pass
+            self._wake_pending = False
+            self._send_status_updates()
+            if self.socket in events:
+                last_heard = self.clock()
+                while self._stopping is None:
+                    try:
+                        frame = self.socket.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    try:
+                        msg = p.decode(frame)
+                    except p.ProtocolError as exc:
+                        log.warning("ignored a malformed message from the driver: %s", exc)
+                        continue
+                    handler = handlers.get(msg.TYPE)
+                    if handler is None:
+                        log.warning("ignored %s: not a message for an executor", type(msg).__name__)
+                    else:
+                        handler(self, msg)
+        self._send_status_updates()
+
+    def _stop(self, reason, exit_code):
+        if self._stopping is None:
+            self._stopping = reason
+            self._exit_code = exit_code
+
+    def _on_launch_tasks(self, msg):
+        self._function_blobs.update(msg.functions)
+        put = self._work.put
+        for task in msg.tasks:
+            put(task)
+
+    def _on_kill_task(self, msg):
+        with self._lock:
+            self._killed.add((msg.task_id, msg.attempt))
+            running = self._running.get(msg.task_id)
+        if running is not None and running[0] == msg.attempt:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(running[1]),
+                                                       ctypes.py_object(TaskKilled))
+
+    def _on_stop_executor(self, msg):
+        log.info("driver asked executor %s to stop: %s", self.executor_id, msg.reason)
+        self._stop(f"stopped by the driver: {msg.reason}", 0)
+
+    def _on_shutdown(self, msg):
+        self._stop("driver shut down", 0)
+
+    def _on_heartbeat_ack(self, msg):
+        if msg.incarnation != self.incarnation:
+            self._stop("driver restarted (new incarnation)", 1)
+
+    _handlers = {
+        MsgType.LAUNCH_TASKS: _on_launch_tasks,
+        MsgType.KILL_TASK: _on_kill_task,
+        MsgType.STOP_EXECUTOR: _on_stop_executor,
+        MsgType.SHUTDOWN: _on_shutdown,
+        MsgType.HEARTBEAT_ACK: _on_heartbeat_ack,
+    }
+
+    def _send(self, msg):
+        try:
+            self.socket.send(p.encode(msg), zmq.NOBLOCK)
+        except zmq.Again:
+            log.warning("could not send %s: the driver is not reading", type(msg).__name__)
+
+    def _send_heartbeat(self):
+        with self._process.oneshot():
+            metrics = {"rss": self._process.memory_info().rss,
+                       "cpu": self._process.cpu_percent(None),
+                       "running": len(self._running)}
+        self._send(p.Heartbeat(self.incarnation, self.executor_id, metrics))
+
+    def _send_status_updates(self):
+        results = self._results
+        if not results:
+            return
+        limit = self.config.max_message_size
+        batch, size = [], 0
+        while results:
+            row = results.popleft()
+            if batch and size + len(row[3]) > limit:
+                self._send(p.StatusUpdates(self.incarnation, batch))
+                batch, size = [], 0
+            batch.append(row)
+            size += len(row[3])
+        self._send(p.StatusUpdates(self.incarnation, batch))
+
+    # ------------------------------------------------------------ task threads
+
+    def _task_thread(self):
+        ident = threading.get_ident()
+        get = self._work.get
+        while True:
+            item = get()
+            if item is None:
+                return
+            task_id, attempt, digest, args = item
+            with self._lock:
+                if (task_id, attempt) in self._killed:
+                    self._killed.discard((task_id, attempt))
+                    killed = True
+                else:
+                    self._running[task_id] = (attempt, ident)
+                    killed = False
+            if killed:
+                state, payload = TaskState.KILLED, b"killed before it started"
+            else:
+                state, payload = self._run_task(task_id, digest, args)
+                with self._lock:
+                    self._running.pop(task_id, None)
+                    self._killed.discard((task_id, attempt))
+            self._results.append([task_id, attempt, state, payload])
+            if not self._wake_pending:
+                self._wake_pending = True
+                try:
+                    os.write(self._wake_w, b"x")
+                except (BlockingIOError, OSError):
+                    pass
+
+    def _run_task(self, task_id, digest, args):
+        try:
+            try:
+                function = self._functions.get(digest)
+                if function is None:
+                    function = self._functions[digest] = pickle.loads(self._function_blobs[digest])
+                call_args, call_kwargs = pickle.loads(args)
+                value = function(*call_args, **call_kwargs)
+            except TaskKilled:
+                return TaskState.KILLED, b"killed while running"
+            except BaseException as exc:  # SystemExit and MemoryError fail the task only
+                return TaskState.FAILED, exception_payload(exc)
+            try:
+                payload = dumps_value(value)
+            except Exception as exc:
+                return TaskState.ERROR, f"the result of task {task_id} could not be pickled: {exc!r}".encode()
+            if len(payload) > self.config.max_message_size:
+                return TaskState.ERROR, str(MessageTooLarge(
+                    f"the result of task {task_id}", len(payload), self.config.max_message_size)).encode()
+            return TaskState.FINISHED, payload
+        except TaskKilled:  # the kill arrived just after the task ended
+            return TaskState.KILLED, b"killed while running"
+
+    # ------------------------------------------------------------ closing
+
+    def _close(self):
+        for _ in self._threads:
+            self._work.put(None)
+        if self.socket is not None:
+            self.socket.close(linger=2000)
+        self.context.term()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+# ---------------------------------------------------------------- command line
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _UsageError(message)
+
+
+def parse_args(argv):
+    parser = _Parser(prog="zsched-executor", add_help=False)
+    parser.add_argument("--driver-url", required=True)
+    parser.add_argument("--executor-id", required=True)
+    parser.add_argument("--hostname", required=True)
+    parser.add_argument("--cores", required=True, type=int)
+    parser.add_argument("--app-id", required=True)
+    parser.add_argument("--worker-url", default=None)
+    parser.add_argument("--secret-file", default=None)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    if args.cores < 1:
+        raise _UsageError(f"--cores must be at least 1, got {args.cores}")
+    return args
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv in (["--help"], ["-h"]):
+        sys.stdout.write(USAGE)
+        return 0
+    try:
+        args = parse_args(argv)
+    except _UsageError as exc:
+        sys.stderr.write(f"{exc}\n{USAGE}")
+        return 1
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s executor {args.executor_id}: %(message)s")
+    try:
+        keys = load_keys(args.secret_file)
+        timeout = float(os.environ.get(REGISTRATION_TIMEOUT_ENV) or Config().registration_timeout)
+    except (ConfigError, ValueError) as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 1
+    backend = ExecutorBackend(args.driver_url, args.executor_id, args.hostname, args.cores,
+                              args.app_id, keys=keys, worker_url=args.worker_url,
+                              registration_timeout=timeout)
+    return backend.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""The fast path in use: the compiled ``_fastpath`` unless ``ZSCHED_PUREPYTHON=1``
+selects the pure-Python reference ``_fastpath_py``. Both export ``NAMES``."""
+import os
+
+NAMES = ("SlotTable",)
+
+if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0"):
+    from ._fastpath_py import SlotTable
+    IMPLEMENTATION = "pure-Python reference (ZSCHED_PUREPYTHON is set)"
+else:
+    try:
+        from ._fastpath import SlotTable
+    except ImportError as exc:  # pragma: no cover - depends on the build
+        raise ImportError(
+            "zsched's compiled fast path is missing; build it with `pip install .` "
+            "(or `python setup.py build_ext --inplace` in a checkout), "
+            "or set ZSCHED_PUREPYTHON=1 to use the pure-Python reference"
+        ) from exc
+    IMPLEMENTATION = "compiled (Cython)"

@@ -1,0 +1,302 @@
+"""The zsched wire protocol: every message type, and the one encode/decode pair.
+
+A frame (after the ROUTER identity) is ``[version byte][type byte][msgpack body]``.
+The body is a msgpack array holding the message's fields in declaration order.
+Task functions, arguments and results travel as opaque ``bytes`` (cloudpickle made by
+clients and executors); the driver never unpickles them.
+
+Nothing outside this module packs or unpacks frames.
+"""
+from dataclasses import dataclass, fields
+from enum import IntEnum
+from typing import ClassVar
+
+import msgpack
+
+from .errors import ProtocolError
+
+VERSION = 1
+
+# Room for message headers and msgpack framing on top of the largest payload.
+FRAME_OVERHEAD = 1 << 20
+
+
+def frame_limit(max_message_size):
+    """Largest frame a receiver accepts when payloads are at most ``max_message_size``."""
+    return max_message_size + FRAME_OVERHEAD
+
+
+class MsgType(IntEnum):
+    # executor -> driver
+    REGISTER_EXECUTOR = 1
+    STATUS_UPDATES = 2
+    HEARTBEAT = 3
+    # executor -> driver (its own exit) and client -> driver (remove one executor)
+    REMOVE_EXECUTOR = 4
+    # driver -> executor
+    REGISTERED_EXECUTOR = 10
+    REGISTER_EXECUTOR_FAILED = 11
+    LAUNCH_TASKS = 12
+    KILL_TASK = 13
+    STOP_EXECUTOR = 14
+    SHUTDOWN = 15
+    HEARTBEAT_ACK = 16
+    # client -> driver
+    CLIENT_HELLO = 20
+    SUBMIT_TASKS = 21
+    CANCEL_TASKS = 22
+    ADMIN_REQUEST = 23
+    STOP_EXECUTORS = 24
+    CLIENT_GOODBYE = 25
+    # driver -> client
+    CLIENT_WELCOME = 30
+    TASK_RESULTS = 31
+    ADMIN_REPLY = 32
+
+
+class TaskState(IntEnum):
+    """State carried by StatusUpdates (executor -> driver) and TaskResults (driver -> client)."""
+
+    FINISHED = 1   # payload: the pickled return value
+    FAILED = 2     # payload: the pickled (exception, traceback text) raised by the task
+    KILLED = 3     # payload: reason, utf-8
+    ERROR = 4      # payload: utf-8 text of a failure that is not the task's own exception
+
+
+# ---------------------------------------------------------------- field checks
+# A check takes a decoded value and returns True when it has the declared shape.
+
+def _is(*types):
+    def check(value):
+        # bool is an int in Python, but never a valid int field on the wire
+        return isinstance(value, types) and (bool in types or not isinstance(value, bool))
+    return check
+
+
+_int = _is(int)
+_str = _is(str)
+_bytes = _is(bytes)
+_number = _is(int, float)
+
+
+def _opt(check):
+    return lambda value: value is None or check(value)
+
+
+def _list_of(check):
+    return lambda value: isinstance(value, list) and all(check(v) for v in value)
+
+
+def _dict_of(check_key, check_value):
+    return lambda value: isinstance(value, dict) and all(
+        check_key(k) and check_value(v) for k, v in value.items()
+    )
+
+
+def _row(*checks):
+    """A fixed-length list whose items pass ``checks`` in order (one task in a batch)."""
+    n = len(checks)
+
+    def check(value):
+        if not isinstance(value, list) or len(value) != n:
+            return False
+        for check_item, item in zip(checks, value):
+            if not check_item(item):
+                return False
+        return True
+    return check
+
+
+def _scalar(value):
+    return value is None or isinstance(value, (int, float, str, bool))
+
+
+_settings = _dict_of(_str, _scalar)
+
+# ---------------------------------------------------------------- messages
+
+
+class Message:
+    """Base of every message: a frozen record whose fields are checked on decode."""
+
+    TYPE: ClassVar[MsgType]
+    CHECKS: ClassVar[tuple]
+
+
+def _message(msg_type, *checks):
+    def wrap(cls):
+        cls = dataclass(frozen=True, slots=True)(cls)
+        cls.TYPE = msg_type
+        cls.CHECKS = checks
+        cls.FIELDS = tuple(f.name for f in fields(cls))
+        assert len(cls.FIELDS) == len(checks), cls
+        _BY_TYPE[msg_type] = cls
+        return cls
+    return wrap
+
+
+_BY_TYPE = {}
+
+
+# -- executor -> driver
+
+@_message(MsgType.REGISTER_EXECUTOR, _str, _str, _int, _str, _int)
+class RegisterExecutor(Message):
+    executor_id: str
+    hostname: str
+    cores: int
+    app_id: str
+    pid: int
+
+
+@_message(MsgType.STATUS_UPDATES, _int, _list_of(_row(_int, _int, _int, _bytes)))
+class StatusUpdates(Message):
+    incarnation: int
+    updates: list  # [[task_id, attempt, TaskState, payload], ...]
+
+
+@_message(MsgType.HEARTBEAT, _int, _str, _dict_of(_str, _scalar))
+class Heartbeat(Message):
+    incarnation: int
+    executor_id: str
+    metrics: dict  # rss (bytes), cpu (percent), running (tasks)
+
+
+@_message(MsgType.REMOVE_EXECUTOR, _str, _str)
+class RemoveExecutor(Message):
+    executor_id: str
+    reason: str
+
+
+# -- driver -> executor
+
+@_message(MsgType.REGISTERED_EXECUTOR, _int, _settings)
+class RegisteredExecutor(Message):
+    incarnation: int
+    settings: dict
+
+
+@_message(MsgType.REGISTER_EXECUTOR_FAILED, _str)
+class RegisterExecutorFailed(Message):
+    reason: str
+
+
+@_message(MsgType.LAUNCH_TASKS, _dict_of(_bytes, _bytes), _list_of(_row(_int, _int, _bytes, _bytes)))
+class LaunchTasks(Message):
+    functions: dict  # function digest -> cloudpickled function, for digests new to this executor
+    tasks: list      # [[task_id, attempt, function digest, pickled (args, kwargs)], ...]
+
+
+@_message(MsgType.KILL_TASK, _int, _int, _str)
+class KillTask(Message):
+    task_id: int
+    attempt: int
+    reason: str
+
+
+@_message(MsgType.STOP_EXECUTOR, _str)
+class StopExecutor(Message):
+    reason: str
+
+
+@_message(MsgType.SHUTDOWN)
+class Shutdown(Message):
+    pass
+
+
+@_message(MsgType.HEARTBEAT_ACK, _int)
+class HeartbeatAck(Message):
+    incarnation: int
+
+
+# -- client -> driver
+
+@_message(MsgType.CLIENT_HELLO, _int)
+class ClientHello(Message):
+    pid: int
+
+
+@_message(MsgType.SUBMIT_TASKS, _dict_of(_bytes, _bytes), _list_of(_row(_int, _bytes, _bytes)))
+class SubmitTasks(Message):
+    functions: dict  # digest -> cloudpickled function, for digests new to the driver
+    tasks: list      # [[client task id, function digest, pickled (args, kwargs)], ...]
+
+
+@_message(MsgType.CANCEL_TASKS, _list_of(_int))
+class CancelTasks(Message):
+    task_ids: list  # client task ids
+
+
+@_message(MsgType.ADMIN_REQUEST, _int, _str, _list_of(lambda v: True))
+class AdminRequest(Message):
+    request_id: int
+    operation: str
+    args: list
+
+
+@_message(MsgType.STOP_EXECUTORS)
+class StopExecutors(Message):
+    pass
+
+
+@_message(MsgType.CLIENT_GOODBYE)
+class ClientGoodbye(Message):
+    pass
+
+
+# -- driver -> client
+
+@_message(MsgType.CLIENT_WELCOME, _int, _str, _settings)
+class ClientWelcome(Message):
+    incarnation: int
+    app_id: str
+    settings: dict
+
+
+@_message(MsgType.TASK_RESULTS, _list_of(_row(_int, _int, _bytes)))
+class TaskResults(Message):
+    results: list  # [[client task id, TaskState, payload], ...]
+
+
+@_message(MsgType.ADMIN_REPLY, _int, lambda v: isinstance(v, bool), lambda v: True)
+class AdminReply(Message):
+    request_id: int
+    ok: bool
+    value: object  # the result, or the error text when not ok
+
+
+# ---------------------------------------------------------------- encode / decode
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+def encode(msg):
+    """The frame for ``msg``: header bytes followed by the msgpack body."""
+    body = [getattr(msg, name) for name in msg.FIELDS]
+    return bytes((VERSION, msg.TYPE)) + _packer.pack(body)
+
+
+def decode(frame, max_size=None):
+    """The message in ``frame``; ``ProtocolError`` says what is wrong with a bad one."""
+    if not isinstance(frame, (bytes, bytearray, memoryview)):
+        raise ProtocolError(f"frame of type {type(frame).__name__}")
+    size = len(frame)
+    if size < 3:
+        raise ProtocolError(f"frame of {size} bytes is too short")
+    if max_size is not None and size > max_size:
+        raise ProtocolError(f"frame of {size} bytes exceeds the limit of {max_size} bytes")
+    if frame[0] != VERSION:
+        raise ProtocolError(f"protocol version {frame[0]}, expected {VERSION}")
+    cls = _BY_TYPE.get(frame[1])
+    if cls is None:
+        raise ProtocolError(f"unknown message type {frame[1]}")
+    try:
+        body = msgpack.unpackb(memoryview(frame)[2:], raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on junk
+        raise ProtocolError(f"{cls.__name__}: undecodable body ({exc})") from None
+    if not isinstance(body, list) or len(body) != len(cls.CHECKS):
+        raise ProtocolError(f"{cls.__name__}: expected {len(cls.CHECKS)} fields")
+    for name, check, value in zip(cls.FIELDS, cls.CHECKS, body):
+        if not check(value):
+            raise ProtocolError(f"{cls.__name__}: field {name} has the wrong type")
+    return cls(*body)
