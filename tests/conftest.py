@@ -1,0 +1,123 @@
+"""Shared fixtures: real drivers and executors on loopback, and a check that every test
+leaves no process behind."""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(REPO, "bin")
+
+
+def zsched_processes():
+    """pid -> cmdline of every zsched driver or executor process on this machine."""
+    found = {}
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if re.search(r"zsched[.-](driver|executor)|bin/(driver|executor)", cmdline):
+            found[proc.info["pid"]] = cmdline
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    """Fail a test that leaves a child process or a zsched process running."""
+    me = psutil.Process()
+    before = set(zsched_processes())
+    yield
+    deadline = time.monotonic() + 15
+    while True:
+        children = [c for c in me.children(recursive=True) if c.is_running()
+                    and c.status() != psutil.STATUS_ZOMBIE]
+        strays = {pid: cmd for pid, cmd in zsched_processes().items()
+                  if pid not in before and pid != me.pid}
+        if not children and not strays:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    for proc in children:
+        proc.kill()
+    for pid in strays:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            pass
+    pytest.fail(f"processes left running: children={[c.pid for c in children]} zsched={strays}")
+
+
+def wait_for(predicate, timeout=10.0, interval=0.02, message="condition"):
+    """Poll ``predicate`` until true; fail with ``message`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+        time.sleep(interval)
+
+
+class DriverProcess:
+    """``bin/driver`` as a subprocess; ``url`` once it printed its listening line."""
+
+    def __init__(self, *args, env=None):
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(BIN, "driver"), "--port", "0", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **(env or {})})
+        line = self.proc.stdout.readline()
+        match = re.match(r"zsched driver listening on (tcp://\S+)$", line.strip())
+        if not match:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            raise AssertionError(f"driver did not start: {line!r}{out}\n{err}")
+        self.url = match.group(1)
+        self.secret_file = None
+        second = self.proc.stdout.readline().strip() if "--insecure" not in args else ""
+        if second.startswith("zsched secret file: "):
+            self.secret_file = second[len("zsched secret file: "):]
+
+    def stop(self, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            raise AssertionError("driver did not stop on SIGTERM")
+        self.stdout, self.stderr = out, err
+        return self.proc.returncode
+
+
+@pytest.fixture
+def driver_factory(tmp_path):
+    drivers = []
+
+    def start(*args, **kwargs):
+        driver = DriverProcess(*args, **kwargs)
+        drivers.append(driver)
+        return driver
+
+    yield start
+    for driver in drivers:
+        driver.stop()
+
+
+def run_executor(*args, env=None, timeout=60):
+    """Run ``bin/executor`` to completion: (exit status, stdout, stderr)."""
+    result = subprocess.run([sys.executable, os.path.join(BIN, "executor"), *args],
+                            capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, **(env or {})})
+    return result.returncode, result.stdout, result.stderr
+
+
+def start_executor(*args, env=None):
+    return subprocess.Popen([sys.executable, os.path.join(BIN, "executor"), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
