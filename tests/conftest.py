@@ -23,18 +23,21 @@ def zsched_processes():
     return found
 
 
-@pytest.fixture(autouse=True)
-def no_process_left_behind():
-    """Fail a test that leaves a child process or a zsched process running."""
+def _alive(proc):
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _check_nothing_left(before_children, before_zsched):
     me = psutil.Process()
-    before = set(zsched_processes())
-    yield
     deadline = time.monotonic() + 15
     while True:
-        children = [c for c in me.children(recursive=True) if c.is_running()
-                    and c.status() != psutil.STATUS_ZOMBIE]
+        children = [c for c in me.children(recursive=True)
+                    if c.pid not in before_children and _alive(c)]
         strays = {pid: cmd for pid, cmd in zsched_processes().items()
-                  if pid not in before and pid != me.pid}
+                  if pid not in before_zsched and pid != me.pid}
         if not children and not strays:
             return
         if time.monotonic() > deadline:
@@ -48,6 +51,25 @@ def no_process_left_behind():
         except psutil.NoSuchProcess:
             pass
     pytest.fail(f"processes left running: children={[c.pid for c in children]} zsched={strays}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_at_the_end():
+    """Module-scoped clusters too must be gone when the session ends."""
+    before_zsched = set(zsched_processes())
+    yield
+    _check_nothing_left(set(), before_zsched)
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    """Fail a test that leaves a child process or a zsched process running (processes that
+    existed before the test, such as a module's shared cluster, are not its doing)."""
+    me = psutil.Process()
+    before_children = {c.pid for c in me.children(recursive=True)}
+    before_zsched = set(zsched_processes())
+    yield
+    _check_nothing_left(before_children, before_zsched)
 
 
 def wait_for(predicate, timeout=10.0, interval=0.02, message="condition"):

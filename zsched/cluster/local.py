@@ -56,9 +56,12 @@ class LocalClusterManager:
         executor_id = str(next(self._ids))
         command = executor_command(self._driver_url, executor_id, self.hostname,
                                    self.cores_per_executor, self._app_id, self._secret_file)
+        # executors on this host import what the driver's process can: zsched itself and
+        # the user's modules, wherever they were found
         env = dict(os.environ)
         package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        paths = [package_parent] + [p for p in sys.path if p and os.path.isdir(p)]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         self._processes[executor_id] = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
         log.info("started executor %s (pid %d)", executor_id, self._processes[executor_id].pid)
 

@@ -1,0 +1,236 @@
+"""The Client as a concurrent.futures.Executor, against real local clusters."""
+import concurrent.futures
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import zsched
+from zsched.errors import MessageTooLarge, RemoteTraceback, TaskFailed
+
+from conftest import wait_for
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with zsched.LocalCluster(n_executors=2, cores_per_executor=1,
+                             max_message_size="1MiB") as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def client(cluster):
+    client = cluster.client()
+    yield client
+    client.shutdown(cancel_futures=True)
+
+
+def add(a, b=0):
+    return a + b
+
+
+class Unpicklable(Exception):
+    def __init__(self, lock):
+        super().__init__("has a lock")
+        self.lock = lock
+
+    def __reduce__(self):
+        raise TypeError("cannot pickle me")
+
+
+def raise_unpicklable():
+    import threading
+    raise Unpicklable(threading.Lock())
+
+
+def test_submit_functions_lambdas_closures_kwargs(client):
+    offset = 100
+    assert client.submit(add, 1, b=2).result(10) == 3
+    assert client.submit(lambda x: x * 2, 21).result(10) == 42
+    assert client.submit(lambda: offset + 1).result(10) == 101
+    assert client.submit(sorted, [3, 1, 2]).result(10) == [1, 2, 3]
+    assert client.submit(os.getpid).result(10) != os.getpid()
+
+
+def test_results_are_futures_for_wait_and_as_completed(client):
+    futures = [client.submit(add, i, 1) for i in range(200)]
+    assert all(isinstance(f, concurrent.futures.Future) for f in futures)
+    done, not_done = concurrent.futures.wait(futures, timeout=30)
+    assert not not_done
+    assert sorted(f.result() for f in concurrent.futures.as_completed(futures)) == list(range(1, 201))
+
+
+def test_map_in_order_with_chunks(client):
+    xs = list(range(5000))
+    assert list(client.map(add, xs, xs)) == [2 * x for x in xs]
+    assert list(client.map(add, xs, chunksize=64)) == xs
+    assert list(client.map(add, [], chunksize=3)) == []
+    with pytest.raises(ValueError):
+        client.map(add, xs, chunksize=0)
+
+
+def test_map_timeout(client):
+    results = client.map(time.sleep, [5, 5], timeout=0.5)
+    with pytest.raises(concurrent.futures.TimeoutError):
+        list(results)
+
+
+def test_task_exception_has_type_message_and_remote_traceback(client):
+    def fails(x):
+        raise KeyError(f"no key {x}")
+
+    future = client.submit(fails, 7)
+    with pytest.raises(KeyError, match="no key 7") as info:
+        future.result(10)
+    cause = info.value.__cause__
+    assert isinstance(cause, RemoteTraceback)
+    assert "fails" in cause.text and "KeyError" in cause.text
+    # the cluster keeps working after a failing task
+    assert client.submit(add, 1, 1).result(10) == 2
+
+
+def test_unpicklable_exception_becomes_a_readable_error(client):
+    with pytest.raises(RuntimeError, match="Unpicklable: has a lock"):
+        client.submit(raise_unpicklable).result(10)
+
+
+def test_system_exit_fails_the_task_not_the_executor(client):
+    before = client.executor_ids()
+    with pytest.raises(SystemExit):
+        client.submit(sys.exit, 3).result(10)
+    assert client.executor_ids() == before
+    assert client.submit(add, 2, 2).result(10) == 4
+
+
+def test_executor_ids(client):
+    assert client.executor_ids() == ["1", "2"]
+    assert client.is_executor_active("1") and not client.is_executor_active("99")
+
+
+def test_submit_after_shutdown_raises(cluster):
+    client = cluster.client()
+    client.shutdown()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        client.submit(add, 1)
+    with pytest.raises(RuntimeError):
+        client.map(add, [1])
+    client.shutdown()  # twice is fine
+
+
+def test_shutdown_cancel_futures_and_cancel_of_queued_tasks(cluster):
+    client = cluster.client()
+    blockers = [client.submit(time.sleep, 1.0) for _ in range(2)]
+    queued = [client.submit(add, i) for i in range(200)]
+    assert queued[-1].cancel()
+    client.shutdown(wait=True, cancel_futures=True)
+    assert queued[-1].cancelled()
+    assert all(f.done() for f in queued + blockers)
+    # the cluster drops what was cancelled and keeps serving other clients
+    other = cluster.client()
+    assert other.submit(add, 5).result(10) == 5
+    wait_for(lambda: other.status()["tasks"]["queued"] == 0, message="cancelled tasks dropped")
+    other.shutdown()
+
+
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return "not interrupted"
+
+
+def test_cancel_of_a_running_task_kills_it():
+    with zsched.LocalCluster(n_executors=1, tasks_per_core=1) as cluster:
+        client = cluster.client()
+        future = client.submit(spin, 60)
+        wait_for(lambda: client.status()["tasks"]["running"] == 1, message="task running")
+        assert future.cancel()
+        # the slot frees only when the executor has interrupted the task
+        assert client.submit(add, 1, 2).result(20) == 3
+        status = client.status()
+        assert status["executors"][0]["tasks_failed"] == 1
+        client.shutdown()
+
+
+def test_executor_runs_up_to_cores_tasks_at_once():
+    with zsched.LocalCluster(n_executors=1, cores_per_executor=2, tasks_per_core=1) as cluster:
+        client = cluster.client()
+
+        def window():
+            start = time.time()
+            time.sleep(1.0)
+            return os.getpid(), start, time.time()
+
+        (pid1, s1, e1), (pid2, s2, e2) = [f.result(20) for f in
+                                          [client.submit(window), client.submit(window)]]
+        assert pid1 == pid2
+        assert s2 < e1 and s1 < e2  # they overlapped
+        client.shutdown()
+
+
+def test_oversized_task_fails_its_future_and_cluster_keeps_working(client):
+    future = client.submit(len, b"x" * (2 << 20))
+    with pytest.raises(MessageTooLarge) as info:
+        future.result(10)
+    assert info.value.limit == 1 << 20 and info.value.size > 2 << 20
+    assert "larger than the message limit" in str(info.value)
+    assert client.submit(len, b"x" * 1000).result(10) == 1000
+
+
+def test_oversized_result_fails_its_future_and_cluster_keeps_working(client):
+    future = client.submit(bytes, 2 << 20)
+    with pytest.raises(TaskFailed, match=r"is \d+ bytes, larger than the message limit of 1048576"):
+        future.result(10)
+    assert len(client.submit(bytes, 1000).result(10)) == 1000
+
+
+def test_many_clients_share_a_cluster(cluster):
+    clients = [cluster.client() for _ in range(3)]
+    futures = [(i, c.submit(add, i, 1000)) for c in clients for i in range(300)]
+    assert all(f.result(30) == i + 1000 for i, f in futures)
+    for c in clients:
+        c.shutdown()
+
+
+def test_embedded_client_starts_and_stops_its_own_cluster():
+    with zsched.Client() as client:
+        ids = client.executor_ids()
+        assert len(ids) == (os.cpu_count() or 1)
+        assert client.submit(add, 3, 4).result(10) == 7
+
+
+def test_lost_executor_tasks_are_rerun(tmp_path):
+    marker = tmp_path / "first-attempt"
+
+    def die_once(path):
+        if not os.path.exists(path):
+            open(path, "w").close()
+            os._exit(1)
+        return "second attempt"
+
+    with zsched.LocalCluster(n_executors=2) as cluster:
+        client = cluster.client()
+        assert client.submit(die_once, str(marker)).result(30) == "second attempt"
+        losses = client.status()["losses"]
+        assert len(losses) == 1 and "exited with code 1" in losses[0]["reason"]
+        client.shutdown()
+
+
+REMOTE_SCRIPT = """
+import sys, zsched
+def square(x):
+    return x * x
+with zsched.Client(sys.argv[1], secret_file=sys.argv[2], timeout=20) as client:
+    print(sum(client.map(square, range(100))))
+"""
+
+
+def test_cluster_serves_a_client_in_another_process_with_main_functions(cluster, tmp_path):
+    script = tmp_path / "remote.py"
+    script.write_text(REMOTE_SCRIPT)
+    result = subprocess.run([sys.executable, str(script), cluster.address, cluster.secret_file],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(sum(x * x for x in range(100)))

@@ -1,0 +1,110 @@
+"""The compiled fast path and its pure-Python reference make the same decisions."""
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zsched import _fastpath, _fastpath_py, fastpath
+
+IMPLEMENTATIONS = [_fastpath_py, _fastpath]
+
+
+def test_both_export_the_same_names():
+    for name in fastpath.NAMES:
+        assert hasattr(_fastpath, name) and hasattr(_fastpath_py, name)
+
+
+def test_compiled_is_used_unless_asked_otherwise():
+    assert "compiled" in fastpath.IMPLEMENTATION or "reference" in fastpath.IMPLEMENTATION
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_offers_spread_round_robin(impl):
+    table = impl.SlotTable()
+    a, b, c = table.add(2), table.add(2), table.add(1)
+    assert table.offer(3) == [(a, 1), (b, 1), (c, 1)]
+    assert table.offer(10) == [(a, 1), (b, 1)]
+    assert table.offer(1) == []
+    table.release(b, 2)
+    assert table.free(b) == 2
+    assert table.offer(5) == [(b, 2)]
+    assert table.total_free() == 0
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_errors(impl):
+    table = impl.SlotTable()
+    with pytest.raises(ValueError):
+        table.add(0)
+    index = table.add(1)
+    with pytest.raises(ValueError):
+        table.release(index, 1)  # already all free
+    table.remove(index)
+    with pytest.raises(KeyError):
+        table.release(index, 1)
+    with pytest.raises(KeyError):
+        table.free(12345)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_removed_executor_gets_no_offers_and_index_is_reused(impl):
+    table = impl.SlotTable()
+    a, b = table.add(1), table.add(1)
+    table.remove(a)
+    assert table.offer(5) == [(b, 1)]
+    c = table.add(3)
+    assert c == a
+    assert table.offer(5) == [(c, 3)]
+
+
+def _run(impl, ops):
+    """Apply ``ops`` to a fresh table; the list of every observable outcome."""
+    table = impl.SlotTable()
+    live = {}  # index -> slots in use
+    out = []
+    for op, value in ops:
+        try:
+            if op == "add":
+                index = table.add(value)
+                live[index] = 0
+                out.append(("add", index))
+            elif op == "remove" and live:
+                index = sorted(live)[value % len(live)]
+                table.remove(index)
+                del live[index]
+                out.append(("remove", index))
+            elif op == "release" and live:
+                index = sorted(live)[value % len(live)]
+                n = min(live[index], 1 + value % 3)
+                table.release(index, n)
+                live[index] -= n
+                out.append(("release", index, n))
+            elif op == "offer":
+                result = table.offer(value)
+                for index, count in result:
+                    live[index] += count
+                out.append(("offer", result))
+        except (KeyError, ValueError) as exc:
+            out.append(("error", type(exc).__name__))
+    out.append(("free", table.total_free()))
+    return out
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["add", "remove", "release", "offer"]),
+                         st.integers(min_value=0, max_value=40)), max_size=200)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPS)
+def test_compiled_agrees_with_reference(ops):
+    ops = [(op, max(1, v) if op == "add" else v) for op, v in ops]
+    assert _run(_fastpath, ops) == _run(_fastpath_py, ops)
+
+
+def test_agreement_at_scale():
+    rng = random.Random(3)
+    ops = [("add", rng.randint(1, 8)) for _ in range(3000)]
+    for _ in range(20000):
+        ops.append((rng.choice(["offer", "release", "release", "remove", "add"]), rng.randint(1, 64)))
+    assert _run(_fastpath, ops) == _run(_fastpath_py, ops)

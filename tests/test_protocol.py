@@ -1,0 +1,85 @@
+"""The wire protocol: every message round-trips; anything malformed is a ProtocolError."""
+import msgpack
+import pytest
+
+from zsched import protocol as p
+from zsched.errors import ProtocolError
+
+SAMPLES = [
+    p.RegisterExecutor("1", "host-a", 4, "app-1", 1234),
+    p.StatusUpdates(99, [[1, 1, p.TaskState.FINISHED, b"x"], [2, 3, p.TaskState.FAILED, b""]]),
+    p.Heartbeat(99, "1", {"rss": 1000, "cpu": 12.5, "running": 2}),
+    p.RemoveExecutor("3", "exited with code 1"),
+    p.RegisteredExecutor(99, {"max_failures": 4, "revive_interval": 1.0}),
+    p.RegisterExecutorFailed("Duplicate executor ID: 1"),
+    p.LaunchTasks({b"d" * 16: b"fn"}, [[1, 1, b"d" * 16, b"args"]]),
+    p.KillTask(5, 2, "cancelled"),
+    p.StopExecutor("bye"),
+    p.Shutdown(),
+    p.HeartbeatAck(99),
+    p.ClientHello(42),
+    p.SubmitTasks({b"k": b"fn"}, [[1, b"k", b"a"], [2, b"k", b"b"]]),
+    p.CancelTasks([1, 2, 3]),
+    p.AdminRequest(1, "executor_ids", []),
+    p.StopExecutors(),
+    p.ClientGoodbye(),
+    p.ClientWelcome(99, "app", {"max_message_size": 10}),
+    p.TaskResults([[1, p.TaskState.FINISHED, b"r"]]),
+    p.AdminReply(1, True, ["1", "2"]),
+]
+
+
+def test_every_message_type_has_a_sample():
+    assert {type(m).TYPE for m in SAMPLES} == set(p.MsgType)
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_round_trip(msg):
+    frame = p.encode(msg)
+    assert frame[0] == p.VERSION and frame[1] == msg.TYPE
+    assert p.decode(frame) == msg
+
+
+def _frame(msg_type, body):
+    return bytes((p.VERSION, msg_type)) + msgpack.packb(body, use_bin_type=True)
+
+
+@pytest.mark.parametrize("frame, words", [
+    (b"", "too short"),
+    (b"\x01", "too short"),
+    (bytes((99, p.MsgType.SHUTDOWN)) + msgpack.packb([]), "version"),
+    (bytes((p.VERSION, 250)) + msgpack.packb([]), "unknown message type"),
+    (bytes((p.VERSION, p.MsgType.HEARTBEAT)) + b"\xc1\xc1\xc1", "undecodable"),
+    (_frame(p.MsgType.HEARTBEAT, {"a": 1}), "fields"),
+    (_frame(p.MsgType.HEARTBEAT, [1, "x"]), "fields"),
+    (_frame(p.MsgType.REGISTER_EXECUTOR, ["1", "h", "four", "app", 1]), "cores"),
+    (_frame(p.MsgType.REGISTER_EXECUTOR, ["1", "h", True, "app", 1]), "cores"),
+    (_frame(p.MsgType.STATUS_UPDATES, [1, [[1, 1, 1]]]), "updates"),
+    (_frame(p.MsgType.STATUS_UPDATES, [1, [[1, 1, 1, "text not bytes"]]]), "updates"),
+    (_frame(p.MsgType.SUBMIT_TASKS, [{}, "nope"]), "tasks"),
+    (_frame(p.MsgType.SUBMIT_TASKS, [{"str": b"x"}, []]), "functions"),
+    (_frame(p.MsgType.LAUNCH_TASKS, [{}, [[1, 1, b"d"]]]), "tasks"),
+])
+def test_malformed_frames_raise_protocol_error(frame, words):
+    with pytest.raises(ProtocolError, match=words):
+        p.decode(frame)
+
+
+def test_size_limit_is_checked():
+    frame = p.encode(p.StopExecutor("x" * 100))
+    with pytest.raises(ProtocolError, match="exceeds the limit"):
+        p.decode(frame, max_size=50)
+    assert p.decode(frame, max_size=len(frame)).reason == "x" * 100
+
+
+def test_random_junk_never_raises_anything_but_protocol_error():
+    import random
+    rng = random.Random(7)
+    for _ in range(5000):
+        frame = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40)))
+        if rng.random() < 0.5 and len(frame) > 2:
+            frame = bytes((p.VERSION, rng.choice(list(p.MsgType)))) + frame[2:]
+        try:
+            p.decode(frame)
+        except ProtocolError:
+            pass
