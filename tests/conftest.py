@@ -143,3 +143,11 @@ def start_executor(*args, env=None):
     return subprocess.Popen([sys.executable, os.path.join(BIN, "executor"), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
+
+
+def pytest_collection_modifyitems(items):
+    """Test modules are not importable by executors that other processes start: ship
+    their functions by value."""
+    import cloudpickle
+    for module in {item.module for item in items if getattr(item, "module", None)}:
+        cloudpickle.register_pickle_by_value(module)

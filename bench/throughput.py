@@ -1,0 +1,678 @@
+"""Throughput, latency, efficiency and start-up of zsched, optionally against its peers.
+
+    python bench/throughput.py             # zsched LocalCluster + embedded Client() start-up
+    python bench/throughput.py --compare   # ... and ProcessPoolExecutor, multiprocessing.Pool,
+                                           # Dask distributed and Ray (when installed)
+    python bench/throughput.py --quick     # small numbers: a smoke run
+
+Every system runs the same no-op tasks, round by round (systems interleaved, their order
+rotated each round); the figures are medians over rounds. Output: a short table on stdout,
+then one line ``JSON {...}`` with every figure. Log output of the systems (zsched
+executors, Dask workers) goes to a temporary file while they run, so it does not break up
+the table; its warnings and errors are echoed at the end (``--show-logs`` leaves it on
+stderr instead). The machine may be shared and noisy: compare ratios from one run, not
+absolute numbers across runs.
+"""
+import argparse
+import concurrent.futures
+import contextlib
+import gc
+import json
+import multiprocessing
+import os
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+if __package__ in (None, ""):  # run as a script from a checkout: use this checkout's zsched
+    _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if _ROOT not in sys.path:
+        sys.path.insert(0, _ROOT)
+
+
+# ---------------------------------------------------------------- task functions
+# Module level, so that every system (ProcessPoolExecutor included) can pickle them.
+
+def noop(x):
+    return x
+
+
+def sleep_10ms(x):
+    time.sleep(0.01)
+    return x
+
+
+# ---------------------------------------------------------------- helpers
+
+class Stall(Exception):
+    """A phase did not finish within its time limit."""
+
+
+class NotInstalled(Exception):
+    pass
+
+
+FIGURES = [
+    # key, table header, format, higher is better
+    ("submit_tasks_per_s", "submit/s", "{:,.0f}", True),
+    ("map_tasks_per_s", "map/s", "{:,.0f}", True),
+    ("latency_p50_us", "p50 us", "{:,.0f}", False),
+    ("latency_p99_us", "p99 us", "{:,.0f}", False),
+    ("efficiency_10ms", "eff 10ms", "{:.2f}", True),
+    ("startup_s", "start s", "{:.2f}", False),
+    ("shutdown_s", "stop s", "{:.2f}", False),
+]
+
+
+def percentile(sorted_values, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_values:
+        return None
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def phase_timeout(n_tasks):
+    """Generous limit for one phase: a stall is reported, never waited for forever."""
+    return 60.0 + n_tasks / 200.0
+
+
+def check_results(results, expected, what):
+    if results != expected:
+        wrong = sum(1 for a, b in zip(results, expected) if a != b) + abs(len(results) - len(expected))
+        raise AssertionError(f"{what}: {wrong} of {len(expected)} results are wrong or missing")
+
+
+# ---------------------------------------------------------------- systems
+# Each adapter: start() (constructs; the caller times it together with a first task),
+# submit(fn, x) -> handle, wait_all(handles, timeout) -> results, map(fn, xs, timeout),
+# one(fn, x, timeout), close(). ``workers`` is the number of task slots.
+
+class ZschedLocal:
+    name = "zsched"
+    label = "zsched LocalCluster"
+
+    def __init__(self, workers):
+        import zsched
+        self.zsched = zsched
+        self.workers = workers
+        self.cluster = self.client = None
+
+    def start(self):
+        self.cluster = self.zsched.LocalCluster(n_executors=self.workers, cores_per_executor=1)
+        self.client = self.cluster.client()
+
+    def submit(self, fn, x):
+        return self.client.submit(fn, x)
+
+    def wait_all(self, futures, timeout):
+        done, not_done = concurrent.futures.wait(futures, timeout=timeout)
+        if not_done:
+            raise Stall(f"{len(not_done)} of {len(futures)} tasks unfinished after {timeout:.0f} s")
+        return [f.result() for f in futures]
+
+    def map(self, fn, xs, timeout):
+        try:
+            return list(self.client.map(fn, xs, timeout=timeout))
+        except concurrent.futures.TimeoutError:
+            raise Stall(f"map unfinished after {timeout:.0f} s") from None
+
+    def one(self, fn, x, timeout):
+        return self.client.submit(fn, x).result(timeout)
+
+    def close(self):
+        try:
+            if self.client is not None:
+                self.client.shutdown(wait=True, cancel_futures=True)
+        finally:
+            self.client = None
+            if self.cluster is not None:
+                self.cluster.close()
+                self.cluster = None
+
+
+class ZschedEmbedded(ZschedLocal):
+    """``zsched.Client()``: in-process driver and one executor per core. Start-up only."""
+    name = "zsched_embedded"
+    label = "zsched Client() embedded"
+    startup_only = True
+
+    def __init__(self, workers):
+        super().__init__(os.cpu_count() or 1)
+
+    def start(self):
+        self.client = self.zsched.Client()
+
+
+class ProcessPool:
+    name = "processpool"
+    label = "ProcessPoolExecutor"
+
+    def __init__(self, workers):
+        self.workers = workers
+        self.ex = None
+
+    def start(self):
+        self.ex = concurrent.futures.ProcessPoolExecutor(max_workers=self.workers)
+
+    def submit(self, fn, x):
+        return self.ex.submit(fn, x)
+
+    def wait_all(self, futures, timeout):
+        done, not_done = concurrent.futures.wait(futures, timeout=timeout)
+        if not_done:
+            raise Stall(f"{len(not_done)} of {len(futures)} tasks unfinished after {timeout:.0f} s")
+        return [f.result() for f in futures]
+
+    def map(self, fn, xs, timeout):
+        try:
+            return list(self.ex.map(fn, xs, timeout=timeout))
+        except concurrent.futures.TimeoutError:
+            raise Stall(f"map unfinished after {timeout:.0f} s") from None
+
+    def one(self, fn, x, timeout):
+        return self.ex.submit(fn, x).result(timeout)
+
+    def close(self):
+        if self.ex is not None:
+            self.ex.shutdown(wait=True, cancel_futures=True)
+            self.ex = None
+
+
+class MpPool:
+    name = "mp_pool"
+    label = "multiprocessing.Pool"
+
+    def __init__(self, workers):
+        self.workers = workers
+        self.pool = None
+        self.failed = False
+
+    def start(self):
+        self.pool = multiprocessing.Pool(self.workers)
+
+    def submit(self, fn, x):
+        return self.pool.apply_async(fn, (x,))
+
+    def wait_all(self, handles, timeout):
+        deadline = time.monotonic() + timeout
+        try:
+            return [h.get(max(0.0, deadline - time.monotonic())) for h in handles]
+        except multiprocessing.TimeoutError:
+            self.failed = True
+            raise Stall(f"tasks unfinished after {timeout:.0f} s") from None
+
+    def map(self, fn, xs, timeout):
+        # chunksize=1, as Executor.map: one task per element (Pool.map's default chunks them)
+        try:
+            return self.pool.map_async(fn, xs, chunksize=1).get(timeout)
+        except multiprocessing.TimeoutError:
+            self.failed = True
+            raise Stall(f"map unfinished after {timeout:.0f} s") from None
+
+    def one(self, fn, x, timeout):
+        try:
+            return self.pool.apply_async(fn, (x,)).get(timeout)
+        except multiprocessing.TimeoutError:
+            self.failed = True
+            raise Stall(f"task unfinished after {timeout:.0f} s") from None
+
+    def close(self):
+        if self.pool is not None:
+            pool, self.pool = self.pool, None
+            if self.failed:
+                pool.terminate()
+            else:
+                pool.close()
+            pool.join()
+
+
+class DaskDistributed:
+    name = "dask"
+    label = "Dask distributed"
+
+    def __init__(self, workers):
+        try:
+            import distributed
+        except ImportError as exc:
+            raise NotInstalled(str(exc)) from None
+        self.distributed = distributed
+        self.workers = workers
+        self.cluster = self.client = None
+
+    def start(self):
+        d = self.distributed
+        self.cluster = d.LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                      dashboard_address=None)
+        self.client = d.Client(self.cluster)
+        self.client.wait_for_workers(self.workers, timeout=120)
+
+    def submit(self, fn, x):
+        return self.client.submit(fn, x, pure=False)
+
+    def wait_all(self, futures, timeout):
+        try:
+            self.distributed.wait(futures, timeout=timeout)
+        except (TimeoutError, self.distributed.TimeoutError):
+            raise Stall(f"tasks unfinished after {timeout:.0f} s") from None
+        return self.client.gather(futures)
+
+    def map(self, fn, xs, timeout):
+        return self.wait_all(self.client.map(fn, list(xs), pure=False), timeout)
+
+    def one(self, fn, x, timeout):
+        return self.client.submit(fn, x, pure=False).result(timeout)
+
+    def close(self):
+        try:
+            if self.client is not None:
+                self.client.close(timeout=30)
+        finally:
+            self.client = None
+            if self.cluster is not None:
+                self.cluster.close(timeout=30)
+                self.cluster = None
+
+
+class Ray:
+    name = "ray"
+    label = "Ray"
+
+    def __init__(self, workers):
+        try:
+            import ray
+        except ImportError as exc:
+            raise NotInstalled(str(exc)) from None
+        self.ray = ray
+        self.workers = workers
+        self.remote = {}
+        self.started = False
+
+    def start(self):
+        self.ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False,
+                      configure_logging=False)
+        self.started = True
+
+    def _remote(self, fn):
+        if fn not in self.remote:
+            self.remote[fn] = self.ray.remote(fn)
+        return self.remote[fn]
+
+    def submit(self, fn, x):
+        return self._remote(fn).remote(x)
+
+    def wait_all(self, refs, timeout):
+        try:
+            return self.ray.get(refs, timeout=timeout)
+        except self.ray.exceptions.GetTimeoutError:
+            raise Stall(f"tasks unfinished after {timeout:.0f} s") from None
+
+    def map(self, fn, xs, timeout):
+        remote = self._remote(fn)
+        return self.wait_all([remote.remote(x) for x in xs], timeout)
+
+    def one(self, fn, x, timeout):
+        return self.wait_all(self._remote(fn).remote(x), timeout)
+
+    def close(self):
+        if self.started:
+            self.started = False
+            self.ray.shutdown()
+
+
+ZSCHED_SYSTEMS = [ZschedLocal, ZschedEmbedded]
+PEER_SYSTEMS = [ProcessPool, MpPool, DaskDistributed, Ray]
+
+
+# ---------------------------------------------------------------- processes
+
+def _psutil():
+    try:
+        import psutil
+        return psutil
+    except ImportError:
+        return None
+
+
+def _is_helper(cmdline):
+    """multiprocessing's resource tracker / fork server: live until this process exits."""
+    return "multiprocessing.resource_tracker" in cmdline or "multiprocessing.forkserver" in cmdline
+
+
+def live_children(grace):
+    """(pid, cmdline) of this process's descendants still running after ``grace`` seconds,
+    multiprocessing helpers left out."""
+    psutil = _psutil()
+    if psutil is None:
+        return []
+    me = psutil.Process()
+    deadline = time.monotonic() + grace
+    while True:
+        alive = []
+        for child in me.children(recursive=True):
+            try:
+                if child.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                cmdline = " ".join(child.cmdline())
+            except psutil.NoSuchProcess:
+                continue
+            if not _is_helper(cmdline):
+                alive.append((child.pid, cmdline))
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def kill_pids(pids):
+    psutil = _psutil()
+    for pid in pids:
+        try:
+            psutil.Process(pid).kill()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------- measuring
+
+def run_round(cls, args, n_eff, log):
+    """One round of one system: start, measure, close. Returns (figures, leftover)."""
+    figures = {}
+    system = cls(args.executors)
+    timeout_small = phase_timeout(0)
+    try:
+        gc.collect()
+        t0 = time.perf_counter()
+        system.start()
+        first = system.one(noop, -1, timeout_small)
+        figures["startup_s"] = time.perf_counter() - t0
+        if first != -1:
+            raise AssertionError(f"first task returned {first!r}, expected -1")
+        if getattr(system, "startup_only", False):
+            return figures
+        timeout = phase_timeout(args.tasks)
+
+        # warm-up, untimed: functions shipped, workers busy once
+        warm = list(range(min(500, max(10, args.tasks // 20))))
+        check_results(system.wait_all([system.submit(noop, x) for x in warm], timeout), warm, "warm-up")
+
+        xs = list(range(args.tasks))
+        gc.collect()
+        log(f"    submit x{args.tasks}")
+        t0 = time.perf_counter()
+        handles = [system.submit(noop, x) for x in xs]
+        results = system.wait_all(handles, timeout)
+        figures["submit_tasks_per_s"] = args.tasks / (time.perf_counter() - t0)
+        check_results(list(results), xs, "submit")
+        del handles, results
+
+        gc.collect()
+        log(f"    map x{args.tasks}")
+        t0 = time.perf_counter()
+        results = system.map(noop, xs, timeout)
+        figures["map_tasks_per_s"] = args.tasks / (time.perf_counter() - t0)
+        check_results(list(results), xs, "map")
+        del results
+
+        gc.collect()
+        log(f"    latency x{args.latency_samples}")
+        samples = []
+        perf = time.perf_counter
+        for i in range(args.latency_samples):
+            t0 = perf()
+            value = system.one(noop, i, timeout_small)
+            samples.append(perf() - t0)
+            if value != i:
+                raise AssertionError(f"latency task {i} returned {value!r}")
+        samples.sort()
+        figures["latency_p50_us"] = percentile(samples, 50) * 1e6
+        figures["latency_p99_us"] = percentile(samples, 99) * 1e6
+
+        gc.collect()
+        log(f"    {n_eff} x 10 ms")
+        ys = list(range(n_eff))
+        t0 = time.perf_counter()
+        results = system.wait_all([system.submit(sleep_10ms, y) for y in ys], phase_timeout(n_eff))
+        elapsed = time.perf_counter() - t0
+        check_results(list(results), ys, "10 ms tasks")
+        figures["efficiency_10ms"] = (n_eff * 0.01 / system.workers) / elapsed
+        return figures
+    finally:
+        t0 = time.perf_counter()
+        try:
+            system.close()
+        finally:
+            figures["shutdown_s"] = time.perf_counter() - t0
+            leftover = live_children(grace=10.0)
+            if leftover:
+                figures["leftover_processes"] = [f"{pid} {cmd[:120]}" for pid, cmd in leftover]
+                kill_pids(pid for pid, _ in leftover)
+
+
+@contextlib.contextmanager
+def stderr_to(path, enabled):
+    """Send fd 2 (this process and the children it starts) to ``path``; yield a stream
+    for progress messages that still reaches the terminal."""
+    if not enabled:
+        yield sys.stderr
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    progress = os.fdopen(os.dup(saved), "w", buffering=1)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(fd, 2)
+        os.close(fd)
+        yield progress
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        progress.close()
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Throughput, latency, efficiency and start-up of zsched (and peers, --compare) "
+                    "on no-op tasks.")
+    parser.add_argument("--tasks", type=int, default=None, metavar="N",
+                        help="no-op tasks per throughput phase (default 20000; 2000 with --quick)")
+    parser.add_argument("--latency-samples", type=int, default=None, metavar="N",
+                        help="single-task round trips timed (default 500; 50 with --quick)")
+    parser.add_argument("--rounds", type=int, default=None, metavar="R",
+                        help="rounds; figures are medians over rounds (default 3; 1 with --quick)")
+    parser.add_argument("--executors", type=int, default=2, metavar="N",
+                        help="executors (workers) of one core each, for every system (default 2)")
+    parser.add_argument("--compare", action="store_true",
+                        help="also run ProcessPoolExecutor, multiprocessing.Pool, Dask distributed "
+                             "and Ray (when installed), interleaved round by round")
+    parser.add_argument("--quick", action="store_true", help="small numbers, for a smoke run")
+    parser.add_argument("--show-logs", action="store_true",
+                        help="leave the systems' log output on stderr instead of a temporary file")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    if args.tasks is None:
+        args.tasks = 2000 if quick else 20000
+    if args.latency_samples is None:
+        args.latency_samples = 50 if quick else 500
+    if args.rounds is None:
+        args.rounds = 1 if quick else 3
+    for name in ("tasks", "latency_samples", "rounds", "executors"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    return args
+
+
+def fmt(value, spec):
+    return "-" if value is None else spec.format(value)
+
+
+def print_table(order, labels, status, medians, args, n_eff):
+    print(f"zsched throughput benchmark: {args.executors} executor(s) x 1 core, {args.tasks} no-op tasks, "
+          f"{args.latency_samples} latency samples, {n_eff} x 10 ms tasks, {args.rounds} round(s), "
+          f"medians; {os.cpu_count()} CPUs")
+    width = max(len(labels[n]) for n in order) + 2
+    header = "system".ljust(width) + "".join(h.rjust(10) for _, h, _, _ in FIGURES)
+    print(header)
+    print("-" * len(header))
+    for name in order:
+        row = labels[name].ljust(width)
+        if status[name] != "ok":
+            print(row + status[name])
+            continue
+        print(row + "".join(fmt(medians[name].get(k), f).rjust(10) for k, _, f, _ in FIGURES))
+    print("submit/s: N x submit, then wait for all; map/s: list(map(fn, range(N))) (Pool: map_async "
+          "chunksize=1; Dask/Ray: their map / remote calls); p50/p99: submit one, wait, repeat; "
+          "eff 10ms: ideal/measured time of the 10 ms tasks; start s: construct until workers "
+          "registered and a first task returned; stop s: shutdown.")
+
+
+def print_ratios(order, labels, status, medians):
+    peers = [n for n in order if n not in ("zsched", "zsched_embedded") and status[n] == "ok"]
+    if not peers or status.get("zsched") != "ok":
+        return {}
+    base = medians["zsched"]
+    ratios = {}
+    print()
+    print("peer / zsched (tasks/s, eff: < 1 means zsched is better; us, s: > 1 means zsched is better)")
+    width = max(len(labels[n]) for n in peers) + 2
+    header = "system".ljust(width) + "".join(h.rjust(10) for _, h, _, _ in FIGURES)
+    print(header)
+    print("-" * len(header))
+    for name in peers:
+        ratios[name] = {}
+        cells = []
+        for key, _, _, _ in FIGURES:
+            a, b = medians[name].get(key), base.get(key)
+            r = a / b if a is not None and b else None
+            ratios[name][key] = r
+            cells.append(("-" if r is None else f"{r:.2f}x").rjust(10))
+        print(labels[name].ljust(width) + "".join(cells))
+    return ratios
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    started = time.perf_counter()
+    n_eff = (20 if args.quick else 100) * args.executors
+    classes = list(ZSCHED_SYSTEMS) + (list(PEER_SYSTEMS) if args.compare else [])
+    order = [c.name for c in classes]
+    labels = {c.name: c.label for c in classes}
+    status = {c.name: "ok" for c in classes}
+    errors = {}
+    per_round = {c.name: [] for c in classes}
+    leftovers = {}
+
+    log_fd, log_path = tempfile.mkstemp(prefix="zsched-bench-", suffix=".log")
+    os.close(log_fd)
+    with stderr_to(log_path, not args.show_logs) as progress:
+        def log(message):
+            print(message, file=progress, flush=True)
+
+        runnable = []
+        for cls in classes:
+            try:
+                cls(args.executors)  # constructing imports the system; nothing starts yet
+                runnable.append(cls)
+            except NotInstalled:
+                status[cls.name] = "not installed"
+        for r in range(args.rounds):
+            shift = r % len(runnable)
+            for cls in runnable[shift:] + runnable[:shift]:
+                if status[cls.name] not in ("ok",):
+                    continue
+                log(f"round {r + 1}/{args.rounds}: {cls.label}")
+                t0 = time.perf_counter()
+                try:
+                    figures = run_round(cls, args, n_eff, log)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:
+                    status[cls.name] = f"error: {type(exc).__name__}: {exc}"[:200]
+                    errors[cls.name] = traceback.format_exc()
+                    log(f"  {cls.label} FAILED: {type(exc).__name__}: {exc}")
+                    continue
+                per_round[cls.name].append(figures)
+                if figures.get("leftover_processes"):
+                    leftovers.setdefault(cls.name, []).extend(figures["leftover_processes"])
+                log(f"  done in {time.perf_counter() - t0:.1f} s")
+        # errors leave their figures out; their leftover processes are still looked for
+        stray = live_children(grace=5.0)
+        if stray:
+            leftovers.setdefault("end", []).extend(f"{pid} {cmd[:120]}" for pid, cmd in stray)
+            kill_pids(pid for pid, _ in stray)
+
+    medians = {}
+    for name, rounds in per_round.items():
+        medians[name] = {}
+        for key, _, _, _ in FIGURES:
+            values = [f[key] for f in rounds if f.get(key) is not None]
+            medians[name][key] = statistics.median(values) if values else None
+
+    print_table(order, labels, status, medians, args, n_eff)
+    ratios = print_ratios(order, labels, status, medians) if args.compare else {}
+
+    with open(log_path, errors="replace") as f:
+        log_lines = f.read().splitlines()
+    notable = [line for line in log_lines
+               if re.search(r"\b(WARNING|WARN|ERROR|CRITICAL|Traceback)\b|Error:|Exception", line)]
+    print()
+    for name, text in errors.items():
+        print(f"{labels[name]} failed:")
+        print("  " + text.rstrip().replace("\n", "\n  "))
+    for name, items in leftovers.items():
+        print(f"processes left running after {labels.get(name, name)} (killed): {len(items)}")
+        for item in items[:10]:
+            print(f"  {item}")
+    if not args.show_logs:
+        if notable:
+            print(f"log output: {len(log_lines)} lines, {len(notable)} warnings/errors, in {log_path}; first ones:")
+            for line in notable[:10]:
+                print(f"  {line[:200]}")
+        else:
+            print(f"log output: {len(log_lines)} lines, no warnings or errors")
+            os.unlink(log_path)
+            log_path = None
+
+    try:
+        import zsched
+        version = zsched.__version__
+        from zsched.fastpath import IMPLEMENTATION as fastpath
+    except Exception:
+        version = fastpath = None
+    report = {
+        "benchmark": "zsched-throughput",
+        "zsched_version": version,
+        "fastpath": fastpath,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "params": {"tasks": args.tasks, "latency_samples": args.latency_samples,
+                   "rounds": args.rounds, "executors": args.executors,
+                   "efficiency_tasks": n_eff, "compare": args.compare, "quick": args.quick},
+        "systems": {
+            name: {"label": labels[name], "status": status[name],
+                   **({"workers": os.cpu_count() or 1} if name == "zsched_embedded"
+                      else {"workers": args.executors}),
+                   "median": {k: v for k, v in medians[name].items() if v is not None},
+                   "rounds": per_round[name]}
+            for name in order
+        },
+        "ratios_peer_over_zsched": ratios,
+        "leftover_processes": leftovers,
+        "log_warnings": len(notable),
+        "log_file": log_path,
+        "elapsed_s": time.perf_counter() - started,
+    }
+    print("JSON " + json.dumps(report, sort_keys=False, default=str))
+    zsched_ok = status.get("zsched") == "ok" and status.get("zsched_embedded") == "ok"
+    return 0 if zsched_ok and not leftovers.get("zsched") and not leftovers.get("zsched_embedded") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

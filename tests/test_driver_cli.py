@@ -1,0 +1,273 @@
+"""The ``bin/driver`` command line, with real processes on loopback.
+
+Contract (DESIGN.md, "Command line"): ``--port 0`` picks a free port and prints
+``zsched driver listening on tcp://HOST:PORT`` (flushed) when ready; ``--local N``
+starts N executor processes; SIGINT/SIGTERM stop the executors, then exit 0; settings
+are validated at start-up and a bad one is an error naming it.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+import zsched
+from conftest import BIN, REPO, wait_for
+
+LISTENING = re.compile(r"zsched driver listening on (tcp://([^:\s]+):(\d+))$")
+
+
+@pytest.fixture(autouse=True)
+def no_secret_in_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("ZSCHED_SECRET", raising=False)
+    monkeypatch.delenv("ZSCHED_SECRET_FILE", raising=False)
+    # A driver run without --secret-file must never touch the real ~/.zsched.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def alive(proc):
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def executor_children(driver_pid):
+    """psutil processes of the executors the driver started."""
+    try:
+        children = psutil.Process(driver_pid).children()
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        try:
+            if "zsched.executor" in " ".join(child.cmdline()):
+                found.append(child)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def option_value(cmdline, option):
+    return cmdline[cmdline.index(option) + 1] if option in cmdline else None
+
+
+def readline_within(stream, timeout):
+    """One line from ``stream``, or None when none arrives within ``timeout`` seconds."""
+    box = []
+    reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return box[0] if box else None
+
+
+class Started:
+    """A driver started here with Popen; stopped (and its output kept) by ``stop``."""
+
+    def __init__(self, command, **kwargs):
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, **kwargs)
+        self.first_line = readline_within(self.proc.stdout, 30)
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            self.out, self.err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.out, self.err = self.proc.communicate()
+            raise AssertionError(f"driver did not stop on {sig!r}")
+        return self.proc.returncode
+
+
+@pytest.fixture
+def started():
+    drivers = []
+
+    def start(command, **kwargs):
+        driver = Started(command, **kwargs)
+        drivers.append(driver)
+        return driver
+
+    yield start
+    for driver in drivers:
+        if driver.proc.poll() is None:
+            driver.proc.kill()
+        driver.proc.communicate()
+
+
+# ---------------------------------------------------------------- start-up line
+
+def test_port_0_prints_listening_line_first_and_flushed(started):
+    driver = started([sys.executable, os.path.join(BIN, "driver"), "--port", "0", "--insecure"])
+    # Read while the driver keeps running: a line left in a buffer would never arrive.
+    assert driver.first_line is not None, "no line on stdout within 30 s (not flushed?)"
+    match = LISTENING.match(driver.first_line.strip())
+    assert match, driver.first_line
+    url, host, port = match.group(1), match.group(2), int(match.group(3))
+    assert host == "127.0.0.1" and port > 0
+    assert driver.proc.poll() is None
+    with zsched.Client(url, timeout=30) as client:
+        assert client.submit(pow, 3, 4).result(timeout=30) == 81
+    assert driver.stop() == 0, driver.err
+
+
+def test_port_0_twice_gives_two_ports(driver_factory):
+    first = driver_factory("--insecure")
+    second = driver_factory("--insecure")
+    assert first.url != second.url
+    for driver in (first, second):
+        with zsched.Client(driver.url, timeout=30) as client:
+            assert client.executor_ids() == []
+
+
+def test_local_executors_carry_app_id_and_run_tasks(driver_factory, tmp_path):
+    secret = str(tmp_path / "secret")
+    driver = driver_factory("--local", "2", "--app-id", "myapp", "--secret-file", secret)
+    assert driver.secret_file == secret
+    executors = wait_for(lambda: (lambda e: e if len(e) == 2 else None)(
+        executor_children(driver.proc.pid)), timeout=20, message="two executor processes")
+    cmdlines = [e.cmdline() for e in executors]
+    for cmdline in cmdlines:
+        assert option_value(cmdline, "--app-id") == "myapp", cmdline
+        assert option_value(cmdline, "--driver-url") == driver.url, cmdline
+    assert sorted(option_value(c, "--executor-id") for c in cmdlines) == ["1", "2"]
+    pids = {e.pid for e in executors}
+
+    with zsched.Client(driver.url, secret_file=secret, timeout=30) as client:
+        assert client.app_id == "myapp"
+        wait_for(lambda: client.executor_ids() == ["1", "2"], timeout=20,
+                 message="both executors to register")
+        assert {e["pid"] for e in client.status()["executors"]} == pids
+        assert list(client.map(lambda x: x * x, range(50))) == [x * x for x in range(50)]
+        ran_on = {f.result(timeout=30) for f in [client.submit(os.getpid) for _ in range(20)]}
+        assert ran_on <= pids
+
+    assert driver.stop() == 0, driver.stderr
+    wait_for(lambda: not any(alive(e) for e in executors), timeout=15,
+             message="executors to be gone after the driver stopped")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_stops_executors_then_exits_0(driver_factory, tmp_path, sig):
+    secret = str(tmp_path / "secret")
+    driver = driver_factory("--local", "2", "--secret-file", secret)
+    with zsched.Client(driver.url, secret_file=secret, timeout=30) as client:
+        wait_for(lambda: client.executor_ids() == ["1", "2"], timeout=20,
+                 message="both executors to register")
+        assert client.submit(pow, 2, 5).result(timeout=30) == 32
+    executors = executor_children(driver.proc.pid)
+    assert len(executors) == 2
+
+    driver.proc.send_signal(sig)
+    assert driver.proc.wait(timeout=30) == 0
+    wait_for(lambda: not any(alive(e) for e in executors), timeout=15,
+             message="executors to be gone after the driver exited")
+    assert driver.stop() == 0
+    assert "Traceback" not in driver.stderr, driver.stderr
+
+
+def test_sigterm_with_a_running_task_fails_its_future_and_exits_0(driver_factory, tmp_path):
+    secret = str(tmp_path / "secret")
+    driver = driver_factory("--local", "1", "--secret-file", secret)
+    client = zsched.Client(driver.url, secret_file=secret, timeout=30)
+    try:
+        wait_for(lambda: client.executor_ids() == ["1"], timeout=20, message="executor 1")
+        executors = executor_children(driver.proc.pid)
+        future = client.submit(time.sleep, 120)
+        wait_for(lambda: client.status()["tasks"]["running"] == 1, timeout=20,
+                 message="the task to run")
+        driver.proc.send_signal(signal.SIGTERM)
+        assert driver.proc.wait(timeout=30) == 0
+        wait_for(lambda: not any(alive(e) for e in executors), timeout=15,
+                 message="executor to be gone after the driver exited")
+        # No task is lost: the caller hears about it.
+        try:
+            future.result(timeout=30)
+        except zsched.ZschedError:
+            pass  # the task failed with the driver: the expected outcome
+        except TimeoutError:
+            raise AssertionError("the task's future never completed after the driver stopped")
+        else:
+            raise AssertionError("a 120 s task cannot have finished")
+    finally:
+        client.shutdown(wait=False, cancel_futures=True)
+
+
+# ---------------------------------------------------------------- bad settings
+
+@pytest.mark.parametrize("conf, named", [
+    ("max_failures=abc", "max_failures"),
+    ("max_failures=0", "max_failures"),
+    ("no_such_setting=1", "no_such_setting"),
+    ("max_failures", "max_failures"),
+    ("executor_heartbeat_timeout=-1", "executor_heartbeat_timeout"),
+    ("max_message_size=lots", "max_message_size"),
+])
+def test_bad_conf_exits_nonzero_naming_the_setting(conf, named, tmp_path):
+    result = subprocess.run(
+        [sys.executable, os.path.join(BIN, "driver"), "--port", "0",
+         "--secret-file", str(tmp_path / "secret"), "--conf", conf],
+        capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0, result.stdout
+    assert named in result.stderr, result.stderr
+    assert "listening" not in result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_good_conf_is_accepted_and_reaches_clients(driver_factory):
+    driver = driver_factory("--insecure", "--conf", "max_failures=7",
+                            "--conf", "executor_heartbeat_timeout=20s")
+    with zsched.Client(driver.url, timeout=30) as client:
+        assert client.config.max_failures == 7
+        assert client.config.executor_heartbeat_timeout == 20.0
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--local", "-1"], "--local"),
+    (["--local", "1", "--cores-per-executor", "0"], "--cores-per-executor"),
+    (["--port", "abc"], "--port"),
+    (["--no-such-option"], "--no-such-option"),
+])
+def test_bad_option_exits_nonzero(args, named, tmp_path):
+    result = subprocess.run(
+        [sys.executable, os.path.join(BIN, "driver"), "--insecure", *args],
+        capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0, result.stdout
+    assert named in result.stderr, result.stderr
+    assert "listening" not in result.stdout
+
+
+# ---------------------------------------------------------------- python -m
+
+def test_python_m_zsched_driver(started, tmp_path):
+    secret = str(tmp_path / "secret")
+    driver = started([sys.executable, "-m", "zsched.driver", "--port", "0", "--local", "1",
+                      "--secret-file", secret],
+                     cwd=tmp_path, env={**os.environ, "PYTHONPATH": REPO})
+    assert driver.first_line is not None
+    match = LISTENING.match(driver.first_line.strip())
+    assert match, driver.first_line
+    executors = []
+    with zsched.Client(match.group(1), secret_file=secret, timeout=30) as client:
+        wait_for(lambda: client.executor_ids() == ["1"], timeout=20, message="executor 1")
+        executors = executor_children(driver.proc.pid)
+        assert client.submit(lambda: "hello").result(timeout=30) == "hello"
+    assert driver.stop(signal.SIGINT) == 0, driver.err
+    wait_for(lambda: not any(alive(e) for e in executors), timeout=15,
+             message="executor to be gone")
+
+
+def test_python_m_zsched_driver_help(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "zsched.driver", "--help"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=30,
+                            env={**os.environ, "PYTHONPATH": REPO})
+    assert result.returncode == 0, result.stderr
+    for option in ("--port", "--local", "--secret-file", "--insecure", "--conf", "--app-id"):
+        assert option in result.stdout

@@ -1,0 +1,145 @@
+"""The driver under bad input and before it is ready: it logs, drops, and keeps serving."""
+import os
+import threading
+import time
+
+import msgpack
+import pytest
+import zmq
+
+import zsched
+from zsched import protocol as p
+from zsched.config import Config
+from zsched.driver import Driver
+
+from conftest import start_executor, wait_for
+
+
+def square(x):
+    return x * x
+
+
+JUNK = [
+    [b""],
+    [b"\x01"],
+    [b"\xff\xff\xff\xff"],
+    [bytes((p.VERSION, 250)) + msgpack.packb([])],                       # unknown type
+    [bytes((7, p.MsgType.CLIENT_HELLO)) + msgpack.packb([1])],           # bad version
+    [bytes((p.VERSION, p.MsgType.SUBMIT_TASKS)) + b"\xc1junk"],          # broken msgpack
+    [bytes((p.VERSION, p.MsgType.REGISTER_EXECUTOR)) + msgpack.packb(["1", "h", "x", "a", 1])],
+    [bytes((p.VERSION, p.MsgType.LAUNCH_TASKS)) + msgpack.packb([{}, []])],  # not for a driver
+    [b"two", b"frames"],
+    [p.encode(p.StatusUpdates(1, [[1, 1, 1, b"x"]]))],                   # not registered
+    [p.encode(p.SubmitTasks({}, [[1, b"k", b"a"]]))],                    # no hello
+    [os.urandom(100_000)],
+]
+
+
+def test_junk_from_a_stranger_is_dropped_and_logged_once(driver_factory):
+    driver = driver_factory("--insecure", "--local", "1", "--conf", "max_message_size=1MiB")
+    client = zsched.Client(driver.url, timeout=20)
+    context = zmq.Context()
+    stranger = context.socket(zmq.DEALER)
+    stranger.linger = 0
+    stranger.connect(driver.url)
+    for _ in range(3):
+        for frames in JUNK:
+            stranger.send_multipart(frames)
+    # larger than the driver accepts at all: libzmq drops the connection
+    big = context.socket(zmq.DEALER)
+    big.linger = 0
+    big.connect(driver.url)
+    big.send(b"\x01\x15" + b"x" * (3 << 20))
+    assert list(client.map(square, range(100))) == [x * x for x in range(100)]
+    # a stranger posing as an executor is told to stop
+    assert stranger.poll(10_000)
+    replies = []
+    while stranger.poll(500):
+        replies.append(p.decode(stranger.recv()))
+    assert any(isinstance(m, p.StopExecutor) for m in replies)
+    stranger.close()
+    big.close()
+    context.term()
+    client.shutdown()
+    assert driver.stop() == 0
+    warnings = [line for line in driver.stderr.splitlines() if "dropped malformed input" in line]
+    assert len(warnings) == 1, warnings
+
+
+class ExternalExecutors:
+    """A cluster manager for executors started by someone else: it only says how many
+    are expected."""
+
+    cores_per_executor = 1
+
+    def __init__(self, expected):
+        self.expected = expected
+
+    def attach(self, driver_url, app_id, secret_file):
+        pass
+
+    def expected_executors(self):
+        return self.expected
+
+    def request_total(self, n):
+        self.expected = n
+
+    def poll_exits(self):
+        return []
+
+    def stop(self, timeout):
+        pass
+
+
+def _start_driver(config, expected):
+    driver = Driver(config, app_id="ready-test", cluster_manager=ExternalExecutors(expected))
+    driver.start_thread()
+    return driver
+
+
+def _executor(driver, executor_id):
+    return start_executor("--driver-url", driver.url, "--executor-id", executor_id,
+                          "--hostname", "127.0.0.1", "--cores", "1", "--app-id", "ready-test")
+
+
+def test_tasks_wait_for_min_registered_ratio():
+    driver = _start_driver(Config(min_registered_ratio=1.0, max_registered_waiting_time=120), 2)
+    executors = [_executor(driver, "1")]
+    try:
+        client = zsched.Client(driver.url)
+        wait_for(lambda: client.executor_ids() == ["1"], message="executor 1")
+        future = client.submit(square, 3)
+        time.sleep(1.5)  # several revive rounds: still 1 of 2 expected cores
+        assert not future.done()
+        assert client.status()["ready"] is False
+        executors.append(_executor(driver, "2"))
+        assert future.result(30) == 9
+        client.shutdown()
+    finally:
+        driver.request_stop()
+        driver.join()
+        for proc in executors:
+            proc.wait(20)
+
+
+def test_tasks_launch_after_max_registered_waiting_time():
+    driver = _start_driver(Config(min_registered_ratio=1.0, max_registered_waiting_time=2), 2)
+    executor = _executor(driver, "1")
+    try:
+        client = zsched.Client(driver.url)
+        future = client.submit(square, 4)
+        assert future.result(30) == 16
+        assert time.monotonic() - driver._started_at >= 2
+        client.shutdown()
+    finally:
+        driver.request_stop()
+        driver.join()
+        executor.wait(20)
+
+
+def test_driver_side_modules_never_unpickle():
+    """Task functions, arguments and results are opaque bytes to the driver."""
+    import zsched.driver, zsched.scheduler, zsched.protocol, zsched.fastpath  # noqa: E401
+    for module in (zsched.driver, zsched.scheduler, zsched.protocol, zsched.fastpath):
+        source = open(module.__file__).read()
+        assert "pickle" not in source, module.__name__

@@ -1,0 +1,197 @@
+"""The ``bin/executor`` command line, with real processes on loopback.
+
+Contract (DESIGN.md, "Command line"): a missing required argument, an unknown argument
+or ``--cores`` < 1 prints usage on stderr and exits 1; a refused registration prints the
+driver's reason and exits 1; an unreachable driver prints
+``Cannot register with driver: URL`` and exits 1.
+"""
+import os
+import socket
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+import zsched
+from conftest import REPO, run_executor, start_executor, wait_for
+
+# Every executor run here gives up registering quickly if something is wrong, so a
+# regression shows as a failure instead of a 30 s hang.
+FAST = {"ZSCHED_REGISTRATION_TIMEOUT": "2"}
+
+VALID = {
+    "--driver-url": "tcp://127.0.0.1:1",
+    "--executor-id": "1",
+    "--hostname": "127.0.0.1",
+    "--cores": "1",
+    "--app-id": "app",
+}
+
+
+def argv(**overrides):
+    """A full executor command line, with ``overrides`` (None drops an argument)."""
+    values = {**VALID, **{"--" + k.replace("_", "-"): v for k, v in overrides.items()}}
+    out = []
+    for flag, value in values.items():
+        if value is not None:
+            out += [flag, value]
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_secret_in_environment(monkeypatch):
+    monkeypatch.delenv("ZSCHED_SECRET", raising=False)
+    monkeypatch.delenv("ZSCHED_SECRET_FILE", raising=False)
+
+
+def assert_usage_error(status, out, err):
+    assert status == 1, (status, out, err)
+    assert "Usage" in err, err
+
+
+def alive(proc):
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def stop_process(proc, timeout=20):
+    """Terminate a Popen started here (if still running) and collect its output."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
+# ---------------------------------------------------------------- usage errors
+
+@pytest.mark.parametrize("missing", ["driver_url", "executor_id", "hostname", "cores", "app_id"])
+def test_missing_required_argument_prints_usage_and_exits_1(missing):
+    status, out, err = run_executor(*argv(**{missing: None}), env=FAST, timeout=30)
+    assert_usage_error(status, out, err)
+    assert "--" + missing.replace("_", "-") in err
+
+
+def test_no_arguments_at_all_prints_usage_and_exits_1():
+    status, out, err = run_executor(env=FAST, timeout=30)
+    assert_usage_error(status, out, err)
+
+
+def test_unknown_argument_prints_usage_and_exits_1():
+    status, out, err = run_executor(*argv(), "--no-such-option", "x", env=FAST, timeout=30)
+    assert_usage_error(status, out, err)
+    assert "--no-such-option" in err
+
+
+@pytest.mark.parametrize("cores", ["0", "-1"])
+def test_cores_below_one_prints_usage_and_exits_1(cores):
+    status, out, err = run_executor(*argv(cores=cores), env=FAST, timeout=30)
+    assert_usage_error(status, out, err)
+    assert "Cannot register" not in err  # refused before any attempt to connect
+
+
+@pytest.mark.parametrize("cores", ["abc", "1.5", ""])
+def test_non_integer_cores_prints_usage_and_exits_1(cores):
+    status, out, err = run_executor(*argv(cores=cores), env=FAST, timeout=30)
+    assert_usage_error(status, out, err)
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_exits_0(flag):
+    status, out, err = run_executor(flag, env=FAST, timeout=30)
+    assert status == 0, (out, err)
+    assert "Usage" in out
+    for required in VALID:
+        assert required in out
+
+
+# ---------------------------------------------------------------- registration
+
+def test_unreachable_driver_prints_cannot_register_and_exits_1():
+    # A bound TCP socket that does not listen: nothing can accept on that port.
+    with socket.socket() as placeholder:
+        placeholder.bind(("127.0.0.1", 0))
+        url = f"tcp://127.0.0.1:{placeholder.getsockname()[1]}"
+        status, out, err = run_executor(*argv(driver_url=url),
+                                        env={"ZSCHED_REGISTRATION_TIMEOUT": "1"}, timeout=20)
+    assert status == 1, (out, err)
+    assert f"Cannot register with driver: {url}" in err.splitlines(), err
+
+
+def test_duplicate_executor_id_is_refused_and_first_keeps_working(driver_factory, tmp_path):
+    secret = str(tmp_path / "secret")
+    driver = driver_factory("--secret-file", secret, "--app-id", "dup-app")
+    common = dict(driver_url=driver.url, executor_id="7", app_id="dup-app", secret_file=secret)
+    first = start_executor(*argv(**common), env=FAST)
+    try:
+        with zsched.Client(driver.url, secret_file=secret, timeout=30) as client:
+            wait_for(lambda: client.executor_ids() == ["7"], timeout=20,
+                     message="executor 7 to register")
+            first_pid = client.status()["executors"][0]["pid"]
+            assert first_pid == first.pid
+
+            status, out, err = run_executor(*argv(**common), env=FAST, timeout=30)
+            assert status == 1, (out, err)
+            assert "Duplicate executor ID: 7" in err, err
+
+            # The first executor 7 is untouched: still registered, still running tasks.
+            assert first.poll() is None
+            assert client.executor_ids() == ["7"]
+            assert client.is_executor_active("7")
+            assert client.submit(os.getpid).result(timeout=30) == first.pid
+            assert client.submit(lambda x: x * 2, 21).result(timeout=30) == 42
+    finally:
+        driver.stop()
+        out, err = stop_process(first)
+    assert first.returncode == 0, err  # it left when its driver shut down
+
+
+def test_wrong_app_id_is_refused_with_a_reason_naming_it(driver_factory, tmp_path):
+    secret = str(tmp_path / "secret")
+    driver = driver_factory("--secret-file", secret, "--app-id", "right-app")
+    status, out, err = run_executor(
+        *argv(driver_url=driver.url, app_id="wrong-app", secret_file=secret), env=FAST, timeout=30)
+    assert status == 1, (out, err)
+    assert "wrong-app" in err, err
+    with zsched.Client(driver.url, secret_file=secret, timeout=30) as client:
+        assert client.executor_ids() == []
+
+
+def test_registered_executor_runs_tasks_and_exits_0_when_driver_stops(driver_factory, tmp_path):
+    secret = str(tmp_path / "secret")
+    driver = driver_factory("--secret-file", secret, "--app-id", "app")
+    executor = start_executor(*argv(driver_url=driver.url, executor_id="exec-a", cores="2",
+                                    secret_file=secret), env=FAST)
+    try:
+        with zsched.Client(driver.url, secret_file=secret, timeout=30) as client:
+            wait_for(lambda: client.executor_ids() == ["exec-a"], timeout=20,
+                     message="executor exec-a to register")
+            (info,) = client.status()["executors"]
+            assert info["cores"] == 2 and info["pid"] == executor.pid
+            assert list(client.map(pow, range(10), [2] * 10)) == [x * x for x in range(10)]
+        assert driver.stop() == 0
+        executor.wait(timeout=20)
+    finally:
+        out, err = stop_process(executor)
+    assert executor.returncode == 0, err
+
+
+def test_python_m_zsched_executor_help(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "zsched.executor", "--help"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=30,
+                            env={**os.environ, "PYTHONPATH": REPO})
+    assert result.returncode == 0, result.stderr
+    assert "Usage" in result.stdout
+
+
+def test_python_m_zsched_executor_usage_error(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "zsched.executor", "--cores", "0"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                            env={**os.environ, "PYTHONPATH": REPO, **FAST})
+    assert result.returncode == 1
+    assert "Usage" in result.stderr
