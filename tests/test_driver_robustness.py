@@ -139,7 +139,16 @@ def test_tasks_launch_after_max_registered_waiting_time():
 
 def test_driver_side_modules_never_unpickle():
     """Task functions, arguments and results are opaque bytes to the driver."""
+    import ast
     import zsched.driver, zsched.scheduler, zsched.protocol, zsched.fastpath  # noqa: E401
     for module in (zsched.driver, zsched.scheduler, zsched.protocol, zsched.fastpath):
-        source = open(module.__file__).read()
-        assert "pickle" not in source, module.__name__
+        tree = ast.parse(open(module.__file__).read())
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, (ast.Import, ast.ImportFrom))
+                    for alias in node.names}
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.module}
+        assert not imported & {"pickle", "cloudpickle", "dill", "marshal", "client"}, module.__name__
+        calls = {node.func.attr for node in ast.walk(tree)
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+        assert "loads" not in calls, module.__name__

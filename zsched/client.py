@@ -86,6 +86,7 @@ class Client(concurrent.futures.Executor):
                 from .local_cluster import LocalCluster
                 cluster = self._owned_cluster = LocalCluster(n_executors=os.cpu_count() or 1)
             address, context = cluster.inproc_address, cluster.context
+            cluster._add_client(self)
         else:
             keys = load_keys(secret_file)
         self.address = address
@@ -421,7 +422,7 @@ class Client(concurrent.futures.Executor):
 
     # ------------------------------------------------------------ shutting down
 
-    def shutdown(self, wait=True, *, cancel_futures=False):
+    def shutdown(self, wait=True, *, cancel_futures=False, _now=False):
         with self._shutdown_lock:
             already = self._shutdown
             self._shutdown = True
@@ -430,7 +431,9 @@ class Client(concurrent.futures.Executor):
         if cancel_futures:
             for future in list(self._futures.values()):
                 future.cancel()
-        if wait:
+        if _now:  # the cluster is going away: close at once
+            self._close()
+        elif wait:
             concurrent.futures.wait(list(self._futures.values()))
             self._close()
         else:

@@ -55,6 +55,7 @@ class LocalCluster:
                               cluster_manager=self._manager, initial_executors=n_executors,
                               secret_file=secret_file)
         self._closed = False
+        self._clients = weakref.WeakSet()   # in-process clients, sharing the driver's context
         self._driver.start_thread()
         _live_clusters.add(self)
         if wait:
@@ -81,8 +82,12 @@ class LocalCluster:
         return self._driver.context
 
     def client(self, **kwargs):
+        """A client in this process, connected over inproc; closed with the cluster."""
         from .client import Client
         return Client(cluster=self, **kwargs)
+
+    def _add_client(self, client):
+        self._clients.add(client)
 
     def wait_for_executors(self, n, timeout):
         """Wait until ``n`` executors have registered."""
@@ -99,6 +104,10 @@ class LocalCluster:
             return
         self._closed = True
         _live_clusters.discard(self)
+        # in-process clients share the driver's ZeroMQ context: close them first, so that
+        # the driver can end the context; their unfinished futures fail
+        for client in list(self._clients):
+            client.shutdown(wait=False, cancel_futures=True, _now=True)
         self._driver.request_stop()
         self._driver.join()
         if self._private_dir is not None:
