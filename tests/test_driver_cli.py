@@ -19,6 +19,8 @@ import pytest
 import zsched
 from conftest import BIN, REPO, wait_for
 
+pytestmark = pytest.mark.timeout(120)
+
 LISTENING = re.compile(r"zsched driver listening on (tcp://([^:\s]+):(\d+))$")
 
 
@@ -97,8 +99,12 @@ def started():
 
     yield start
     for driver in drivers:
-        if driver.proc.poll() is None:
-            driver.proc.kill()
+        if driver.proc.poll() is None:  # a failed test: stop it the polite way first
+            driver.proc.terminate()
+            try:
+                driver.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                driver.proc.kill()
         driver.proc.communicate()
 
 
@@ -113,8 +119,8 @@ def test_port_0_prints_listening_line_first_and_flushed(started):
     url, host, port = match.group(1), match.group(2), int(match.group(3))
     assert host == "127.0.0.1" and port > 0
     assert driver.proc.poll() is None
-    with zsched.Client(url, timeout=30) as client:
-        assert client.submit(pow, 3, 4).result(timeout=30) == 81
+    with zsched.Client(url, timeout=30) as client:  # the URL printed is the one to use
+        assert client.executor_ids() == []
     assert driver.stop() == 0, driver.err
 
 
@@ -197,8 +203,59 @@ def test_sigterm_with_a_running_task_fails_its_future_and_exits_0(driver_factory
         else:
             raise AssertionError("a 120 s task cannot have finished")
     finally:
-        client.shutdown(wait=False, cancel_futures=True)
+        client.shutdown(wait=True, cancel_futures=True)
 
+
+def test_sigterm_before_executors_registered_leaves_none_behind(started, tmp_path):
+    # Executors that were launched but never registered never hear "Shutdown": the
+    # driver must still stop them (shutdown_timeout bounds the wait for them).
+    driver = started([sys.executable, os.path.join(BIN, "driver"), "--port", "0",
+                      "--local", "2", "--secret-file", str(tmp_path / "secret"),
+                      "--conf", "shutdown_timeout=2"])
+    assert driver.first_line is not None and LISTENING.match(driver.first_line.strip())
+    executors = wait_for(lambda: (lambda e: e if len(e) == 2 else None)(
+        executor_children(driver.proc.pid)), timeout=20, message="two executor processes")
+    assert driver.stop(signal.SIGTERM) == 0, driver.err
+    wait_for(lambda: not any(alive(e) for e in executors), timeout=15,
+             message="executors to be gone after the driver exited")
+
+
+def test_ctrl_c_to_the_process_group_exits_0_and_leaves_no_executor(started, tmp_path):
+    # Ctrl-C in a terminal sends SIGINT to the driver and to its executors at once.
+    secret = str(tmp_path / "secret")
+    driver = started([sys.executable, os.path.join(BIN, "driver"), "--port", "0",
+                      "--local", "2", "--secret-file", secret], start_new_session=True)
+    match = LISTENING.match((driver.first_line or "").strip())
+    assert match, driver.first_line
+    with zsched.Client(match.group(1), secret_file=secret, timeout=30) as client:
+        wait_for(lambda: client.executor_ids() == ["1", "2"], timeout=20,
+                 message="both executors to register")
+    executors = executor_children(driver.proc.pid)
+    os.killpg(driver.proc.pid, signal.SIGINT)
+    assert driver.proc.wait(timeout=30) == 0
+    wait_for(lambda: not any(alive(e) for e in executors), timeout=15,
+             message="executors to be gone after Ctrl-C")
+
+
+def test_killed_driver_leaves_no_orphan_executors(started, tmp_path):
+    # Fate-sharing: with the driver gone for good (SIGKILL, no goodbye), executors
+    # notice the silence and exit on their own.
+    secret = str(tmp_path / "secret")
+    driver = started([sys.executable, os.path.join(BIN, "driver"), "--port", "0",
+                      "--local", "2", "--secret-file", secret,
+                      "--conf", "executor_heartbeat_interval=0.5",
+                      "--conf", "executor_heartbeat_timeout=3"])
+    match = LISTENING.match((driver.first_line or "").strip())
+    assert match, driver.first_line
+    with zsched.Client(match.group(1), secret_file=secret, timeout=30) as client:
+        wait_for(lambda: client.executor_ids() == ["1", "2"], timeout=20,
+                 message="both executors to register")
+    executors = executor_children(driver.proc.pid)
+    assert len(executors) == 2
+    driver.proc.kill()
+    driver.proc.wait(timeout=30)
+    wait_for(lambda: not any(alive(e) for e in executors), timeout=20,
+             message="orphaned executors to exit by themselves")
 
 # ---------------------------------------------------------------- bad settings
 
