@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import gc
 import json
+import logging
 import multiprocessing
 import os
 import platform
@@ -112,19 +113,56 @@ class ZschedLocal:
         return self.client.submit(fn, x)
 
     def wait_all(self, futures, timeout):
-        done, not_done = concurrent.futures.wait(futures, timeout=timeout)
-        if not_done:
-            raise Stall(f"{len(not_done)} of {len(futures)} tasks unfinished after {timeout:.0f} s")
+        self._wait(futures, timeout, f"{len(futures)} tasks")
         return [f.result() for f in futures]
 
     def map(self, fn, xs, timeout):
         try:
             return list(self.client.map(fn, xs, timeout=timeout))
         except concurrent.futures.TimeoutError:
-            raise Stall(f"map unfinished after {timeout:.0f} s") from None
+            raise Stall(f"map unfinished after {timeout:.0f} s{self._driver_view()}") from None
 
     def one(self, fn, x, timeout):
-        return self.client.submit(fn, x).result(timeout)
+        future = self.client.submit(fn, x)
+        try:
+            return future.result(2.0)
+        except concurrent.futures.TimeoutError:
+            self._wait([future], timeout, "one task")
+            return future.result()
+
+    def _wait(self, futures, timeout, what):
+        """Wait for ``futures``; a stall (or a cluster without executors) is an error that
+        says what the driver sees, not an endless wait."""
+        deadline = time.monotonic() + timeout
+        pending = futures
+        while True:
+            slice_ = min(2.0, deadline - time.monotonic())
+            _, pending = concurrent.futures.wait(pending, timeout=max(0.0, slice_))
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                raise Stall(f"{what}: {len(pending)} unfinished after {timeout:.0f} s"
+                            f"{self._driver_view()}")
+            try:
+                executors = self.client.executor_ids()
+            except Exception:
+                continue
+            if not executors:
+                raise Stall(f"{what}: {len(pending)} unfinished and the cluster has no executors "
+                            f"left{self._driver_view()}")
+
+    def _driver_view(self):
+        """What the driver says about a stall (client.status()), for the error message."""
+        try:
+            status = self.client.status()
+        except Exception as exc:
+            return f"; client.status() failed: {type(exc).__name__}: {exc}"
+        executors = ", ".join(
+            f"{e.get('id')}: running {e.get('running')}, free slots {e.get('free_slots')}, "
+            f"done {e.get('tasks_done')}, heartbeat age {e.get('last_heartbeat_age', 0):.1f} s"
+            for e in status.get("executors", []))
+        return (f"; driver status: tasks {status.get('tasks')}; executors [{executors}]; "
+                f"losses {status.get('losses')}")
 
     def close(self):
         try:
@@ -380,8 +418,9 @@ def kill_pids(pids):
 
 # ---------------------------------------------------------------- measuring
 
-def run_round(cls, args, n_eff, log):
-    """One round of one system: start, measure, close. Returns (figures, leftover)."""
+def run_round(cls, args, n_eff, log, stray):
+    """One round of one system: start, measure, close; returns its figures. Processes of
+    this one still running after its shutdown are killed and listed in ``stray``."""
     figures = {}
     system = cls(args.executors)
     timeout_small = phase_timeout(0)
@@ -395,27 +434,35 @@ def run_round(cls, args, n_eff, log):
             raise AssertionError(f"first task returned {first!r}, expected -1")
         if getattr(system, "startup_only", False):
             return figures
-        timeout = phase_timeout(args.tasks)
-
-        # warm-up, untimed: functions shipped, workers busy once
+        # warm-up, untimed: functions shipped, workers busy once; its rate sizes the phases
         warm = list(range(min(500, max(10, args.tasks // 20))))
-        check_results(system.wait_all([system.submit(noop, x) for x in warm], timeout), warm, "warm-up")
+        t0 = time.perf_counter()
+        check_results(system.wait_all([system.submit(noop, x) for x in warm], phase_timeout(len(warm))),
+                      warm, "warm-up")
+        warm_rate = len(warm) / (time.perf_counter() - t0)
+        n_tasks = args.tasks
+        if args.phase_budget > 0 and n_tasks > warm_rate * args.phase_budget:
+            # a slow system runs fewer tasks, so that a phase takes about --phase-budget s
+            n_tasks = max(len(warm), min(n_tasks, int(warm_rate * args.phase_budget) // 100 * 100))
+        figures["tasks"] = n_tasks
+        # a stall is an error after 10 x the time the warm-up rate predicts (+ 30 s)
+        timeout = min(phase_timeout(n_tasks), 30.0 + 10.0 * n_tasks / warm_rate)
 
-        xs = list(range(args.tasks))
+        xs = list(range(n_tasks))
         gc.collect()
-        log(f"    submit x{args.tasks}")
+        log(f"    submit x{n_tasks}")
         t0 = time.perf_counter()
         handles = [system.submit(noop, x) for x in xs]
         results = system.wait_all(handles, timeout)
-        figures["submit_tasks_per_s"] = args.tasks / (time.perf_counter() - t0)
+        figures["submit_tasks_per_s"] = n_tasks / (time.perf_counter() - t0)
         check_results(list(results), xs, "submit")
         del handles, results
 
         gc.collect()
-        log(f"    map x{args.tasks}")
+        log(f"    map x{n_tasks}")
         t0 = time.perf_counter()
         results = system.map(noop, xs, timeout)
-        figures["map_tasks_per_s"] = args.tasks / (time.perf_counter() - t0)
+        figures["map_tasks_per_s"] = n_tasks / (time.perf_counter() - t0)
         check_results(list(results), xs, "map")
         del results
 
@@ -450,7 +497,7 @@ def run_round(cls, args, n_eff, log):
             figures["shutdown_s"] = time.perf_counter() - t0
             leftover = live_children(grace=10.0)
             if leftover:
-                figures["leftover_processes"] = [f"{pid} {cmd[:120]}" for pid, cmd in leftover]
+                stray.extend(f"{pid} {cmd[:120]}" for pid, cmd in leftover)
                 kill_pids(pid for pid, _ in leftover)
 
 
@@ -492,6 +539,10 @@ def parse_args(argv=None):
                         help="also run ProcessPoolExecutor, multiprocessing.Pool, Dask distributed "
                              "and Ray (when installed), interleaved round by round")
     parser.add_argument("--quick", action="store_true", help="small numbers, for a smoke run")
+    parser.add_argument("--phase-budget", type=float, default=None, metavar="S",
+                        help="a system too slow to run --tasks in about S seconds (judged from its "
+                             "warm-up) runs fewer tasks per phase, reported (default 10; 2 with "
+                             "--quick; 0: never)")
     parser.add_argument("--show-logs", action="store_true",
                         help="leave the systems' log output on stderr instead of a temporary file")
     args = parser.parse_args(argv)
@@ -502,6 +553,8 @@ def parse_args(argv=None):
         args.latency_samples = 50 if quick else 500
     if args.rounds is None:
         args.rounds = 1 if quick else 3
+    if args.phase_budget is None:
+        args.phase_budget = 2.0 if quick else 10.0
     for name in ("tasks", "latency_samples", "rounds", "executors"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -512,10 +565,10 @@ def fmt(value, spec):
     return "-" if value is None else spec.format(value)
 
 
-def print_table(order, labels, status, medians, args, n_eff):
-    print(f"zsched throughput benchmark: {args.executors} executor(s) x 1 core, {args.tasks} no-op tasks, "
-          f"{args.latency_samples} latency samples, {n_eff} x 10 ms tasks, {args.rounds} round(s), "
-          f"medians; {os.cpu_count()} CPUs")
+def print_table(order, labels, status, medians, per_round, args, n_eff):
+    print(f"zsched throughput: {args.executors} executor(s) x 1 core, {args.tasks} no-op tasks, "
+          f"{args.latency_samples} latency samples, {n_eff} x 10 ms tasks; median of "
+          f"{args.rounds} round(s); {os.cpu_count()} CPUs")
     width = max(len(labels[n]) for n in order) + 2
     header = "system".ljust(width) + "".join(h.rjust(10) for _, h, _, _ in FIGURES)
     print(header)
@@ -523,13 +576,19 @@ def print_table(order, labels, status, medians, args, n_eff):
     for name in order:
         row = labels[name].ljust(width)
         if status[name] != "ok":
-            print(row + status[name])
+            text = status[name]
+            print(row + (text if len(text) <= 100 else text[:97] + "..."))
             continue
         print(row + "".join(fmt(medians[name].get(k), f).rjust(10) for k, _, f, _ in FIGURES))
-    print("submit/s: N x submit, then wait for all; map/s: list(map(fn, range(N))) (Pool: map_async "
-          "chunksize=1; Dask/Ray: their map / remote calls); p50/p99: submit one, wait, repeat; "
-          "eff 10ms: ideal/measured time of the 10 ms tasks; start s: construct until workers "
-          "registered and a first task returned; stop s: shutdown.")
+    print("submit/s: N x submit(), then wait for all.  map/s: list(map(fn, range(N))) (Pool: map_async")
+    print("  chunksize=1; Dask: client.map + gather; Ray: f.remote + ray.get).  p50/p99: submit one,")
+    print("  wait for it, repeat.  eff 10ms: ideal / measured time of the 10 ms tasks (1.00 = perfect).")
+    print("  start s: construct until workers registered and a first task returned.  stop s: shutdown.")
+    for name in order:
+        counts = sorted({f["tasks"] for f in per_round[name] if "tasks" in f})
+        if counts and counts[0] < args.tasks:
+            print(f"  * {labels[name]} ran {'/'.join(f'{c:,}' for c in counts)} tasks per phase, not "
+                  f"{args.tasks:,} (slow: capped to about {args.phase_budget:g} s by --phase-budget)")
 
 
 def print_ratios(order, labels, status, medians):
@@ -539,8 +598,8 @@ def print_ratios(order, labels, status, medians):
     base = medians["zsched"]
     ratios = {}
     print()
-    print("peer / zsched (tasks/s, eff: < 1 means zsched is better; us, s: > 1 means zsched is better)")
-    width = max(len(labels[n]) for n in peers) + 2
+    print("peer / zsched  (tasks/s, eff: below 1 = zsched better;  us, s: above 1 = zsched better)")
+    width = max(len(labels[n]) for n in order) + 2
     header = "system".ljust(width) + "".join(h.rjust(10) for _, h, _, _ in FIGURES)
     print(header)
     print("-" * len(header))
@@ -571,6 +630,10 @@ def main(argv=None):
     log_fd, log_path = tempfile.mkstemp(prefix="zsched-bench-", suffix=".log")
     os.close(log_fd)
     with stderr_to(log_path, not args.show_logs) as progress:
+        # in-process log records (the zsched driver thread) get their level and logger name
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
         def log(message):
             print(message, file=progress, flush=True)
 
@@ -584,24 +647,24 @@ def main(argv=None):
         for r in range(args.rounds):
             shift = r % len(runnable)
             for cls in runnable[shift:] + runnable[:shift]:
-                if status[cls.name] not in ("ok",):
-                    continue
+                if status[cls.name] != "ok":
+                    continue  # failed in an earlier round
                 log(f"round {r + 1}/{args.rounds}: {cls.label}")
                 t0 = time.perf_counter()
+                stray = []
                 try:
-                    figures = run_round(cls, args, n_eff, log)
-                except KeyboardInterrupt:
-                    raise
-                except BaseException as exc:
-                    status[cls.name] = f"error: {type(exc).__name__}: {exc}"[:200]
+                    figures = run_round(cls, args, n_eff, log, stray)
+                except Exception as exc:
+                    status[cls.name] = f"error in round {r + 1}: {type(exc).__name__}: {exc}"
                     errors[cls.name] = traceback.format_exc()
                     log(f"  {cls.label} FAILED: {type(exc).__name__}: {exc}")
-                    continue
-                per_round[cls.name].append(figures)
-                if figures.get("leftover_processes"):
-                    leftovers.setdefault(cls.name, []).extend(figures["leftover_processes"])
-                log(f"  done in {time.perf_counter() - t0:.1f} s")
-        # errors leave their figures out; their leftover processes are still looked for
+                else:
+                    per_round[cls.name].append(figures)
+                    log(f"  done in {time.perf_counter() - t0:.1f} s")
+                finally:
+                    if stray:
+                        leftovers.setdefault(cls.name, []).extend(stray)
+                        log(f"  {len(stray)} process(es) still running after shutdown: killed")
         stray = live_children(grace=5.0)
         if stray:
             leftovers.setdefault("end", []).extend(f"{pid} {cmd[:120]}" for pid, cmd in stray)
@@ -614,24 +677,23 @@ def main(argv=None):
             values = [f[key] for f in rounds if f.get(key) is not None]
             medians[name][key] = statistics.median(values) if values else None
 
-    print_table(order, labels, status, medians, args, n_eff)
+    print_table(order, labels, status, medians, per_round, args, n_eff)
     ratios = print_ratios(order, labels, status, medians) if args.compare else {}
 
     with open(log_path, errors="replace") as f:
         log_lines = f.read().splitlines()
     notable = [line for line in log_lines
-               if re.search(r"\b(WARNING|WARN|ERROR|CRITICAL|Traceback)\b|Error:|Exception", line)]
+               if re.search(r"\b(WARNING|ERROR|CRITICAL|Traceback)\b|Error\b|Exception\b", line)]
     print()
-    for name, text in errors.items():
-        print(f"{labels[name]} failed:")
-        print("  " + text.rstrip().replace("\n", "\n  "))
+    for name in errors:
+        print(f"{labels[name]}: {status[name]}")
     for name, items in leftovers.items():
-        print(f"processes left running after {labels.get(name, name)} (killed): {len(items)}")
+        print(f"processes still running after {labels.get(name, 'the end')} (killed): {len(items)}")
         for item in items[:10]:
             print(f"  {item}")
     if not args.show_logs:
-        if notable:
-            print(f"log output: {len(log_lines)} lines, {len(notable)} warnings/errors, in {log_path}; first ones:")
+        if notable or errors or leftovers:
+            print(f"log output: {len(log_lines)} lines, {len(notable)} warnings/errors, kept in {log_path}")
             for line in notable[:10]:
                 print(f"  {line[:200]}")
         else:
@@ -641,8 +703,8 @@ def main(argv=None):
 
     try:
         import zsched
-        version = zsched.__version__
         from zsched.fastpath import IMPLEMENTATION as fastpath
+        version = zsched.__version__
     except Exception:
         version = fastpath = None
     report = {
@@ -654,13 +716,14 @@ def main(argv=None):
         "cpus": os.cpu_count(),
         "params": {"tasks": args.tasks, "latency_samples": args.latency_samples,
                    "rounds": args.rounds, "executors": args.executors,
-                   "efficiency_tasks": n_eff, "compare": args.compare, "quick": args.quick},
+                   "efficiency_tasks": n_eff, "phase_budget_s": args.phase_budget,
+                   "compare": args.compare, "quick": args.quick},
         "systems": {
             name: {"label": labels[name], "status": status[name],
-                   **({"workers": os.cpu_count() or 1} if name == "zsched_embedded"
-                      else {"workers": args.executors}),
+                   "workers": (os.cpu_count() or 1) if name == "zsched_embedded" else args.executors,
                    "median": {k: v for k, v in medians[name].items() if v is not None},
-                   "rounds": per_round[name]}
+                   "rounds": per_round[name],
+                   **({"traceback": errors[name]} if name in errors else {})}
             for name in order
         },
         "ratios_peer_over_zsched": ratios,
@@ -669,9 +732,9 @@ def main(argv=None):
         "log_file": log_path,
         "elapsed_s": time.perf_counter() - started,
     }
-    print("JSON " + json.dumps(report, sort_keys=False, default=str))
-    zsched_ok = status.get("zsched") == "ok" and status.get("zsched_embedded") == "ok"
-    return 0 if zsched_ok and not leftovers.get("zsched") and not leftovers.get("zsched_embedded") else 1
+    print("JSON " + json.dumps(report, default=str))
+    zsched_ok = all(status[n] == "ok" and not leftovers.get(n) for n in ("zsched", "zsched_embedded"))
+    return 0 if zsched_ok else 1
 
 
 if __name__ == "__main__":

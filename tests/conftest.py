@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 
 import psutil
 import pytest
@@ -13,13 +14,25 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(REPO, "bin")
 
 
+# Every process this test run starts inherits this mark, also those that outlive their
+# parent (an executor orphaned by a killed driver), and nobody else's processes carry it.
+RUN_MARK = "ZSCHED_TEST_RUN"
+os.environ[RUN_MARK] = uuid.uuid4().hex
+
+
 def zsched_processes():
-    """pid -> cmdline of every zsched driver or executor process on this machine."""
+    """pid -> cmdline of every zsched driver or executor process this test run started."""
     found = {}
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if re.search(r"zsched[.-](driver|executor)|bin/(driver|executor)", cmdline):
-            found[proc.info["pid"]] = cmdline
+        if not re.search(r"zsched[.-](driver|executor)|bin/(driver|executor)", cmdline):
+            continue
+        try:
+            if proc.environ().get(RUN_MARK) != os.environ[RUN_MARK]:
+                continue
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        found[proc.info["pid"]] = cmdline
     return found
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import shutil
 import sys
 import threading
 import time
@@ -328,3 +329,12 @@ def test_python_m_zsched_driver_help(tmp_path):
     assert result.returncode == 0, result.stderr
     for option in ("--port", "--local", "--secret-file", "--insecure", "--conf", "--app-id"):
         assert option in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("zsched-driver") is None or shutil.which("zsched-executor") is None,
+                    reason="console scripts are not on PATH (zsched is not pip-installed here)")
+def test_console_scripts_are_installed():
+    for script in ("zsched-driver", "zsched-executor"):
+        result = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert "--app-id" in result.stdout

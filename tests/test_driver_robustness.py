@@ -87,6 +87,12 @@ class ExternalExecutors:
     def poll_exits(self):
         return []
 
+    def launched_ids(self):
+        return []
+
+    def kill(self, executor_ids):
+        pass
+
     def stop(self, timeout):
         pass
 

@@ -127,7 +127,7 @@ class Client(concurrent.futures.Executor):
         sock.heartbeat_timeout = int(defaults.zmq_heartbeat_timeout * 1000)
         if keys is not None:
             make_client(sock, keys)
-        watch = HandshakeWatch(sock)
+        watch = HandshakeWatch(sock, has_secret=keys is not None)
         try:
             sock.connect(self.address)
             sock.send(p.encode(p.ClientHello(os.getpid())))

@@ -515,6 +515,9 @@ class Driver:
             client.tasks.clear()
         self._send_results()
         if self.cluster_manager is not None:
+            # executors still starting never heard Shutdown: stop them now
+            self.cluster_manager.kill([executor_id for executor_id in self.cluster_manager.launched_ids()
+                                       if executor_id not in self.executors])
             self.cluster_manager.stop(self.config.shutdown_timeout)
         if self.zap is not None:
             self.zap.close()

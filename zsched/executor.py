@@ -10,6 +10,7 @@ import logging
 import os
 import pickle
 import queue
+import signal
 import sys
 import threading
 import time
@@ -114,10 +115,9 @@ class ExecutorBackend:
         sock.heartbeat_ivl = int(self.config.zmq_heartbeat_interval * 1000)
         sock.heartbeat_timeout = int(self.config.zmq_heartbeat_timeout * 1000)
         sock.heartbeat_ttl = int(self.config.zmq_heartbeat_timeout * 1000)
-        watch = None
         if self.keys is not None:
             make_client(sock, self.keys)
-        watch = HandshakeWatch(sock)
+        watch = HandshakeWatch(sock, has_secret=self.keys is not None)
         sock.connect(self.driver_url)
         self.socket = sock
         return watch
@@ -132,7 +132,11 @@ class ExecutorBackend:
             poller = zmq.Poller()
             poller.register(self.socket, zmq.POLLIN)
             poller.register(watch.socket, zmq.POLLIN)
+            poller.register(self._wake_r, zmq.POLLIN)
             while True:
+                if self._stopping is not None:
+                    raise RegistrationError(f"Registration with driver {self.driver_url} abandoned: "
+                                            f"{self._stopping}")
                 failure = watch.check()
                 if failure:
                     raise RegistrationError(f"Cannot register with driver: {self.driver_url} "
@@ -169,7 +173,7 @@ class ExecutorBackend:
             self.register()
         except RegistrationError as exc:
             print(str(exc), file=sys.stderr, flush=True)
-            self._close()
+            self._close(linger=0)
             return 1
         for i in range(self.cores):
             thread = threading.Thread(target=self._task_thread, name=f"task-{i}", daemon=True)
@@ -229,6 +233,14 @@ class ExecutorBackend:
         if self._stopping is None:
             self._stopping = reason
             self._exit_code = exit_code
+
+    def request_stop(self, reason):
+        """Stop the loop (or registration); safe from signal handlers and other threads."""
+        self._stop(reason, 0)
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
 
     def _on_launch_tasks(self, msg):
         self._function_blobs.update(msg.functions)
@@ -348,11 +360,11 @@ class ExecutorBackend:
 
     # ------------------------------------------------------------ closing
 
-    def _close(self):
+    def _close(self, linger=2000):
         for _ in self._threads:
             self._work.put(None)
         if self.socket is not None:
-            self.socket.close(linger=2000)
+            self.socket.close(linger=linger)
         self.context.term()
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -406,6 +418,9 @@ def main(argv=None):
     backend = ExecutorBackend(args.driver_url, args.executor_id, args.hostname, args.cores,
                               args.app_id, keys=keys, worker_url=args.worker_url,
                               registration_timeout=timeout)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: backend.request_stop(
+            f"received signal {signal.Signals(signum).name}"))
     return backend.run()
 
 

@@ -10,7 +10,6 @@ import weakref
 
 from .cluster import LocalClusterManager
 from .config import Config
-from .driver import Driver
 from .errors import DriverConnectionError
 from .security import create_secret_file, load_keys
 
@@ -38,6 +37,7 @@ class LocalCluster:
                  **settings):
         if n_executors < 0:
             raise ValueError(f"n_executors must be >= 0, got {n_executors}")
+        from .driver import Driver  # not at import: `python -m zsched.driver` imports zsched first
         config = Config.from_mapping({**(conf or {}), **settings})
         self._private_dir = None
         self.secret_file = None

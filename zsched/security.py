@@ -145,8 +145,9 @@ _HANDSHAKE_FAILURES = {
 class HandshakeWatch:
     """Watches a connecting socket and tells whether its security handshake failed."""
 
-    def __init__(self, sock):
+    def __init__(self, sock, has_secret):
         self._sock = sock
+        self._has_secret = has_secret
         self._monitor = sock.get_monitor_socket(
             zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
             | zmq.EVENT_HANDSHAKE_FAILED_AUTH,
@@ -162,7 +163,10 @@ class HandshakeWatch:
         """Read pending events; the failure text, or None."""
         while self._monitor.poll(0):
             event = parse_monitor_message(self._monitor.recv_multipart())
-            self.failure = self.failure or _HANDSHAKE_FAILURES.get(event["event"])
+            if event["event"] in _HANDSHAKE_FAILURES and self.failure is None:
+                self.failure = (_HANDSHAKE_FAILURES[event["event"]] if self._has_secret else
+                                "the driver requires the cluster secret and none was given "
+                                "(--secret-file, ZSCHED_SECRET_FILE or ZSCHED_SECRET)")
         return self.failure
 
     def close(self):

@@ -5,6 +5,7 @@ Every manager has the same small interface:
 - ``attach(driver_url, app_id, secret_file)``: called once, when the driver is bound.
 - ``request_total(n)``: have ``n`` executors (starting new ones as needed).
 - ``kill(executor_ids)``: stop these executors.
+- ``launched_ids()``: ids of the executors it started that have not exited.
 - ``poll_exits()``: ``[(executor id, reason)]`` for executors that ended since last call.
 - ``expected_executors()`` and ``cores_per_executor``: what was asked for.
 - ``stop(timeout)``: stop every executor and wait for them (bounded).

@@ -65,6 +65,9 @@ class LocalClusterManager:
         self._processes[executor_id] = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
         log.info("started executor %s (pid %d)", executor_id, self._processes[executor_id].pid)
 
+    def launched_ids(self):
+        return list(self._processes)
+
     def kill(self, executor_ids):
         for executor_id in executor_ids:
             process = self._processes.get(executor_id)
