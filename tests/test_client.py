@@ -234,3 +234,15 @@ def test_cluster_serves_a_client_in_another_process_with_main_functions(cluster,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(sum(x * x for x in range(100)))
+
+
+def test_tasks_and_functions_near_the_limit_travel_in_separate_frames(client):
+    """A 300 KiB function with 600 KiB arguments per task, under a 1 MiB limit: every frame
+    must stay within the limit however the batches are cut."""
+    ballast = b"b" * (300 << 10)
+
+    def heavy(data):
+        return len(data) + len(ballast)
+
+    futures = [client.submit(heavy, bytes(600 << 10)) for _ in range(12)]
+    assert [f.result(60) for f in futures] == [(600 << 10) + (300 << 10)] * 12

@@ -83,3 +83,32 @@ def test_random_junk_never_raises_anything_but_protocol_error():
             p.decode(frame)
         except ProtocolError:
             pass
+
+
+def test_batch_rows_respects_the_limit():
+    rows = [[i, b"x" * size] for i, size in enumerate([5, 5, 5, 10, 1, 9, 10])]
+    batches = list(p.batch_rows(rows, 1, 10))
+    assert [row for batch in batches for row in batch] == rows
+    assert all(sum(len(r[1]) for r in batch) <= 10 for batch in batches)
+    assert [len(b) for b in batches] == [2, 1, 1, 2, 1]
+    assert list(p.batch_rows([], 1, 10)) == []
+
+
+def test_batch_tasks_ships_each_function_once_and_within_the_limit():
+    functions = {b"f": b"F" * 6, b"g": b"G" * 3}
+    rows = [[1, b"f", b"a" * 4], [2, b"f", b"a" * 4], [3, b"g", b"a" * 2], [4, b"f", b"a" * 9],
+            [5, b"g", b"a" * 7]]
+    known = set()
+    batches = list(p.batch_tasks(rows, 1, 2, functions, known, 10))
+    assert [row for _, batch in batches for row in batch] == rows
+    shipped = [d for needed, _ in batches for d in needed]
+    assert sorted(shipped) == [b"f", b"g"]  # once each
+    seen = set()
+    for needed, batch in batches:
+        seen |= set(needed)
+        assert all(row[1] in seen for row in batch)  # never used before it was shipped
+        size = sum(len(b) for b in needed.values()) + sum(len(row[2]) for row in batch)
+        assert size <= 10 or len(batch) == 1
+    assert known == {b"f", b"g"}
+    # a receiver that already holds them gets none
+    assert all(not needed for needed, _ in p.batch_tasks(rows, 1, 2, functions, known, 10))

@@ -330,39 +330,26 @@ class Client(concurrent.futures.Executor):
                 ids.append(self._cancels.popleft())
             sock.send(p.encode(p.CancelTasks(ids)))
         outbox = self._outbox
-        limit = self.config.max_message_size
-        tasks, functions, size = [], {}, 0
-        sent_functions = self._sent_functions
+        tasks = []
         while outbox:
             item = outbox.popleft()
-            if len(item) == 3:  # a task
-                digest = item[1]
-                item_size = len(item[2])
-                if digest not in sent_functions and digest not in functions:
-                    functions[digest] = self._function_blobs[digest]
-                    item_size += len(functions[digest])
-                if tasks and size + item_size > limit:
-                    sock.send(p.encode(p.SubmitTasks(functions, tasks)))
-                    sent_functions.update(functions)
-                    tasks, functions, size = [], {}, 0
-                    if digest not in sent_functions:
-                        functions[digest] = self._function_blobs[digest]
+            if len(item) == 3:  # a task: (task id, digest, args)
                 tasks.append(list(item))
-                size += item_size
                 continue
-            if tasks:
-                sock.send(p.encode(p.SubmitTasks(functions, tasks)))
-                sent_functions.update(functions)
-                tasks, functions, size = [], {}, 0
+            self._send_tasks(tasks)  # control messages keep their order with tasks
+            tasks = []
             if item[0] == "admin":
                 sock.send(p.encode(p.AdminRequest(item[1], item[2], item[3])))
             elif item[0] == "goodbye":
                 sock.send(p.encode(p.ClientGoodbye()))
                 return True
-        if tasks:
-            sock.send(p.encode(p.SubmitTasks(functions, tasks)))
-            sent_functions.update(functions)
+        self._send_tasks(tasks)
         return False
+
+    def _send_tasks(self, tasks):
+        for functions, batch in p.batch_tasks(tasks, 1, 2, self._function_blobs, self._sent_functions,
+                                              self.config.max_message_size):
+            self._socket.send(p.encode(p.SubmitTasks(functions, batch)))
 
     def _receive(self):
         sock = self._socket

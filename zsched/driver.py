@@ -51,6 +51,7 @@ class Driver:
         self.executors = {}           # executor id -> ExecutorData
         self.executors_by_rid = {}    # routing id -> ExecutorData
         self.clients = {}             # routing id -> ClientData
+        self.functions = {}           # digest -> cloudpickled function, sent by connected clients
         self.url = None
         self.inproc_url = f"inproc://zsched-driver-{id(self):x}"
         self.context = zmq.Context()
@@ -309,8 +310,9 @@ class Driver:
         client = self._client_for(rid)
         if client is None:
             return
+        self.functions.update(msg.functions)
         client.functions.update(msg.functions)
-        known = client.functions
+        known = self.functions
         good = []
         for task in msg.tasks:
             if task[1] in known:
@@ -333,8 +335,15 @@ class Driver:
     def _on_client_goodbye(self, rid, msg):
         client = self.clients.pop(rid, None)
         if client is not None:
-            self._kill(self.scheduler.drop_client(client), "its client left")
+            self._drop_client(client, "its client left")
             log.info("client %s left", rid.hex())
+
+    def _drop_client(self, client, reason):
+        """Forget a client that left: its tasks and the functions no other client sent."""
+        self._kill(self.scheduler.drop_client(client), reason)
+        for digest in client.functions:
+            if not any(digest in other.functions for other in self.clients.values()):
+                self.functions.pop(digest, None)
 
     def _on_stop_executors(self, rid, msg):
         if self._client_for(rid) is not None:
@@ -424,27 +433,9 @@ class Driver:
             return
         limit = self.config.max_message_size
         for executor, tasks in self.scheduler.resource_offers():
-            functions = {}
-            rows = []
-            size = 0
-            known = executor.functions
-            for task in tasks:
-                digest = task.function
-                task_size = len(task.args)
-                if digest not in known and digest not in functions:
-                    blob = task.client.functions[digest]
-                    functions[digest] = blob
-                    task_size += len(blob)
-                if rows and size + task_size > limit:
-                    self._send(executor.routing_id, p.LaunchTasks(functions, rows))
-                    known.update(functions)
-                    functions, rows, size = {}, [], 0
-                    if digest not in known:
-                        functions[digest] = task.client.functions[digest]
-                rows.append([task.task_id, task.attempt, digest, task.args])
-                size += task_size
-            self._send(executor.routing_id, p.LaunchTasks(functions, rows))
-            known.update(functions)
+            rows = [[task.task_id, task.attempt, task.function, task.args] for task in tasks]
+            for functions, batch in p.batch_tasks(rows, 2, 3, self.functions, executor.functions, limit):
+                self._send(executor.routing_id, p.LaunchTasks(functions, batch))
 
     def _send_results(self):
         limit = self.config.max_message_size
@@ -453,13 +444,8 @@ class Driver:
             if not results:
                 continue
             client.results = []
-            start, size = 0, 0
-            for i, row in enumerate(results):
-                size += len(row[2])
-                if size > limit and i > start:
-                    self._send(client.routing_id, p.TaskResults(results[start:i]))
-                    start, size = i, len(row[2])
-            self._send(client.routing_id, p.TaskResults(results[start:]))
+            for batch in p.batch_rows(results, 2, limit):
+                self._send(client.routing_id, p.TaskResults(batch))
 
     def _send(self, rid, msg, quiet=False):
         """Send without blocking; a peer that is gone or not reading is dealt with here."""
@@ -484,7 +470,7 @@ class Driver:
         client = self.clients.pop(rid, None)
         if client is not None:
             log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
-            self._kill(self.scheduler.drop_client(client), "its client is gone")
+            self._drop_client(client, "its client is gone")
             return
         log.debug("could not send %s to peer %s: %s", type(msg).__name__, rid.hex(), problem)
 

@@ -292,16 +292,11 @@ class ExecutorBackend:
         results = self._results
         if not results:
             return
-        limit = self.config.max_message_size
-        batch, size = [], 0
+        rows = []
         while results:
-            row = results.popleft()
-            if batch and size + len(row[3]) > limit:
-                self._send(p.StatusUpdates(self.incarnation, batch))
-                batch, size = [], 0
-            batch.append(row)
-            size += len(row[3])
-        self._send(p.StatusUpdates(self.incarnation, batch))
+            rows.append(results.popleft())
+        for batch in p.batch_rows(rows, 3, self.config.max_message_size):
+            self._send(p.StatusUpdates(self.incarnation, batch))
 
     # ------------------------------------------------------------ task threads
 

@@ -265,6 +265,49 @@ class AdminReply(Message):
     value: object  # the result, or the error text when not ok
 
 
+# ---------------------------------------------------------------- batching
+# Senders split batches so that no frame carries more than ``limit`` payload bytes (the
+# receiver's MAXMSGSIZE is ``frame_limit(limit)``); a single row is never larger than
+# ``limit``: its sender checked it.
+
+def batch_rows(rows, payload_index, limit):
+    """Split ``rows`` (lists) into lists whose payloads add up to at most ``limit``."""
+    batch, size = [], 0
+    for row in rows:
+        row_size = len(row[payload_index])
+        if batch and size + row_size > limit:
+            yield batch
+            batch, size = [], 0
+        batch.append(row)
+        size += row_size
+    if batch:
+        yield batch
+
+
+def batch_tasks(rows, digest_index, payload_index, functions, known, limit):
+    """Split task rows like ``batch_rows``; each batch comes with the functions
+    (``{digest: blob}`` out of ``functions``) that its tasks need and the receiver does not
+    hold yet. ``known``, the receiver's digests, is updated as batches are yielded."""
+    batch, needed, size = [], {}, 0
+    for row in rows:
+        digest = row[digest_index]
+        new = digest not in known and digest not in needed
+        row_size = len(row[payload_index]) + (len(functions[digest]) if new else 0)
+        if batch and size + row_size > limit:
+            yield needed, batch
+            known.update(needed)
+            batch, needed, size = [], {}, 0
+            new = digest not in known
+            row_size = len(row[payload_index]) + (len(functions[digest]) if new else 0)
+        if new:
+            needed[digest] = functions[digest]
+        batch.append(row)
+        size += row_size
+    if batch:
+        yield needed, batch
+        known.update(needed)
+
+
 # ---------------------------------------------------------------- encode / decode
 
 _packer = msgpack.Packer(use_bin_type=True)

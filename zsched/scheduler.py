@@ -21,7 +21,7 @@ class ClientData:
     def __init__(self, routing_id, pid):
         self.routing_id = routing_id
         self.pid = pid
-        self.functions = {}  # digest -> cloudpickled function
+        self.functions = set()  # digests of the functions it sent
         self.tasks = {}      # client task id -> Task
         self.results = []    # [client task id, state, payload] waiting to be sent
 
