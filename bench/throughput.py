@@ -58,14 +58,14 @@ class NotInstalled(Exception):
 
 
 FIGURES = [
-    # key, table header, format, higher is better
-    ("submit_tasks_per_s", "submit/s", "{:,.0f}", True),
-    ("map_tasks_per_s", "map/s", "{:,.0f}", True),
-    ("latency_p50_us", "p50 us", "{:,.0f}", False),
-    ("latency_p99_us", "p99 us", "{:,.0f}", False),
-    ("efficiency_10ms", "eff 10ms", "{:.2f}", True),
-    ("startup_s", "start s", "{:.2f}", False),
-    ("shutdown_s", "stop s", "{:.2f}", False),
+    # key in the JSON, table header, format
+    ("submit_tasks_per_s", "submit/s", "{:,.0f}"),
+    ("map_tasks_per_s", "map/s", "{:,.0f}"),
+    ("latency_p50_us", "p50 us", "{:,.0f}"),
+    ("latency_p99_us", "p99 us", "{:,.0f}"),
+    ("efficiency_10ms", "eff 10ms", "{:.2f}"),
+    ("startup_s", "start s", "{:.2f}"),
+    ("shutdown_s", "stop s", "{:.2f}"),
 ]
 
 
@@ -161,8 +161,9 @@ class ZschedLocal:
             f"{e.get('id')}: running {e.get('running')}, free slots {e.get('free_slots')}, "
             f"done {e.get('tasks_done')}, heartbeat age {e.get('last_heartbeat_age', 0):.1f} s"
             for e in status.get("executors", []))
+        losses = ", ".join(f"{x.get('id')}: {x.get('reason')}" for x in status.get("losses", []))
         return (f"; driver status: tasks {status.get('tasks')}; executors [{executors}]; "
-                f"losses {status.get('losses')}")
+                f"executors lost [{losses}]")
 
     def close(self):
         try:
@@ -570,7 +571,7 @@ def print_table(order, labels, status, medians, per_round, args, n_eff):
           f"{args.latency_samples} latency samples, {n_eff} x 10 ms tasks; median of "
           f"{args.rounds} round(s); {os.cpu_count()} CPUs")
     width = max(len(labels[n]) for n in order) + 2
-    header = "system".ljust(width) + "".join(h.rjust(10) for _, h, _, _ in FIGURES)
+    header = "system".ljust(width) + "".join(h.rjust(10) for _, h, _ in FIGURES)
     print(header)
     print("-" * len(header))
     for name in order:
@@ -579,7 +580,7 @@ def print_table(order, labels, status, medians, per_round, args, n_eff):
             text = status[name]
             print(row + (text if len(text) <= 100 else text[:97] + "..."))
             continue
-        print(row + "".join(fmt(medians[name].get(k), f).rjust(10) for k, _, f, _ in FIGURES))
+        print(row + "".join(fmt(medians[name].get(k), f).rjust(10) for k, _, f in FIGURES))
     print("submit/s: N x submit(), then wait for all.  map/s: list(map(fn, range(N))) (Pool: map_async")
     print("  chunksize=1; Dask: client.map + gather; Ray: f.remote + ray.get).  p50/p99: submit one,")
     print("  wait for it, repeat.  eff 10ms: ideal / measured time of the 10 ms tasks (1.00 = perfect).")
@@ -600,13 +601,13 @@ def print_ratios(order, labels, status, medians):
     print()
     print("peer / zsched  (tasks/s, eff: below 1 = zsched better;  us, s: above 1 = zsched better)")
     width = max(len(labels[n]) for n in order) + 2
-    header = "system".ljust(width) + "".join(h.rjust(10) for _, h, _, _ in FIGURES)
+    header = "system".ljust(width) + "".join(h.rjust(10) for _, h, _ in FIGURES)
     print(header)
     print("-" * len(header))
     for name in peers:
         ratios[name] = {}
         cells = []
-        for key, _, _, _ in FIGURES:
+        for key, _, _ in FIGURES:
             a, b = medians[name].get(key), base.get(key)
             r = a / b if a is not None and b else None
             ratios[name][key] = r
@@ -673,7 +674,7 @@ def main(argv=None):
     medians = {}
     for name, rounds in per_round.items():
         medians[name] = {}
-        for key, _, _, _ in FIGURES:
+        for key, _, _ in FIGURES:
             values = [f[key] for f in rounds if f.get(key) is not None]
             medians[name][key] = statistics.median(values) if values else None
 
