@@ -110,6 +110,8 @@ class Client(concurrent.futures.Executor):
             self._socket = self._connect(keys)
         except BaseException:
             self._close_resources()
+            if self._owned_cluster is not None:
+                self._owned_cluster.close()
             raise
         self._io_stopped = False
         self._io_thread = threading.Thread(target=self._io_loop, name="zsched-client-io", daemon=True)

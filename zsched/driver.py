@@ -533,14 +533,15 @@ def build_parser():
     parser.add_argument("--local", type=int, default=None, metavar="N",
                         help="start N executor processes on this host")
     parser.add_argument("--cores-per-executor", type=int, default=1, metavar="C")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
 
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = Config.from_conf_pairs(args.conf)
@@ -558,8 +559,9 @@ def main(argv=None):
         parser.error(str(exc))
     manager = None
     if args.local:
-        manager = LocalClusterManager(args.cores_per_executor, hostname=args.host
-                                      if args.host not in ("0.0.0.0", "*") else socket.gethostname())
+        hostname = args.host if args.host not in ("0.0.0.0", "*") else socket.gethostname()
+        manager = LocalClusterManager(args.cores_per_executor, hostname=hostname,
+                                      log_level=args.log_level)
     driver = Driver(config, host=args.host, port=args.port, app_id=args.app_id, keys=keys,
                     cluster_manager=manager, initial_executors=args.local or 0,
                     secret_file=secret_file)

@@ -41,6 +41,7 @@ Usage: zsched-executor [options]
    --app-id <appid>
    --worker-url <workerUrl>
    --secret-file <path>
+   --log-level <level>
 """
 
 
@@ -389,6 +390,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.cores < 1:
         raise _UsageError(f"--cores must be at least 1, got {args.cores}")
+    if not isinstance(logging.getLevelName(args.log_level.upper()), int):
+        raise _UsageError(f"--log-level must be DEBUG, INFO, WARNING or ERROR, got {args.log_level}")
     return args
 
 

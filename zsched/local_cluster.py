@@ -34,7 +34,7 @@ class LocalCluster:
 
     def __init__(self, n_executors=2, cores_per_executor=1, *, host="127.0.0.1", port=0,
                  secret_file=None, insecure=False, app_id=None, conf=None, wait=True,
-                 **settings):
+                 log_level="WARNING", **settings):
         if n_executors < 0:
             raise ValueError(f"n_executors must be >= 0, got {n_executors}")
         from .driver import Driver  # not at import: `python -m zsched.driver` imports zsched first
@@ -50,7 +50,8 @@ class LocalCluster:
             self.secret_file = secret_file
             keys = load_keys(secret_file, use_environment=False)
         self.n_executors = n_executors
-        self._manager = LocalClusterManager(cores_per_executor, hostname=host)
+        # executors of an in-process cluster speak up only for warnings and errors
+        self._manager = LocalClusterManager(cores_per_executor, hostname=host, log_level=log_level)
         self._driver = Driver(config, host=host, port=port, app_id=app_id, keys=keys,
                               cluster_manager=self._manager, initial_executors=n_executors,
                               secret_file=secret_file)

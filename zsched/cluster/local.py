@@ -21,21 +21,24 @@ def describe_exit(returncode):
 
 
 def executor_command(driver_url, executor_id, hostname, cores, app_id, secret_file=None,
-                     python=sys.executable):
+                     python=sys.executable, log_level=None):
     command = [python, "-m", "zsched.executor", "--driver-url", driver_url,
                "--executor-id", executor_id, "--hostname", hostname,
                "--cores", str(cores), "--app-id", app_id]
     if secret_file:
         command += ["--secret-file", secret_file]
+    if log_level:
+        command += ["--log-level", log_level]
     return command
 
 
 class LocalClusterManager:
-    def __init__(self, cores_per_executor=1, hostname="127.0.0.1"):
+    def __init__(self, cores_per_executor=1, hostname="127.0.0.1", log_level=None):
         if cores_per_executor < 1:
             raise ValueError(f"cores_per_executor must be >= 1, got {cores_per_executor}")
         self.cores_per_executor = cores_per_executor
         self.hostname = hostname
+        self.log_level = log_level
         self._ids = itertools.count(1)
         self._processes = {}  # executor id -> Popen
         self._target = 0
@@ -55,7 +58,8 @@ class LocalClusterManager:
     def _start_one(self):
         executor_id = str(next(self._ids))
         command = executor_command(self._driver_url, executor_id, self.hostname,
-                                   self.cores_per_executor, self._app_id, self._secret_file)
+                                   self.cores_per_executor, self._app_id, self._secret_file,
+                                   log_level=self.log_level)
         # executors on this host import what the driver's process can: zsched itself and
         # the user's modules, wherever they were found
         env = dict(os.environ)
