@@ -22,6 +22,7 @@ import logging
 import multiprocessing
 import os
 import platform
+import importlib.util
 import re
 import statistics
 import sys
@@ -29,10 +30,9 @@ import tempfile
 import time
 import traceback
 
-if __package__ in (None, ""):  # run as a script from a checkout: use this checkout's zsched
-    _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if _ROOT not in sys.path:
-        sys.path.insert(0, _ROOT)
+if importlib.util.find_spec("zsched") is None:
+    # not installed: use this checkout's zsched (built with `python setup.py build_ext --inplace`)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # ---------------------------------------------------------------- task functions
