@@ -4,6 +4,7 @@ import threading
 import time
 
 import msgpack
+import psutil
 import pytest
 import zmq
 
@@ -158,3 +159,35 @@ def test_driver_side_modules_never_unpickle():
         calls = {node.func.attr for node in ast.walk(tree)
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
         assert "loads" not in calls, module.__name__
+
+
+def _raw_client(url):
+    context = zmq.Context()
+    sock = context.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(url)
+    sock.send(p.encode(p.ClientHello(os.getpid())))
+    assert sock.poll(20_000)
+    assert isinstance(p.decode(sock.recv()), p.ClientWelcome)
+    return context, sock
+
+
+def test_remove_executor_and_stop_executors_messages(driver_factory):
+    driver = driver_factory("--insecure", "--local", "3")
+    client = zsched.Client(driver.url, timeout=20)
+    wait_for(lambda: client.executor_ids() == ["1", "2", "3"], message="3 executors")
+    pids = {e["id"]: e["pid"] for e in client.status()["executors"]}
+    context, sock = _raw_client(driver.url)
+    sock.send(p.encode(p.RemoveExecutor("2", "removed by the test")))
+    wait_for(lambda: client.executor_ids() == ["1", "3"], message="executor 2 removed")
+    losses = client.status()["losses"]
+    assert [(loss["id"], loss["reason"]) for loss in losses] == [("2", "removed by the test")]
+    wait_for(lambda: not psutil.pid_exists(pids["2"]) or
+             psutil.Process(pids["2"]).status() == psutil.STATUS_ZOMBIE, message="executor 2 exits")
+    assert list(client.map(square, range(50))) == [x * x for x in range(50)]
+    sock.send(p.encode(p.StopExecutors()))
+    wait_for(lambda: client.executor_ids() == [], message="all executors stopped")
+    sock.close()
+    context.term()
+    client.shutdown()
+    assert driver.stop() == 0
