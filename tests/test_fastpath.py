@@ -33,6 +33,21 @@ def test_offers_spread_round_robin(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_resize_grows_at_once_and_shrinks_as_tasks_end(impl):
+    table = impl.SlotTable()
+    a = table.add(2)
+    assert table.offer(10) == [(a, 2)]
+    table.resize(a, 5)
+    assert table.offer(10) == [(a, 3)]
+    table.resize(a, 2)            # 5 tasks hold slots: 3 too many
+    assert table.free(a) == -3 and table.offer(10) == []
+    table.release(a, 4)
+    assert table.free(a) == 1 and table.offer(10) == [(a, 1)]
+    with pytest.raises(ValueError):
+        table.resize(a, 0)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_errors(impl):
     table = impl.SlotTable()
     with pytest.raises(ValueError):
@@ -80,6 +95,10 @@ def _run(impl, ops):
                 table.release(index, n)
                 live[index] -= n
                 out.append(("release", index, n))
+            elif op == "resize" and live:
+                index = sorted(live)[value % len(live)]
+                table.resize(index, 1 + value % 7)
+                out.append(("resize", index, table.free(index), table.total(index)))
             elif op == "offer":
                 result = table.offer(value)
                 for index, count in result:
@@ -91,7 +110,7 @@ def _run(impl, ops):
     return out
 
 
-OPS = st.lists(st.tuples(st.sampled_from(["add", "remove", "release", "offer"]),
+OPS = st.lists(st.tuples(st.sampled_from(["add", "remove", "release", "resize", "offer"]),
                          st.integers(min_value=0, max_value=40)), max_size=200)
 
 
@@ -106,5 +125,6 @@ def test_agreement_at_scale():
     rng = random.Random(3)
     ops = [("add", rng.randint(1, 8)) for _ in range(3000)]
     for _ in range(20000):
-        ops.append((rng.choice(["offer", "release", "release", "remove", "add"]), rng.randint(1, 64)))
+        ops.append((rng.choice(["offer", "release", "release", "remove", "add", "resize"]),
+                    rng.randint(1, 64)))
     assert _run(_fastpath, ops) == _run(_fastpath_py, ops)

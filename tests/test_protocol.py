@@ -7,7 +7,7 @@ from zsched.errors import ProtocolError
 
 SAMPLES = [
     p.RegisterExecutor("1", "host-a", 4, "app-1", 1234),
-    p.StatusUpdates(99, [[1, 1, p.TaskState.FINISHED, b"x"], [2, 3, p.TaskState.FAILED, b""]]),
+    p.StatusUpdates(99, 0.5, [[1, 1, p.TaskState.FINISHED, b"x"], [2, 3, p.TaskState.FAILED, b""]]),
     p.Heartbeat(99, "1", {"rss": 1000, "cpu": 12.5, "running": 2}),
     p.RemoveExecutor("3", "exited with code 1"),
     p.RegisteredExecutor(99, {"max_failures": 4, "revive_interval": 1.0}),
@@ -54,8 +54,9 @@ def _frame(msg_type, body):
     (_frame(p.MsgType.HEARTBEAT, [1, "x"]), "fields"),
     (_frame(p.MsgType.REGISTER_EXECUTOR, ["1", "h", "four", "app", 1]), "cores"),
     (_frame(p.MsgType.REGISTER_EXECUTOR, ["1", "h", True, "app", 1]), "cores"),
-    (_frame(p.MsgType.STATUS_UPDATES, [1, [[1, 1, 1]]]), "updates"),
-    (_frame(p.MsgType.STATUS_UPDATES, [1, [[1, 1, 1, "text not bytes"]]]), "updates"),
+    (_frame(p.MsgType.STATUS_UPDATES, [1, 0.0, [[1, 1, 1]]]), "updates"),
+    (_frame(p.MsgType.STATUS_UPDATES, [1, 0.0, [[1, 1, 1, "text not bytes"]]]), "updates"),
+    (_frame(p.MsgType.STATUS_UPDATES, [1, "0", []]), "busy"),
     (_frame(p.MsgType.SUBMIT_TASKS, [{}, "nope"]), "tasks"),
     (_frame(p.MsgType.SUBMIT_TASKS, [{"str": b"x"}, []]), "functions"),
     (_frame(p.MsgType.LAUNCH_TASKS, [{}, [[1, 1, b"d"]]]), "tasks"),

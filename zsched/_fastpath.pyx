@@ -123,15 +123,29 @@ cdef class SlotTable:
         if free_slots > 0 and not self._in_ring[index]:
             self._push(index)
 
+    def resize(self, Py_ssize_t index, long slots):
+        self._check(index)
+        if slots < 1:
+            raise ValueError("an executor needs at least one slot")
+        self._free[index] += slots - self._total[index]
+        self._total[index] = slots
+        if self._free[index] > 0 and not self._in_ring[index]:
+            self._push(index)
+
     def free(self, Py_ssize_t index):
         self._check(index)
         return self._free[index]
+
+    def total(self, Py_ssize_t index):
+        self._check(index)
+        return self._total[index]
 
     def total_free(self):
         cdef Py_ssize_t i
         cdef long total = 0
         for i in range(self._size):
-            total += self._free[i]
+            if self._free[i] > 0:
+                total += self._free[i]
         return total
 
     def offer(self, long n_tasks):
@@ -139,7 +153,7 @@ cdef class SlotTable:
         cdef long remaining = n_tasks
         while remaining > 0 and self._ring_len > 0:
             index = self._pop()
-            if not self._active[index] or self._free[index] == 0:
+            if not self._active[index] or self._free[index] <= 0:
                 self._in_ring[index] = 0
                 continue
             if self._assigned[index] == 0:

@@ -58,12 +58,28 @@ class SlotTable:
             self._in_ring[index] = True
             self._ring.append(index)
 
+    def resize(self, index, slots):
+        """Give the executor ``slots`` slots in all. Tasks keep the slots they hold, so the
+        free count goes below zero after a shrink until enough of them end."""
+        self._check(index)
+        if slots < 1:
+            raise ValueError("an executor needs at least one slot")
+        self._free[index] += slots - self._total[index]
+        self._total[index] = slots
+        if self._free[index] > 0 and not self._in_ring[index]:
+            self._in_ring[index] = True
+            self._ring.append(index)
+
     def free(self, index):
         self._check(index)
         return self._free[index]
 
+    def total(self, index):
+        self._check(index)
+        return self._total[index]
+
     def total_free(self):
-        return sum(self._free)
+        return sum(free for free in self._free if free > 0)
 
     def offer(self, n_tasks):
         """Deal up to ``n_tasks`` tasks to free slots: ``[(executor index, count), ...]``
@@ -73,7 +89,7 @@ class SlotTable:
         remaining = n_tasks
         while remaining > 0 and ring:
             index = ring.popleft()
-            if not self._active[index] or self._free[index] == 0:
+            if not self._active[index] or self._free[index] <= 0:
                 self._in_ring[index] = False
                 continue
             assigned[index] = assigned.get(index, 0) + 1

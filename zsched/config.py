@@ -72,6 +72,7 @@ _RULES = {
     "zmq_heartbeat_interval": (parse_duration, lambda v: v > 0, "a positive duration"),
     "zmq_heartbeat_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
     "tasks_per_core": (parse_int, lambda v: v >= 1, "an integer >= 1"),
+    "prefetch_seconds": (parse_duration, lambda v: v >= 0, "a duration >= 0"),
     "max_failures": (parse_int, lambda v: v >= 1, "an integer >= 1"),
     "task_kill_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
     "shutdown_timeout": (parse_duration, lambda v: v >= 0, "a duration >= 0"),
@@ -91,7 +92,8 @@ class Config:
     executor_heartbeat_timeout: float = 30.0   # silence after which a peer is lost
     zmq_heartbeat_interval: float = 1.0        # ZMTP heartbeats on every connection
     zmq_heartbeat_timeout: float = 10.0
-    tasks_per_core: int = 8                    # tasks an executor holds per core (running + queued)
+    tasks_per_core: int = 64                   # most tasks an executor holds per core (running + queued)
+    prefetch_seconds: float = 0.002            # work queued on an executor beyond what it runs
     max_failures: int = 4                      # system failures a task may suffer
     task_kill_timeout: float = 30.0            # a killed task must stop within this
     shutdown_timeout: float = 10.0             # executors must exit within this at stop

@@ -252,7 +252,7 @@ class Driver:
         executor = self._executor_for(rid, msg.incarnation)
         if executor is None:
             return
-        stale = self.scheduler.status_updates(executor, msg.updates)
+        stale = self.scheduler.status_updates(executor, msg.updates, msg.busy)
         if stale:
             log.info("ignored %d status update(s) for attempts no longer current from executor %s",
                      stale, executor.executor_id)
@@ -378,7 +378,9 @@ class Driver:
             "ready": self.is_ready(),
             "executors": [
                 {"id": e.executor_id, "host": e.hostname, "cores": e.cores, "pid": e.pid,
-                 "running": len(e.running), "free_slots": self.scheduler.slots.free(e.slot),
+                 "running": len(e.running), "slots": e.slots,
+                 "free_slots": max(0, self.scheduler.slots.free(e.slot)),
+                 "task_seconds": e.task_seconds,
                  "tasks_done": e.tasks_done, "tasks_failed": e.tasks_failed,
                  "last_heartbeat_age": self.clock() - e.last_seen, **e.metrics}
                 for e in (self.executors[i] for i in self.executor_ids())

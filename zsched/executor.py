@@ -101,6 +101,7 @@ class ExecutorBackend:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._wake_pending = False
+        self._busy = 0.0                     # seconds spent in tasks since the last StatusUpdates
         self._threads = []
         self._stopping = None                # reason, once the loop must end
         self._exit_code = 0
@@ -296,8 +297,9 @@ class ExecutorBackend:
         rows = []
         while results:
             rows.append(results.popleft())
+        busy, self._busy = self._busy, 0.0
         for batch in p.batch_rows(rows, 3, self.config.max_message_size):
-            self._send(p.StatusUpdates(self.incarnation, batch))
+            self._send(p.StatusUpdates(self.incarnation, busy * len(batch) / len(rows), batch))
 
     # ------------------------------------------------------------ task threads
 
@@ -319,7 +321,9 @@ class ExecutorBackend:
             if killed:
                 state, payload = TaskState.KILLED, b"killed before it started"
             else:
+                started = time.perf_counter()
                 state, payload = self._run_task(task_id, digest, args)
+                self._busy += time.perf_counter() - started
                 with self._lock:
                     self._running.pop(task_id, None)
                     self._killed.discard((task_id, attempt))

@@ -149,9 +149,10 @@ class RegisterExecutor(Message):
     pid: int
 
 
-@_message(MsgType.STATUS_UPDATES, _int, _list_of(_row(_int, _int, _int, _bytes)))
+@_message(MsgType.STATUS_UPDATES, _int, _number, _list_of(_row(_int, _int, _int, _bytes)))
 class StatusUpdates(Message):
     incarnation: int
+    busy: float    # seconds the executor spent running the tasks reported here
     updates: list  # [[task_id, attempt, TaskState, payload], ...]
 
 

@@ -5,6 +5,7 @@ feeds it submissions, status updates and executor losses, and sends what it retu
 Task payloads are opaque bytes here.
 """
 import logging
+import math
 from collections import deque
 
 from .fastpath import SlotTable
@@ -29,17 +30,19 @@ class ClientData:
 class ExecutorData:
     """A registered executor as the driver sees it."""
 
-    __slots__ = ("executor_id", "routing_id", "hostname", "cores", "pid", "slot",
-                 "running", "functions", "registered_at", "last_seen", "metrics",
+    __slots__ = ("executor_id", "routing_id", "hostname", "cores", "pid", "slot", "slots",
+                 "task_seconds", "running", "functions", "registered_at", "last_seen", "metrics",
                  "tasks_done", "tasks_failed")
 
-    def __init__(self, executor_id, routing_id, hostname, cores, pid, slot, now):
+    def __init__(self, executor_id, routing_id, hostname, cores, pid, slot, slots, now):
         self.executor_id = executor_id
         self.routing_id = routing_id
         self.hostname = hostname
         self.cores = cores
         self.pid = pid
         self.slot = slot          # index in the SlotTable
+        self.slots = slots        # tasks it may hold, running and queued
+        self.task_seconds = None  # moving average of its tasks' run time
         self.running = {}         # task id -> Task launched here and not yet reported
         self.functions = set()    # function digests this executor already holds
         self.registered_at = now
@@ -78,10 +81,28 @@ class TaskScheduler:
     # -- executors
 
     def add_executor(self, executor_id, routing_id, hostname, cores, pid, now):
-        slot = self.slots.add(cores * self.config.tasks_per_core)
-        executor = ExecutorData(executor_id, routing_id, hostname, cores, pid, slot, now)
+        slots = cores * min(2, self.config.tasks_per_core)  # until its tasks' length is known
+        slot = self.slots.add(slots)
+        executor = ExecutorData(executor_id, routing_id, hostname, cores, pid, slot, slots, now)
         self.executors_by_slot[slot] = executor
         return executor
+
+    def slots_per_core(self, task_seconds):
+        """Tasks an executor holds per core: the one it runs, plus enough queued to cover
+        ``prefetch_seconds`` of work (so it never waits for the driver), at least one
+        queued, at most ``tasks_per_core``. Short tasks get a deep window, long tasks a
+        shallow one, so no executor hoards the queue."""
+        queued = math.ceil(self.config.prefetch_seconds / max(task_seconds, 1e-7))
+        return max(1, min(self.config.tasks_per_core, 1 + max(1, queued)))
+
+    def _adapt_window(self, executor, busy, n_tasks):
+        sample = busy / n_tasks
+        average = executor.task_seconds
+        executor.task_seconds = sample if average is None else 0.8 * average + 0.2 * sample
+        slots = executor.cores * self.slots_per_core(executor.task_seconds)
+        if slots != executor.slots:
+            executor.slots = slots
+            self.slots.resize(executor.slot, slots)
 
     def remove_executor(self, executor, reason, count_failure=True):
         """Forget ``executor``; its running tasks go back to the queue, or fail once they
@@ -177,8 +198,9 @@ class TaskScheduler:
 
     # -- status updates
 
-    def status_updates(self, executor, updates):
-        """Apply ``[[task id, attempt, state, payload], ...]`` from ``executor``.
+    def status_updates(self, executor, updates, busy=0.0):
+        """Apply ``[[task id, attempt, state, payload], ...]`` from ``executor``, which spent
+        ``busy`` seconds running those tasks.
 
         Returns the number of updates that were stale (for an attempt no longer current)."""
         running = executor.running
@@ -201,6 +223,7 @@ class TaskScheduler:
             self._finish(task, state, payload)
         if freed:
             self.slots.release(executor.slot, freed)
+            self._adapt_window(executor, busy, freed)
         return stale
 
     def _finish(self, task, state, payload):
