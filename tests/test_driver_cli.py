@@ -221,17 +221,22 @@ def test_sigterm_before_executors_registered_leaves_none_behind(started, tmp_pat
              message="executors to be gone after the driver exited")
 
 
-def test_ctrl_c_to_the_process_group_exits_0_and_leaves_no_executor(started, tmp_path):
-    # Ctrl-C in a terminal sends SIGINT to the driver and to its executors at once.
+def start_with_two_executors(started, tmp_path, *extra, **popen):
+    """A ``bin/driver --local 2`` whose executors have registered; (driver, their processes)."""
     secret = str(tmp_path / "secret")
     driver = started([sys.executable, os.path.join(BIN, "driver"), "--port", "0",
-                      "--local", "2", "--secret-file", secret], start_new_session=True)
+                      "--local", "2", "--secret-file", secret, *extra], **popen)
     match = LISTENING.match((driver.first_line or "").strip())
     assert match, driver.first_line
     with zsched.Client(match.group(1), secret_file=secret, timeout=30) as client:
         wait_for(lambda: client.executor_ids() == ["1", "2"], timeout=20,
                  message="both executors to register")
-    executors = executor_children(driver.proc.pid)
+    return driver, executor_children(driver.proc.pid)
+
+
+def test_ctrl_c_to_the_process_group_exits_0_and_leaves_no_executor(started, tmp_path):
+    # Ctrl-C in a terminal sends SIGINT to the driver and to its executors at once.
+    driver, executors = start_with_two_executors(started, tmp_path, start_new_session=True)
     os.killpg(driver.proc.pid, signal.SIGINT)
     assert driver.proc.wait(timeout=30) == 0
     wait_for(lambda: not any(alive(e) for e in executors), timeout=15,
@@ -241,17 +246,9 @@ def test_ctrl_c_to_the_process_group_exits_0_and_leaves_no_executor(started, tmp
 def test_killed_driver_leaves_no_orphan_executors(started, tmp_path):
     # Fate-sharing: with the driver gone for good (SIGKILL, no goodbye), executors
     # notice the silence and exit on their own.
-    secret = str(tmp_path / "secret")
-    driver = started([sys.executable, os.path.join(BIN, "driver"), "--port", "0",
-                      "--local", "2", "--secret-file", secret,
-                      "--conf", "executor_heartbeat_interval=0.5",
-                      "--conf", "executor_heartbeat_timeout=3"])
-    match = LISTENING.match((driver.first_line or "").strip())
-    assert match, driver.first_line
-    with zsched.Client(match.group(1), secret_file=secret, timeout=30) as client:
-        wait_for(lambda: client.executor_ids() == ["1", "2"], timeout=20,
-                 message="both executors to register")
-    executors = executor_children(driver.proc.pid)
+    driver, executors = start_with_two_executors(
+        started, tmp_path, "--conf", "executor_heartbeat_interval=0.5",
+        "--conf", "executor_heartbeat_timeout=3")
     assert len(executors) == 2
     driver.proc.kill()
     driver.proc.wait(timeout=30)
