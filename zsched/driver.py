@@ -115,6 +115,9 @@ class Driver:
         except OSError:
             pass
 
+    def is_running(self):
+        return self._thread is not None and self._thread.is_alive()
+
     def join(self, timeout=None):
         if self._thread is not None:
             self._thread.join(timeout)

@@ -91,9 +91,13 @@ class LocalCluster:
         self._clients.add(client)
 
     def wait_for_executors(self, n, timeout):
-        """Wait until ``n`` executors have registered."""
+        """Wait until ``n`` executors have registered (a read-only look at the driver's
+        count: the driver thread alone changes it)."""
         deadline = time.monotonic() + timeout
         while len(self._driver.executors) < n:
+            if not self._driver.is_running():
+                raise DriverConnectionError("the cluster's driver stopped while starting "
+                                            "(see the log for why)")
             if time.monotonic() > deadline:
                 raise DriverConnectionError(
                     f"only {len(self._driver.executors)} of {n} executors registered "
