@@ -335,3 +335,44 @@ def test_console_scripts_are_installed():
         result = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
         assert "--app-id" in result.stdout
+
+
+def square(x):
+    return x * x
+
+
+def test_client_of_a_restarted_driver_gets_errors_not_hangs(tmp_path):
+    secret = str(tmp_path / "secret")
+    port = _free_port()
+    args = [sys.executable, os.path.join(BIN, "driver"), "--port", str(port), "--local", "1",
+            "--secret-file", secret]
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    first.stdout.readline()
+    client = zsched.Client(f"tcp://127.0.0.1:{port}", secret_file=secret, timeout=10)
+    assert client.submit(square, 3).result(30) == 9
+    first.terminate()
+    assert first.wait(30) == 0
+    second = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        second.stdout.readline()
+        future = client.submit(square, 4)
+        with pytest.raises(zsched.TaskFailed, match="driver restarted"):
+            future.result(30)
+        with pytest.raises(zsched.DriverConnectionError, match="driver restarted"):
+            client.executor_ids()
+        client.shutdown()
+        # a new client of the new driver works
+        with zsched.Client(f"tcp://127.0.0.1:{port}", secret_file=secret, timeout=10) as fresh:
+            assert fresh.submit(square, 5).result(30) == 25
+    finally:
+        second.terminate()
+        second.wait(30)
+        first.stdout.close()
+        second.stdout.close()
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -372,6 +372,8 @@ class Client(concurrent.futures.Executor):
                 if future is not None:
                     if msg.ok:
                         future.set_result(msg.value)
+                    elif msg.value == p.UNKNOWN_CLIENT:
+                        future.set_exception(DriverConnectionError(msg.value))
                     else:
                         future.set_exception(ValueError(msg.value))
 

@@ -312,6 +312,10 @@ class Driver:
     def _on_submit_tasks(self, rid, msg):
         client = self._client_for(rid)
         if client is None:
+            # most likely a client of an earlier driver on this port: fail its tasks, not hang
+            self._send(rid, p.TaskResults([[row[0], TaskState.ERROR, p.UNKNOWN_CLIENT.encode()]
+                                         for row in msg.tasks]),
+                       quiet=True)
             return
         self.functions.update(msg.functions)
         client.functions.update(msg.functions)
@@ -356,6 +360,7 @@ class Driver:
 
     def _on_admin_request(self, rid, msg):
         if self._client_for(rid) is None:
+            self._send(rid, p.AdminReply(msg.request_id, False, p.UNKNOWN_CLIENT), quiet=True)
             return
         operation = self._admin_operations.get(msg.operation)
         if operation is None:

@@ -21,6 +21,12 @@ VERSION = 1
 FRAME_OVERHEAD = 1 << 20
 
 
+# The driver's answer to a client it does not know (a client of an earlier driver
+# incarnation on the same port), as a task error and as an AdminReply error.
+UNKNOWN_CLIENT = ("this driver does not know the client's connection (the driver restarted "
+                  "since the client connected?): connect a new client")
+
+
 def frame_limit(max_message_size):
     """Largest frame a receiver accepts when payloads are at most ``max_message_size``."""
     return max_message_size + FRAME_OVERHEAD
