@@ -1,5 +1,7 @@
 """The driver under bad input and before it is ready: it logs, drops, and keeps serving."""
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -191,3 +193,36 @@ def test_remove_executor_and_stop_executors_messages(driver_factory):
     context.term()
     client.shutdown()
     assert driver.stop() == 0
+
+
+CLIENT_SCRIPT = """
+import sys, time, zsched
+client = zsched.Client(sys.argv[1], secret_file=sys.argv[2], timeout=20)
+futures = [client.submit(time.sleep, 0.01) for _ in range(3000)]
+futures[0].result(30)
+print("running", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_killed_clients_queued_tasks_are_dropped(tmp_path):
+    with zsched.LocalCluster(n_executors=2) as cluster:
+        script = tmp_path / "client.py"
+        script.write_text(CLIENT_SCRIPT)
+        doomed = subprocess.Popen([sys.executable, str(script), cluster.address, cluster.secret_file],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert doomed.stdout.readline().strip() == "running"
+            client = cluster.client()
+            assert client.status()["tasks"]["queued"] > 1000
+            doomed.kill()
+            doomed.wait(10)
+            # its next result cannot be delivered: the driver drops the rest of its work
+            wait_for(lambda: client.status()["tasks"]["queued"] == 0, timeout=20,
+                     message="the killed client's tasks to be dropped")
+            assert client.submit(square, 6).result(20) == 36
+            client.shutdown()
+        finally:
+            doomed.kill()
+            doomed.wait()
+            doomed.stdout.close()
