@@ -201,10 +201,13 @@ class ExecutorBackend:
             if now >= next_heartbeat:
                 self._send_heartbeat()
                 next_heartbeat = now + interval
-            if now - last_heard > self.config.executor_heartbeat_timeout:
+            events = dict(poller.poll(max(0.0, min(next_heartbeat - now, 1.0)) * 1000))
+            # silence counts only when nothing is waiting: after this process itself was
+            # stalled (a task holding the GIL), the driver's answers are already here
+            if (self.socket not in events
+                    and self.clock() - last_heard > self.config.executor_heartbeat_timeout):
                 self._stop(f"driver silent for {self.config.executor_heartbeat_timeout:g} s", 1)
                 break
-            events = dict(poller.poll(max(0.0, min(next_heartbeat - now, 1.0)) * 1000))
             if self._wake_r in events:
                 try:
                     os.read(self._wake_r, 4096)
