@@ -246,3 +246,21 @@ def test_tasks_and_functions_near_the_limit_travel_in_separate_frames(client):
 
     futures = [client.submit(heavy, bytes(600 << 10)) for _ in range(12)]
     assert [f.result(60) for f in futures] == [(600 << 10) + (300 << 10)] * 12
+
+
+def make_lock():
+    import threading
+    return threading.Lock()
+
+
+def test_unpicklable_result_fails_its_future_clearly(client):
+    with pytest.raises(TaskFailed, match="could not be pickled"):
+        client.submit(make_lock).result(10)
+    assert client.submit(add, 1, 1).result(10) == 2
+
+
+def test_unpicklable_arguments_raise_at_submit(client):
+    import threading
+    with pytest.raises(TypeError):
+        client.submit(add, threading.Lock())
+    assert client.submit(add, 2, 1).result(10) == 3
