@@ -98,7 +98,7 @@ class Client(concurrent.futures.Executor):
         self._admin_futures = {}          # request id -> Future
         self._outbox = deque()            # (task id, digest, args) and control messages
         self._cancels = deque()
-        self._function_blobs = {}         # digest -> cloudpickled function
+        self._function_blobs = {}         # digest -> cloudpickled function not yet sent
         self._function_cache = {}         # function -> (digest, size)
         self._shutdown_lock = threading.Lock()
         self._shutdown = False
@@ -352,6 +352,8 @@ class Client(concurrent.futures.Executor):
         for functions, batch in p.batch_tasks(tasks, 1, 2, self._function_blobs, self._sent_functions,
                                               self.config.max_message_size):
             self._socket.send(p.encode(p.SubmitTasks(functions, batch)))
+            for digest in functions:  # the driver holds it now
+                self._function_blobs.pop(digest, None)
 
     def _receive(self):
         sock = self._socket
