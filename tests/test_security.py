@@ -244,17 +244,21 @@ def send_junk_and_listen(sock, listen=2.0):
     return sock.poll(int(listen * 1000), zmq.POLLIN)
 
 
-def test_stranger_with_plain_dealer_gets_nothing(secure_driver):
-    driver, secret = secure_driver
+def assert_stranger_hears_nothing(driver, secret, curve_keys=None):
     context = zmq.Context()
     try:
-        sock = stranger_socket(context, driver.url)
+        sock = stranger_socket(context, driver.url, curve_keys)
         assert send_junk_and_listen(sock) == 0, "a stranger heard from a secure driver"
         sock.close()
     finally:
         context.term()
     assert driver.proc.poll() is None
     assert_serves(driver.url, secret, executors=["1"])
+
+
+def test_stranger_with_plain_dealer_gets_nothing(secure_driver):
+    driver, secret = secure_driver
+    assert_stranger_hears_nothing(driver, secret)
 
 
 def test_stranger_with_own_curve_keys_gets_nothing(secure_driver):
@@ -263,15 +267,7 @@ def test_stranger_with_own_curve_keys_gets_nothing(secure_driver):
     with open(secret, "rb") as f:
         server_public = CurveKeys.from_secret(f.read().strip()).server_public
     public, private = zmq.curve_keypair()
-    context = zmq.Context()
-    try:
-        sock = stranger_socket(context, driver.url, (server_public, public, private))
-        assert send_junk_and_listen(sock) == 0, "a stranger heard from a secure driver"
-        sock.close()
-    finally:
-        context.term()
-    assert driver.proc.poll() is None
-    assert_serves(driver.url, secret, executors=["1"])
+    assert_stranger_hears_nothing(driver, secret, (server_public, public, private))
     assert driver.stop() == 0
     assert "refused a connection" in driver.stderr, driver.stderr
     assert "evil" not in driver.stderr  # its RegisterExecutor never reached the driver
