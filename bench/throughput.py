@@ -177,7 +177,7 @@ class ZschedLocal:
 
 
 class ZschedEmbedded(ZschedLocal):
-    """``zsched.Client()``: in-process driver and one executor per core. Start-up only."""
+    """``zsched.Client()``: its own local cluster, one executor per core. Start-up only."""
     name = "zsched_embedded"
     label = "zsched Client() embedded"
     startup_only = True
@@ -187,46 +187,6 @@ class ZschedEmbedded(ZschedLocal):
 
     def start(self):
         self.client = self.zsched.Client()
-
-
-class ZschedDriverProcess(ZschedLocal):
-    """``bin/driver --local N`` in its own process; the client connects over TCP."""
-    name = "zsched_driver_process"
-    label = "zsched bin/driver process"
-
-    def start(self):
-        import subprocess
-        self.tmp = tempfile.mkdtemp(prefix="zsched-bench-")
-        secret = os.path.join(self.tmp, "secret")
-        driver = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bin", "driver")
-        self.driver = subprocess.Popen(
-            [sys.executable, driver, "--port", "0", "--local", str(self.workers),
-             "--secret-file", secret, "--log-level", "WARNING"],
-            stdout=subprocess.PIPE, text=True)
-        line = self.driver.stdout.readline().strip()
-        match = re.match(r"zsched driver listening on (tcp://\S+)$", line)
-        if not match:
-            raise RuntimeError(f"bin/driver did not start: {line!r}")
-        self.client = self.zsched.Client(match.group(1), secret_file=secret, timeout=30)
-        deadline = time.monotonic() + 30
-        while len(self.client.executor_ids()) < self.workers:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the driver's executors did not register within 30 s")
-            time.sleep(0.01)
-
-    def close(self):
-        import shutil
-        try:
-            if self.client is not None:
-                self.client.shutdown(wait=True, cancel_futures=True)
-        finally:
-            self.client = None
-            if getattr(self, "driver", None) is not None:
-                self.driver.terminate()
-                self.driver.wait(60)
-                self.driver.stdout.close()
-                self.driver = None
-                shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 class ProcessPool:
@@ -405,7 +365,7 @@ class Ray:
             self.ray.shutdown()
 
 
-ZSCHED_SYSTEMS = [ZschedLocal, ZschedEmbedded, ZschedDriverProcess]
+ZSCHED_SYSTEMS = [ZschedLocal, ZschedEmbedded]
 PEER_SYSTEMS = [ProcessPool, MpPool, DaskDistributed, Ray]
 
 
@@ -671,7 +631,7 @@ def main(argv=None):
     log_fd, log_path = tempfile.mkstemp(prefix="zsched-bench-", suffix=".log")
     os.close(log_fd)
     with stderr_to(log_path, not args.show_logs) as progress:
-        # in-process log records (the zsched driver thread) get their level and logger name
+        # in-process log records (clients, peers) get their level and logger name
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

@@ -68,30 +68,24 @@ def _load_exception(payload):
 class Client(concurrent.futures.Executor):
     """Submit Python callables to a zsched driver.
 
-    ``Client()`` starts an embedded local cluster (a driver thread in this process and one
-    executor process per core) and stops it at shutdown. ``Client("tcp://host:port",
+    ``Client()`` starts an embedded local cluster (a driver process and one executor
+    process per core, see ``LocalCluster``) and stops it at shutdown. ``Client("tcp://host:port",
     secret_file=...)`` connects to a running driver; without a secret file (argument,
     ``ZSCHED_SECRET_FILE`` or ``ZSCHED_SECRET``) it connects without security, which only
     a driver started with ``--insecure`` accepts.
     """
 
-    def __init__(self, address=None, *, secret_file=None, timeout=30, cluster=None):
+    def __init__(self, address=None, *, secret_file=None, timeout=30):
         self._closed = False
         self._owned_cluster = None
         self.timeout = timeout
-        context = None
-        keys = None
         if address is None:
-            if cluster is None:
-                from .local_cluster import LocalCluster
-                cluster = self._owned_cluster = LocalCluster(n_executors=os.cpu_count() or 1)
-            address, context = cluster.inproc_address, cluster.context
-            cluster._add_client(self)
-        else:
-            keys = load_keys(secret_file)
+            from .local_cluster import LocalCluster
+            self._owned_cluster = LocalCluster(n_executors=os.cpu_count() or 1)
+            address, secret_file = self._owned_cluster.address, self._owned_cluster.secret_file
+        keys = load_keys(secret_file)
         self.address = address
-        self._context = context or zmq.Context()
-        self._own_context = context is None
+        self._context = zmq.Context()
         self._task_ids = itertools.count(1)
         self._admin_ids = itertools.count(1)
         self._futures = {}                # task id -> TaskFuture
@@ -454,8 +448,7 @@ class Client(concurrent.futures.Executor):
         sock = getattr(self, "_socket", None)
         if sock is not None:
             sock.close(linger=1000)
-        if self._own_context:
-            self._context.term()
+        self._context.term()
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)

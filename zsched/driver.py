@@ -3,7 +3,7 @@
 Executors and clients connect as DEALERs. The loop polls the ROUTER (plus the ZAP
 socket and a wake-up pipe), handles each message in order, runs its timers (revive
 offers, heartbeat check, executor exits) and sends launches and results in batches.
-Other threads never touch its state: they connect over inproc or write to the pipe.
+Other threads never touch its state: they connect as clients or write to the pipe.
 """
 import argparse
 import logging
@@ -36,7 +36,8 @@ class Driver:
     """Spark's DriverEndpoint with its backend: registration, offers, launches, results."""
 
     def __init__(self, config=None, *, host="127.0.0.1", port=0, app_id=None, keys=None,
-                 cluster_manager=None, initial_executors=0, secret_file=None, clock=time.monotonic):
+                 cluster_manager=None, initial_executors=0, secret_file=None, stop_on_eof_fd=None,
+                 clock=time.monotonic):
         self.config = config or Config()
         self.host = host
         self.port = port
@@ -46,6 +47,7 @@ class Driver:
         self.cluster_manager = cluster_manager
         self.initial_executors = initial_executors
         self.clock = clock
+        self.stop_on_eof_fd = stop_on_eof_fd  # the driver stops when this fd reaches end of file
         self.incarnation = secrets.randbits(62)
         self.scheduler = TaskScheduler(self.config)
         self.executors = {}           # executor id -> ExecutorData
@@ -53,7 +55,6 @@ class Driver:
         self.clients = {}             # routing id -> ClientData
         self.functions = {}           # digest -> cloudpickled function, sent by connected clients
         self.url = None
-        self.inproc_url = f"inproc://zsched-driver-{id(self):x}"
         self.context = zmq.Context()
         self.ready_event = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
@@ -91,7 +92,6 @@ class Driver:
         else:
             router.bind(f"tcp://{self.host}:{self.port}")
             port = self.port
-        router.bind(self.inproc_url)
         self.router = router
         self.port = port
         advertised = self.host
@@ -102,7 +102,7 @@ class Driver:
     # ------------------------------------------------------------ running
 
     def start_thread(self):
-        """Run the loop in a background thread (embedded use); returns when serving."""
+        """Run the loop in a background thread; returns when serving."""
         self._thread = threading.Thread(target=self.run, name="zsched-driver", daemon=True)
         self._thread.start()
         self.ready_event.wait()
@@ -145,6 +145,8 @@ class Driver:
         poller.register(self._wake_r, zmq.POLLIN)
         if self.zap is not None:
             poller.register(self.zap.socket, zmq.POLLIN)
+        if self.stop_on_eof_fd is not None:
+            poller.register(self.stop_on_eof_fd, zmq.POLLIN)
         timers = [
             [self.config.revive_interval, self._revive_offers],
             [min(1.0, self.config.executor_heartbeat_timeout / 4), self._check_heartbeats],
@@ -163,6 +165,9 @@ class Driver:
                     os.read(self._wake_r, 4096)
                 except BlockingIOError:
                     pass
+            if self.stop_on_eof_fd in events and not os.read(self.stop_on_eof_fd, 4096):
+                log.info("stopping: the process that started this driver is gone (stdin closed)")
+                break
             if self.router in events:
                 self._receive()
             now = self.clock()
@@ -543,6 +548,9 @@ def build_parser():
     parser.add_argument("--local", type=int, default=None, metavar="N",
                         help="start N executor processes on this host")
     parser.add_argument("--cores-per-executor", type=int, default=1, metavar="C")
+    parser.add_argument("--exit-on-stdin-close", action="store_true",
+                        help="stop (and stop the executors) when standard input closes: "
+                             "fate-sharing with the program that started the driver")
     parser.add_argument("--log-level", default="INFO", type=str.upper,
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
@@ -574,7 +582,8 @@ def main(argv=None):
                                       log_level=args.log_level)
     driver = Driver(config, host=args.host, port=args.port, app_id=args.app_id, keys=keys,
                     cluster_manager=manager, initial_executors=args.local or 0,
-                    secret_file=secret_file)
+                    secret_file=secret_file,
+                    stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: driver.request_stop())
     print(f"zsched driver listening on {driver.url}", flush=True)

@@ -1,21 +1,33 @@
-"""``zsched.LocalCluster``: a driver in a thread of this process and executor processes
-on this host, secured with a secret file private to the cluster."""
+"""``zsched.LocalCluster``: a driver process and executor processes on this host, secured
+with a secret file private to the cluster.
+
+The driver runs in its own process (``python -m zsched.driver --local N``), not in a thread
+of the caller: measured here, a driver thread shares the caller's GIL, so the caller's own
+Python work (building futures, post-processing results) slows every task of the cluster,
+and throughput was 1.4-2x lower (bench/RESULTS.md). The driver fate-shares with the caller
+through its standard input: when this process dies, the driver and its executors stop.
+"""
 import atexit
 import logging
 import os
+import re
+import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 import weakref
 
-from .cluster import LocalClusterManager
 from .config import Config
 from .errors import DriverConnectionError
-from .security import create_secret_file, load_keys
+from .security import create_secret_file
 
 log = logging.getLogger(__name__)
 
 _live_clusters = weakref.WeakSet()
+_LISTENING = re.compile(r"zsched driver listening on (tcp://\S+)$")
 
 
 @atexit.register
@@ -27,9 +39,9 @@ def _close_live_clusters():
 class LocalCluster:
     """A local zsched cluster; a context manager.
 
-    ``address`` and ``secret_file`` let other processes connect (``zsched.Client(address,
-    secret_file=...)``); ``client()`` returns a client in this process. Settings are
-    keyword arguments (``max_message_size=...``) or a ``conf`` mapping.
+    ``address`` and ``secret_file`` let any process connect (``zsched.Client(address,
+    secret_file=...)``); ``client()`` returns a client in this process. Settings are keyword
+    arguments (``max_message_size=...``) or a ``conf`` mapping, as ``--conf`` of ``bin/driver``.
     """
 
     def __init__(self, n_executors=2, cores_per_executor=1, *, host="127.0.0.1", port=0,
@@ -37,84 +49,103 @@ class LocalCluster:
                  log_level="WARNING", **settings):
         if n_executors < 0:
             raise ValueError(f"n_executors must be >= 0, got {n_executors}")
-        from .driver import Driver  # not at import: `python -m zsched.driver` imports zsched first
-        config = Config.from_mapping({**(conf or {}), **settings})
+        if cores_per_executor < 1:
+            raise ValueError(f"cores_per_executor must be >= 1, got {cores_per_executor}")
+        values = {**(conf or {}), **settings}
+        config = Config.from_mapping(values)  # a bad setting fails here, naming it
+        self.n_executors = n_executors
+        self.app_id = app_id or f"local-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+        self._closed = False
+        self._clients = weakref.WeakSet()
         self._private_dir = None
         self.secret_file = None
-        keys = None
-        if not insecure:
+        command = [sys.executable, "-m", "zsched.driver", "--host", host, "--port", str(port),
+                   "--app-id", self.app_id, "--local", str(n_executors),
+                   "--cores-per-executor", str(cores_per_executor), "--log-level", log_level,
+                   "--exit-on-stdin-close"]
+        if insecure:
+            command.append("--insecure")
+        else:
             if secret_file is None:
                 self._private_dir = tempfile.mkdtemp(prefix="zsched-")
                 secret_file = os.path.join(self._private_dir, "secret")
             create_secret_file(secret_file)
             self.secret_file = secret_file
-            keys = load_keys(secret_file, use_environment=False)
-        self.n_executors = n_executors
-        # executors of an in-process cluster speak up only for warnings and errors
-        self._manager = LocalClusterManager(cores_per_executor, hostname=host, log_level=log_level)
-        self._driver = Driver(config, host=host, port=port, app_id=app_id, keys=keys,
-                              cluster_manager=self._manager, initial_executors=n_executors,
-                              secret_file=secret_file)
-        self._closed = False
-        self._clients = weakref.WeakSet()   # in-process clients, sharing the driver's context
-        self._driver.start_thread()
+            command += ["--secret-file", secret_file]
+        for name, value in values.items():
+            command += ["--conf", f"{name}={value}"]
+        # the driver and its executors import what this process can: zsched and user modules
+        package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        paths = [package_parent] + [p for p in sys.path if p and os.path.isdir(p)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         env=env, text=True)
         _live_clusters.add(self)
-        if wait:
-            try:
+        try:
+            line = self._process.stdout.readline().strip()
+            match = _LISTENING.match(line)
+            if not match:
+                raise DriverConnectionError(
+                    f"the cluster's driver did not start (exit status {self._process.wait(10)}); "
+                    f"see its log above")
+            self.address = match.group(1)
+            # what the driver and the executors print later (tasks' output) goes to our stdout
+            threading.Thread(target=self._forward_output, name="zsched-cluster-output",
+                             daemon=True).start()
+            if wait:
                 self.wait_for_executors(n_executors, config.registration_timeout)
-            except BaseException:
-                self.close()
-                raise
+        except BaseException:
+            self.close()
+            raise
 
-    @property
-    def address(self):
-        return self._driver.url
-
-    @property
-    def app_id(self):
-        return self._driver.app_id
-
-    @property
-    def inproc_address(self):
-        return self._driver.inproc_url
-
-    @property
-    def context(self):
-        return self._driver.context
+    def _forward_output(self):
+        for line in self._process.stdout:
+            if not line.startswith("zsched secret file: "):
+                sys.stdout.write(line)
+                sys.stdout.flush()
 
     def client(self, **kwargs):
-        """A client in this process, connected over inproc; closed with the cluster."""
+        """A client of this cluster in this process; closed with the cluster."""
         from .client import Client
-        return Client(cluster=self, **kwargs)
-
-    def _add_client(self, client):
+        kwargs.setdefault("secret_file", self.secret_file)
+        client = Client(self.address, **kwargs)
         self._clients.add(client)
+        return client
 
     def wait_for_executors(self, n, timeout):
-        """Wait until ``n`` executors have registered (a read-only look at the driver's
-        count: the driver thread alone changes it)."""
+        """Wait until ``n`` executors have registered."""
+        from .client import Client
         deadline = time.monotonic() + timeout
-        while len(self._driver.executors) < n:
-            if not self._driver.is_running():
-                raise DriverConnectionError("the cluster's driver stopped while starting "
-                                            "(see the log for why)")
-            if time.monotonic() > deadline:
-                raise DriverConnectionError(
-                    f"only {len(self._driver.executors)} of {n} executors registered "
-                    f"within {timeout:g} s")
-            time.sleep(0.005)
+        with Client(self.address, secret_file=self.secret_file, timeout=timeout) as client:
+            while len(client.executor_ids()) < n:
+                if self._process.poll() is not None:
+                    raise DriverConnectionError("the cluster's driver stopped while starting "
+                                                "(see its log above)")
+                if time.monotonic() > deadline:
+                    raise DriverConnectionError(
+                        f"only {len(client.executor_ids())} of {n} executors registered "
+                        f"within {timeout:g} s")
+                time.sleep(0.005)
 
     def close(self):
+        """Stop the driver and its executors (bounded), and remove the private secret."""
         if self._closed:
             return
         self._closed = True
         _live_clusters.discard(self)
-        # in-process clients share the driver's ZeroMQ context: close them first, so that
-        # the driver can end the context; their unfinished futures fail
         for client in list(self._clients):
             client.shutdown(wait=False, cancel_futures=True, _now=True)
-        self._driver.request_stop()
-        self._driver.join()
+        process = self._process
+        try:
+            process.stdin.close()  # the driver stops at end of input, as on SIGTERM
+        except OSError:
+            pass
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            log.warning("the cluster's driver did not stop within 60 s: killing it")
+            process.kill()
+            process.wait()
         if self._private_dir is not None:
             shutil.rmtree(self._private_dir, ignore_errors=True)
 
