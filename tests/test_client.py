@@ -264,3 +264,39 @@ def test_unpicklable_arguments_raise_at_submit(client):
     with pytest.raises(TypeError):
         client.submit(add, threading.Lock())
     assert client.submit(add, 2, 1).result(10) == 3
+
+
+OWNER_SCRIPT = """
+import time, zsched
+cluster = zsched.LocalCluster(n_executors=2)
+client = cluster.client()
+pids = [cluster._process.pid] + [e["pid"] for e in client.status()["executors"]]
+print(" ".join(map(str, pids)), flush=True)
+time.sleep(120)
+"""
+
+
+def test_cluster_dies_with_its_owner(tmp_path):
+    """A process that owns a LocalCluster is SIGKILLed: its driver and executors stop."""
+    import psutil
+    script = tmp_path / "owner.py"
+    script.write_text(OWNER_SCRIPT)
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(pid) for pid in owner.stdout.readline().split()]
+        assert len(pids) == 3
+        owner.kill()
+        owner.wait(10)
+
+        def gone(pid):
+            try:
+                return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                return True
+
+        wait_for(lambda: all(gone(pid) for pid in pids), timeout=30,
+                 message="the cluster's driver and executors to stop")
+    finally:
+        owner.kill()
+        owner.wait()
+        owner.stdout.close()
