@@ -300,3 +300,12 @@ def test_cluster_dies_with_its_owner(tmp_path):
         owner.kill()
         owner.wait()
         owner.stdout.close()
+
+
+def test_short_tasks_do_not_queue_behind_a_long_one_while_a_core_is_idle(cluster):
+    client = cluster.client()
+    long_task = client.submit(time.sleep, 20)
+    shorts = [client.submit(add, i) for i in range(20)]
+    assert [f.result(15) for f in shorts] == list(range(20))
+    assert not long_task.done()
+    client.shutdown(cancel_futures=True)

@@ -28,7 +28,7 @@ def test_compiled_is_used_unless_asked_otherwise():
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_offers_spread_round_robin(impl):
     table = impl.SlotTable()
-    a, b, c = table.add(2), table.add(2), table.add(1)
+    a, b, c = table.add(1, 2), table.add(1, 2), table.add(1, 1)
     assert table.offer(3) == [(a, 1), (b, 1), (c, 1)]
     assert table.offer(10) == [(a, 1), (b, 1)]
     assert table.offer(1) == []
@@ -39,9 +39,22 @@ def test_offers_spread_round_robin(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_idle_cores_are_offered_before_queue_room(impl):
+    table = impl.SlotTable()
+    busy, idle = table.add(1, 3), table.add(1, 3)
+    assert table.offer(1) == [(busy, 1)]          # a long task starts on "busy"
+    assert table.offer(1) == [(idle, 1)]          # the next goes to the idle core, not behind it
+    assert table.offer(4) == [(busy, 2), (idle, 2)]
+    table.release(idle, 3)
+    assert table.offer(1) == [(idle, 1)]
+    two = table.add(2, 4)
+    assert table.offer(3) == [(two, 2), (idle, 1)]  # idle cores first, then window room
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_resize_grows_at_once_and_shrinks_as_tasks_end(impl):
     table = impl.SlotTable()
-    a = table.add(2)
+    a = table.add(1, 2)
     assert table.offer(10) == [(a, 2)]
     table.resize(a, 5)
     assert table.offer(10) == [(a, 3)]
@@ -57,10 +70,12 @@ def test_resize_grows_at_once_and_shrinks_as_tasks_end(impl):
 def test_errors(impl):
     table = impl.SlotTable()
     with pytest.raises(ValueError):
-        table.add(0)
-    index = table.add(1)
+        table.add(1, 0)
     with pytest.raises(ValueError):
-        table.release(index, 1)  # already all free
+        table.add(0, 1)
+    index = table.add(1, 1)
+    with pytest.raises(ValueError):
+        table.release(index, 1)  # it holds no task
     table.remove(index)
     with pytest.raises(KeyError):
         table.release(index, 1)
@@ -71,10 +86,10 @@ def test_errors(impl):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_removed_executor_gets_no_offers_and_index_is_reused(impl):
     table = impl.SlotTable()
-    a, b = table.add(1), table.add(1)
+    a, b = table.add(1, 1), table.add(1, 1)
     table.remove(a)
     assert table.offer(5) == [(b, 1)]
-    c = table.add(3)
+    c = table.add(1, 3)
     assert c == a
     assert table.offer(5) == [(c, 3)]
 
@@ -87,7 +102,7 @@ def _run(impl, ops):
     for op, value in ops:
         try:
             if op == "add":
-                index = table.add(value)
+                index = table.add(1 + value % 3, value)
                 live[index] = 0
                 out.append(("add", index))
             elif op == "remove" and live:
@@ -129,7 +144,7 @@ def test_compiled_agrees_with_reference(ops):
 
 def test_agreement_at_scale():
     rng = random.Random(3)
-    ops = [("add", rng.randint(1, 8)) for _ in range(3000)]
+    ops = [("add", rng.randint(1, 16)) for _ in range(3000)]
     for _ in range(20000):
         ops.append((rng.choice(["offer", "release", "release", "remove", "add", "resize"]),
                     rng.randint(1, 64)))

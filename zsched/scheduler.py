@@ -82,7 +82,7 @@ class TaskScheduler:
 
     def add_executor(self, executor_id, routing_id, hostname, cores, pid, now):
         slots = cores * min(2, self.config.tasks_per_core)  # until its tasks' length is known
-        slot = self.slots.add(slots)
+        slot = self.slots.add(cores, slots)
         executor = ExecutorData(executor_id, routing_id, hostname, cores, pid, slot, slots, now)
         self.executors_by_slot[slot] = executor
         return executor
