@@ -302,10 +302,11 @@ def test_cluster_dies_with_its_owner(tmp_path):
         owner.stdout.close()
 
 
-def test_short_tasks_do_not_queue_behind_a_long_one_while_a_core_is_idle(cluster):
-    client = cluster.client()
-    long_task = client.submit(time.sleep, 20)
-    shorts = [client.submit(add, i) for i in range(20)]
-    assert [f.result(15) for f in shorts] == list(range(20))
-    assert not long_task.done()
-    client.shutdown(cancel_futures=True)
+def test_short_tasks_do_not_queue_behind_a_long_one_while_a_core_is_idle():
+    with zsched.LocalCluster(n_executors=2) as cluster:
+        client = cluster.client()
+        long_task = client.submit(time.sleep, 20)
+        shorts = [client.submit(add, i) for i in range(200)]
+        assert [f.result(15) for f in shorts] == list(range(200))
+        assert not long_task.done()
+        client.shutdown(cancel_futures=True)

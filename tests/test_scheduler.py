@@ -22,13 +22,16 @@ def test_offers_fill_windows_round_robin_and_results_reach_the_client():
     b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
     submit(scheduler, client, 5)
     launches = scheduler.resource_offers()
+    # one task per core until the executors' task length is known
     assert [(e.executor_id, [t.client_task_id for t in tasks]) for e, tasks in launches] == [
-        ("a", [1, 2]), ("b", [3, 4])]
-    assert scheduler.n_pending == 1
+        ("a", [1]), ("b", [2])]
+    assert scheduler.n_pending == 3
     task = launches[0][1][0]
     assert scheduler.status_updates(a, [[task.task_id, 1, TaskState.FINISHED, b"r"]], 0.001) == 0
     assert client.results == [[1, TaskState.FINISHED, b"r"]]
-    assert [t.client_task_id for _, ts in scheduler.resource_offers() for t in ts] == [5]
+    assert a.slots == 3  # 1 ms tasks: one running and two queued cover prefetch_seconds
+    assert [(e.executor_id, [t.client_task_id for t in ts])
+            for e, ts in scheduler.resource_offers()] == [("a", [3, 4, 5])]
 
 
 def test_stale_and_unknown_updates_are_counted_not_applied():
@@ -56,7 +59,7 @@ def test_window_never_exceeds_tasks_per_core():
 def test_window_grows_for_short_tasks_and_shrinks_for_long_ones():
     scheduler, client = make()
     a = scheduler.add_executor("a", b"ra", "h", 2, 10, 0.0)
-    assert a.slots == 4
+    assert a.slots == 2
     submit(scheduler, client, 1000)
     (_, tasks), = scheduler.resource_offers()
     scheduler.status_updates(a, [[t.task_id, 1, TaskState.FINISHED, b""] for t in tasks], 4e-6)
@@ -71,12 +74,12 @@ def test_window_grows_for_short_tasks_and_shrinks_for_long_ones():
 def test_lost_executor_requeues_its_tasks_first_then_fails_them_after_max_failures():
     scheduler, client = make(max_failures=2)
     submit(scheduler, client, 3)
-    e1 = scheduler.add_executor("1", b"r1", "h", 1, 10, 0.0)
+    e1 = scheduler.add_executor("1", b"r1", "h", 2, 10, 0.0)
     (_, first), = scheduler.resource_offers()
     assert [t.client_task_id for t in first] == [1, 2]
     scheduler.remove_executor(e1, "exited with code 1")
     assert [t.client_task_id for t in scheduler.pending] == [1, 2, 3]
-    e2 = scheduler.add_executor("2", b"r2", "h", 1, 11, 0.0)
+    e2 = scheduler.add_executor("2", b"r2", "h", 2, 11, 0.0)
     (_, second), = scheduler.resource_offers()
     assert [t.attempt for t in second] == [2, 2]
     scheduler.remove_executor(e2, "killed by signal SIGKILL")

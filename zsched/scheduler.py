@@ -81,7 +81,7 @@ class TaskScheduler:
     # -- executors
 
     def add_executor(self, executor_id, routing_id, hostname, cores, pid, now):
-        slots = cores * min(2, self.config.tasks_per_core)  # until its tasks' length is known
+        slots = cores  # nothing queued behind a task until the length of its tasks is known
         slot = self.slots.add(cores, slots)
         executor = ExecutorData(executor_id, routing_id, hostname, cores, pid, slot, slots, now)
         self.executors_by_slot[slot] = executor
