@@ -2,12 +2,10 @@
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import msgpack
 import psutil
-import pytest
 import zmq
 
 import zsched

@@ -19,7 +19,7 @@ def submit(scheduler, client, n, start=1):
 def test_offers_fill_windows_round_robin_and_results_reach_the_client():
     scheduler, client = make()
     a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
-    b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
+    scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
     submit(scheduler, client, 5)
     launches = scheduler.resource_offers()
     # one task per core until the executors' task length is known

@@ -3,6 +3,7 @@ selects the pure-Python reference ``_fastpath_py``. Both export ``NAMES``."""
 import os
 
 NAMES = ("SlotTable",)
+__all__ = [*NAMES, "IMPLEMENTATION"]
 
 if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0"):
     from ._fastpath_py import SlotTable
