@@ -156,41 +156,37 @@ cdef class SlotTable:
                 count += self._total[i] - self._held[i]
         return count
 
-    def offer(self, long n_tasks):
-        cdef Py_ssize_t index, i, n_touched = 0
-        cdef long remaining = n_tasks, limit
-        cdef Py_ssize_t capacity = self._capacity
-        while remaining > 0 and self._idle.length > 0:  # first, idle cores
-            index = ring_pop(&self._idle, capacity)
-            limit = self._cores[index] if self._cores[index] < self._total[index] else self._total[index]
+    cdef long _deal(self, Ring *ring, char *in_ring, bint up_to_cores, long remaining,
+                    Py_ssize_t *n_touched):
+        """Deal tasks one at a time round the ring, each executor up to its window (or up
+        to its cores as well); the tasks still to deal."""
+        cdef Py_ssize_t index, capacity = self._capacity
+        cdef long limit
+        while remaining > 0 and ring.length > 0:
+            index = ring_pop(ring, capacity)
+            limit = self._total[index]
+            if up_to_cores and self._cores[index] < limit:
+                limit = self._cores[index]
             if not self._active[index] or self._held[index] >= limit:
-                self._in_idle[index] = 0
+                in_ring[index] = 0
                 continue
             if self._assigned[index] == 0:
-                self._touched[n_touched] = index
-                n_touched += 1
+                self._touched[n_touched[0]] = index
+                n_touched[0] += 1
             self._assigned[index] += 1
             self._held[index] += 1
             remaining -= 1
             if self._held[index] < limit:
-                ring_push(&self._idle, index, capacity)
+                ring_push(ring, index, capacity)
             else:
-                self._in_idle[index] = 0
-        while remaining > 0 and self._ring.length > 0:  # then, room in the windows
-            index = ring_pop(&self._ring, capacity)
-            if not self._active[index] or self._held[index] >= self._total[index]:
-                self._in_ring[index] = 0
-                continue
-            if self._assigned[index] == 0:
-                self._touched[n_touched] = index
-                n_touched += 1
-            self._assigned[index] += 1
-            self._held[index] += 1
-            remaining -= 1
-            if self._held[index] < self._total[index]:
-                ring_push(&self._ring, index, capacity)
-            else:
-                self._in_ring[index] = 0
+                in_ring[index] = 0
+        return remaining
+
+    def offer(self, long n_tasks):
+        cdef Py_ssize_t index, i, n_touched = 0
+        cdef long remaining
+        remaining = self._deal(&self._idle, self._in_idle, True, n_tasks, &n_touched)  # idle cores
+        self._deal(&self._ring, self._in_ring, False, remaining, &n_touched)  # then queue room
         result = []
         for i in range(n_touched):
             index = self._touched[i]

@@ -84,36 +84,28 @@ class SlotTable:
         """Deal up to ``n_tasks`` tasks: ``[(executor index, count), ...]`` in the order each
         executor first received a task."""
         assigned = {}
-        remaining = n_tasks
+        remaining = self._deal(self._idle, self._in_idle, True, n_tasks, assigned)  # idle cores
+        self._deal(self._ring, self._in_ring, False, remaining, assigned)  # then queue room
+        return list(assigned.items())
+
+    def _deal(self, ring, in_ring, up_to_cores, remaining, assigned):
+        """Deal tasks one at a time round ``ring``, each executor up to its window (or up to
+        its cores as well); the tasks still to deal."""
         held, total, cores, active = self._held, self._total, self._cores, self._active
-        idle, in_idle = self._idle, self._in_idle
-        while remaining > 0 and idle:  # first, idle cores
-            index = idle.popleft()
-            limit = min(cores[index], total[index])
+        while remaining > 0 and ring:
+            index = ring.popleft()
+            limit = min(cores[index], total[index]) if up_to_cores else total[index]
             if not active[index] or held[index] >= limit:
-                in_idle[index] = False
+                in_ring[index] = False
                 continue
             assigned[index] = assigned.get(index, 0) + 1
             held[index] += 1
             remaining -= 1
             if held[index] < limit:
-                idle.append(index)
-            else:
-                in_idle[index] = False
-        ring, in_ring = self._ring, self._in_ring
-        while remaining > 0 and ring:  # then, room in the windows
-            index = ring.popleft()
-            if not active[index] or held[index] >= total[index]:
-                in_ring[index] = False
-                continue
-            assigned[index] = assigned.get(index, 0) + 1
-            held[index] += 1
-            remaining -= 1
-            if held[index] < total[index]:
                 ring.append(index)
             else:
                 in_ring[index] = False
-        return list(assigned.items())
+        return remaining
 
     def _enqueue(self, index):
         held = self._held[index]
