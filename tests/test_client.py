@@ -310,3 +310,23 @@ def test_short_tasks_do_not_queue_behind_a_long_one_while_a_core_is_idle():
         assert [f.result(15) for f in shorts] == list(range(200))
         assert not long_task.done()
         client.shutdown(cancel_futures=True)
+
+
+def test_cluster_started_beside_another_zsched_uses_its_own(tmp_path, monkeypatch):
+    """Started from a directory holding some other `zsched` (a checkout that is not built,
+    say), the driver and executors import the zsched that started them; the user's modules
+    in that directory still import on the executors."""
+    decoy = tmp_path / "zsched"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy zsched was imported')\n")
+    (tmp_path / "user_module_beside.py").write_text("VALUE = 42\n")
+    monkeypatch.chdir(tmp_path)
+
+    def read_user_module():
+        import user_module_beside
+        return user_module_beside.VALUE
+
+    with zsched.LocalCluster(n_executors=1) as cluster:
+        client = cluster.client()
+        assert client.submit(read_user_module).result(30) == 42
+        client.shutdown()

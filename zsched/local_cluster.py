@@ -20,6 +20,7 @@ import threading
 import time
 import weakref
 
+from .cluster.local import child_environment, module_command
 from .config import Config
 from .errors import DriverConnectionError
 from .security import create_secret_file
@@ -59,7 +60,7 @@ class LocalCluster:
         self._clients = weakref.WeakSet()
         self._private_dir = None
         self.secret_file = None
-        command = [sys.executable, "-m", "zsched.driver", "--host", host, "--port", str(port),
+        command = module_command("zsched.driver") + ["--host", host, "--port", str(port),
                    "--app-id", self.app_id, "--local", str(n_executors),
                    "--cores-per-executor", str(cores_per_executor), "--log-level", log_level,
                    "--exit-on-stdin-close"]
@@ -74,12 +75,8 @@ class LocalCluster:
             command += ["--secret-file", secret_file]
         for name, value in values.items():
             command += ["--conf", f"{name}={value}"]
-        # the driver and its executors import what this process can: zsched and user modules
-        package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        paths = [package_parent] + [p for p in sys.path if p and os.path.isdir(p)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
         self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         env=env, text=True)
+                                         env=child_environment(), text=True)
         _live_clusters.add(self)
         try:
             line = self._process.stdout.readline().strip()

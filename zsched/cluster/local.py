@@ -20,9 +20,31 @@ def describe_exit(returncode):
     return f"exited with code {returncode}"
 
 
+# ``python -m`` puts the working directory first on sys.path, so a child started in a zsched
+# checkout would import the checkout (perhaps unbuilt) instead of the zsched that started
+# it. This runs the module as ``-m`` does, with the working directory moved to the end of
+# the path: PYTHONPATH (which names the parent's zsched first) wins, and the user's modules
+# in the working directory still import.
+_RUN_MODULE = ("import runpy, sys; sys.path.append(sys.path.pop(0)); "
+               "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+
+
+def module_command(module, python=sys.executable):
+    """The command that runs ``module`` like ``python -m module`` in a child process."""
+    return [python, "-c", _RUN_MODULE.format(module=module)]
+
+
+def child_environment():
+    """The environment for a child process: it imports what this process can (this zsched
+    first, then the user's modules wherever they were found)."""
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    paths = [package_parent] + [p for p in sys.path if p and os.path.isdir(p)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+
+
 def executor_command(driver_url, executor_id, hostname, cores, app_id, secret_file=None,
                      python=sys.executable, log_level=None):
-    command = [python, "-m", "zsched.executor", "--driver-url", driver_url,
+    command = module_command("zsched.executor", python) + ["--driver-url", driver_url,
                "--executor-id", executor_id, "--hostname", hostname,
                "--cores", str(cores), "--app-id", app_id]
     if secret_file:
@@ -60,13 +82,8 @@ class LocalClusterManager:
         command = executor_command(self._driver_url, executor_id, self.hostname,
                                    self.cores_per_executor, self._app_id, self._secret_file,
                                    log_level=self.log_level)
-        # executors on this host import what the driver's process can: zsched itself and
-        # the user's modules, wherever they were found
-        env = dict(os.environ)
-        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        paths = [package_parent] + [p for p in sys.path if p and os.path.isdir(p)]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        self._processes[executor_id] = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+        self._processes[executor_id] = subprocess.Popen(command, env=child_environment(),
+                                                        stdin=subprocess.DEVNULL)
         log.info("started executor %s (pid %d)", executor_id, self._processes[executor_id].pid)
 
     def launched_ids(self):
