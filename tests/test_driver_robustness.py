@@ -31,7 +31,7 @@ JUNK = [
     [bytes((p.VERSION, p.MsgType.LAUNCH_TASKS)) + msgpack.packb([{}, []])],  # not for a driver
     [b"two", b"frames"],
     [p.encode(p.StatusUpdates(1, 0.0, [[1, 1, 1, b"x"]]))],              # not registered
-    [p.encode(p.SubmitTasks({}, [[1, b"k", b"a"]]))],                    # no hello
+    [p.encode(p.SubmitTasks({}, [[1, b"k", b"a", 0]]))],                    # no hello
     [os.urandom(100_000)],
 ]
 

@@ -62,8 +62,13 @@ def test_resize_grows_at_once_and_shrinks_as_tasks_end(impl):
     assert table.free(a) == -3 and table.offer(10) == []
     table.release(a, 4)
     assert table.free(a) == 1 and table.offer(10) == [(a, 1)]
+    table.resize(a, 0)            # closed: offered nothing, whatever it holds
+    table.release(a, 2)
+    assert table.free(a) == 0 and table.offer(10) == []
+    table.resize(a, 1)
+    assert table.offer(10) == [(a, 1)]
     with pytest.raises(ValueError):
-        table.resize(a, 0)
+        table.resize(a, -1)
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
@@ -118,7 +123,7 @@ def _run(impl, ops):
                 out.append(("release", index, n))
             elif op == "resize" and live:
                 index = sorted(live)[value % len(live)]
-                table.resize(index, 1 + value % 7)
+                table.resize(index, value % 7)
                 out.append(("resize", index, table.free(index), table.total(index)))
             elif op == "offer":
                 result = table.offer(value)

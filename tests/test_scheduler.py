@@ -12,8 +12,8 @@ def make(**settings):
     return scheduler, client
 
 
-def submit(scheduler, client, n, start=1):
-    scheduler.submit(client, [[i, b"f", b"args"] for i in range(start, start + n)])
+def submit(scheduler, client, n, start=1, retries=0):
+    scheduler.submit(client, [[i, b"f", b"args", retries] for i in range(start, start + n)])
 
 
 def test_offers_fill_windows_round_robin_and_results_reach_the_client():
@@ -78,7 +78,8 @@ def test_lost_executor_requeues_its_tasks_first_then_fails_them_after_max_failur
     (_, first), = scheduler.resource_offers()
     assert [t.client_task_id for t in first] == [1, 2]
     scheduler.remove_executor(e1, "exited with code 1")
-    assert [t.client_task_id for t in scheduler.pending] == [1, 2, 3]
+    assert [t.client_task_id for t in scheduler.suspects] == [1, 2]
+    assert [t.client_task_id for t in scheduler.pending] == [3]
     e2 = scheduler.add_executor("2", b"r2", "h", 2, 11, 0.0)
     (_, second), = scheduler.resource_offers()
     assert [t.attempt for t in second] == [2, 2]
@@ -104,3 +105,84 @@ def test_cancel_drops_queued_tasks_and_reports_running_ones_for_killing():
     (_, [third]), = scheduler.resource_offers()
     assert third.client_task_id == 3
     assert client.results == []
+
+
+def finish_all(scheduler, executor, tasks, state=TaskState.FINISHED, busy=1e-5):
+    scheduler.status_updates(executor, [[t.task_id, t.attempt, state, b""] for t in tasks], busy)
+
+
+def test_tasks_of_a_lost_executor_are_suspects_run_on_idle_cores_with_nothing_queued_behind():
+    scheduler, client = make()
+    a = scheduler.add_executor("a", b"ra", "h", 2, 10, 0.0)
+    b = scheduler.add_executor("b", b"rb", "h", 2, 11, 0.0)
+    submit(scheduler, client, 1000)
+    for executor, tasks in scheduler.resource_offers():
+        finish_all(scheduler, executor, tasks)
+    assert a.slots == b.slots == 128                 # short tasks: deep windows
+    held = dict(scheduler.resource_offers())
+    assert len(held[a]) == len(held[b]) == 128
+    scheduler.remove_executor(a, "killed by signal SIGKILL")
+    assert len(scheduler.suspects) == 128 and all(len(t.failures) == 1 for t in scheduler.suspects)
+    assert scheduler.resource_offers() == []        # b is full...
+    assert scheduler.clamped and b.slots == 2       # ...and no longer queues: it drains
+    finish_all(scheduler, b, held[b][:127])
+    (executor, tasks), = scheduler.resource_offers()
+    # one task still held, so one idle core: the oldest suspect, alone
+    assert executor is b and [t.client_task_id for t in tasks] == [held[a][0].client_task_id]
+    assert b.suspects == 1 and b.slots == 2
+    scheduler.remove_executor(b, "killed by signal SIGKILL")
+    # only the suspect and the task really running beside it are charged again
+    assert len(held[a][0].failures) == 2 and len(held[b][127].failures) == 1
+    c = scheduler.add_executor("c", b"rc", "h", 2, 12, 0.0)
+    while scheduler.suspects:
+        launched = scheduler.resource_offers()
+        assert all(len(tasks) <= 2 for _, tasks in launched)
+        for executor, tasks in launched:
+            finish_all(scheduler, executor, tasks)
+    scheduler.resource_offers()
+    assert not scheduler.clamped
+    finish_all(scheduler, c, list(c.running.values()))
+    assert c.slots > 2                              # windows open again
+
+
+def test_losses_caused_by_the_driver_are_not_charged():
+    scheduler, client = make(max_failures=1)
+    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    submit(scheduler, client, 1)
+    scheduler.resource_offers()
+    scheduler.remove_executor(a, "decommissioned", count_failure=False)
+    assert client.results == [] and [t.failures for t in scheduler.pending] == [[]]
+
+
+def test_a_failed_task_runs_again_only_when_the_caller_asked_for_retries():
+    scheduler, client = make()
+    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    submit(scheduler, client, 1, retries=2)
+    submit(scheduler, client, 1, start=2)
+    attempts = []
+    while len(client.results) < 2:
+        for executor, tasks in scheduler.resource_offers():
+            attempts += [(t.client_task_id, t.attempt) for t in tasks]
+            finish_all(scheduler, executor, tasks, TaskState.FAILED)
+    assert sorted(attempts) == [(1, 1), (1, 2), (1, 3), (2, 1)]
+    assert [row[1] for row in client.results] == [TaskState.FAILED] * 2
+    assert scheduler.counts["retried"] == 2
+
+
+def test_decommissioned_executor_is_offered_nothing_and_returned_tasks_run_elsewhere():
+    scheduler, client = make()
+    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    submit(scheduler, client, 200)
+    (_, tasks), = scheduler.resource_offers()
+    finish_all(scheduler, a, tasks)
+    (_, held), = scheduler.resource_offers()
+    assert len(held) > 2
+    scheduler.decommission(a)
+    b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
+    launched = scheduler.resource_offers()
+    assert [e for e, _ in launched] == [b]
+    finish_all(scheduler, a, held[:1])
+    finish_all(scheduler, a, held[1:], TaskState.RETURNED)
+    assert not a.running and held[1].failures == [] and scheduler.pending[0] is held[1]
+    scheduler.remove_executor(a, "decommissioned", count_failure=False)
+    assert a.tasks_done == 1 and a.tasks_failed == 0

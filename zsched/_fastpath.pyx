@@ -135,8 +135,8 @@ cdef class SlotTable:
 
     def resize(self, Py_ssize_t index, long slots):
         self._check(index)
-        if slots < 1:
-            raise ValueError("an executor needs at least one slot")
+        if slots < 0:
+            raise ValueError("a window cannot be negative")
         self._total[index] = slots
         self._enqueue(index)
 

@@ -62,10 +62,11 @@ class SlotTable:
 
     def resize(self, index, slots):
         """Give the executor a window of ``slots`` tasks. Tasks keep the slots they hold, so
-        the free count goes below zero after a shrink until enough of them end."""
+        the free count goes below zero after a shrink until enough of them end. A window
+        of 0 closes the executor to offers."""
         self._check(index)
-        if slots < 1:
-            raise ValueError("an executor needs at least one slot")
+        if slots < 0:
+            raise ValueError("a window cannot be negative")
         self._total[index] = slots
         self._enqueue(index)
 

@@ -48,6 +48,9 @@ class MsgType(IntEnum):
     STOP_EXECUTOR = 14
     SHUTDOWN = 15
     HEARTBEAT_ACK = 16
+    DECOMMISSION_EXECUTOR = 17
+    # driver -> executor or client: "are you there?" (ignored; a send to a peer that is gone fails)
+    PROBE = 18
     # client -> driver
     CLIENT_HELLO = 20
     SUBMIT_TASKS = 21
@@ -68,6 +71,7 @@ class TaskState(IntEnum):
     FAILED = 2     # payload: the pickled (exception, traceback text) raised by the task
     KILLED = 3     # payload: reason, utf-8
     ERROR = 4      # payload: utf-8 text of a failure that is not the task's own exception
+    RETURNED = 5   # executor -> driver only: given back unstarted (decommissioning); payload empty
 
 
 # ---------------------------------------------------------------- field checks
@@ -176,7 +180,7 @@ class Heartbeat(Message):
 @_message(MsgType.REMOVE_EXECUTOR, _str, _str)
 class RemoveExecutor(Message):
     executor_id: str
-    reason: str
+    reason: str  # why the executor leaves (sent by itself) or should be removed (by a client)
 
 
 # -- driver -> executor
@@ -220,6 +224,18 @@ class HeartbeatAck(Message):
     incarnation: int
 
 
+@_message(MsgType.DECOMMISSION_EXECUTOR, _str)
+class DecommissionExecutor(Message):
+    """Take no new tasks, give back the unstarted ones (RETURNED), finish the running
+    ones, then exit 0."""
+    reason: str
+
+
+@_message(MsgType.PROBE)
+class Probe(Message):
+    pass
+
+
 # -- client -> driver
 
 @_message(MsgType.CLIENT_HELLO, _int)
@@ -227,10 +243,11 @@ class ClientHello(Message):
     pid: int
 
 
-@_message(MsgType.SUBMIT_TASKS, _dict_of(_bytes, _bytes), _rows(int, bytes, bytes))
+@_message(MsgType.SUBMIT_TASKS, _dict_of(_bytes, _bytes), _rows(int, bytes, bytes, int))
 class SubmitTasks(Message):
     functions: dict  # digest -> cloudpickled function, for digests new to the driver
-    tasks: list      # [[client task id, function digest, pickled (args, kwargs)], ...]
+    tasks: list      # [[client task id, function digest, pickled (args, kwargs), retries], ...]
+    # retries: how many times the task is run again after it raises (0: never)
 
 
 @_message(MsgType.CANCEL_TASKS, _list_of(_int))

@@ -31,8 +31,8 @@ class ExecutorData:
     """A registered executor as the driver sees it."""
 
     __slots__ = ("executor_id", "routing_id", "hostname", "cores", "pid", "slot", "slots",
-                 "task_seconds", "running", "functions", "registered_at", "last_seen", "metrics",
-                 "tasks_done", "tasks_failed")
+                 "task_seconds", "running", "suspects", "decommissioning", "functions",
+                 "registered_at", "last_seen", "metrics", "tasks_done", "tasks_failed")
 
     def __init__(self, executor_id, routing_id, hostname, cores, pid, slot, slots, now):
         self.executor_id = executor_id
@@ -43,7 +43,9 @@ class ExecutorData:
         self.slot = slot          # index in the SlotTable
         self.slots = slots        # tasks it may hold, running and queued
         self.task_seconds = None  # moving average of its tasks' run time
-        self.running = {}         # task id -> Task launched here and not yet reported
+        self.running = {}         # task id -> Task launched here and not yet reported, in launch order
+        self.suspects = 0         # tasks among ``running`` that were on a lost executor before
+        self.decommissioning = False
         self.functions = set()    # function digests this executor already holds
         self.registered_at = now
         self.last_seen = now
@@ -53,28 +55,42 @@ class ExecutorData:
 
 
 class Task:
-    __slots__ = ("task_id", "client", "client_task_id", "function", "args",
+    __slots__ = ("task_id", "client", "client_task_id", "function", "args", "retries",
                  "attempt", "executor", "failures", "cancelled")
 
-    def __init__(self, task_id, client, client_task_id, function, args):
+    def __init__(self, task_id, client, client_task_id, function, args, retries):
         self.task_id = task_id
         self.client = client
         self.client_task_id = client_task_id
         self.function = function  # digest
         self.args = args          # pickled (args, kwargs)
+        self.retries = retries    # runs left after the task raises
         self.attempt = 0          # number of the latest launch
         self.executor = None      # ExecutorData while launched
-        self.failures = []        # (executor id, reason) of each system failure
+        self.failures = []        # (attempt, executor id, reason) of each system failure
         self.cancelled = False
 
 
 class TaskScheduler:
+    """Queued tasks, the tasks each executor holds, and the decisions between them.
+
+    An executor holds more tasks than it has cores (its window, see ``slots_per_core``), so
+    when it is lost the driver cannot tell which of them had started. All of them are
+    charged a failure, and from then on they are *suspects*: a suspect is launched only
+    onto an idle core and its executor queues nothing behind it while it runs, so a later
+    loss is charged only to tasks that were really running (as Spark charges the tasks
+    running on a lost executor). While suspects wait, every window shrinks to its cores so
+    that idle cores appear even under a flood of short tasks.
+    """
+
     def __init__(self, config):
         self.config = config
         self.slots = SlotTable()
         self.executors_by_slot = {}
         self.pending = deque()       # Tasks waiting for a slot, oldest first
-        self.n_pending = 0           # pending tasks not cancelled
+        self.suspects = deque()      # Tasks waiting for a slot after a lost executor
+        self.n_pending = 0           # tasks not cancelled in pending and suspects
+        self.clamped = False         # windows are held to the cores while suspects wait
         self._next_task_id = 1
         self.counts = {"submitted": 0, "finished": 0, "failed": 0, "cancelled": 0, "retried": 0}
 
@@ -95,54 +111,72 @@ class TaskScheduler:
         queued = math.ceil(self.config.prefetch_seconds / max(task_seconds, 1e-7))
         return max(1, min(self.config.tasks_per_core, 1 + max(1, queued)))
 
-    def _adapt_window(self, executor, busy, n_tasks):
-        sample = busy / n_tasks
-        average = executor.task_seconds
-        executor.task_seconds = sample if average is None else 0.8 * average + 0.2 * sample
-        slots = executor.cores * self.slots_per_core(executor.task_seconds)
+    def _window(self, executor):
+        if executor.decommissioning:
+            return 0
+        if self.clamped or executor.suspects or executor.task_seconds is None:
+            return executor.cores
+        return executor.cores * self.slots_per_core(executor.task_seconds)
+
+    def _apply_window(self, executor):
+        slots = self._window(executor)
         if slots != executor.slots:
             executor.slots = slots
             self.slots.resize(executor.slot, slots)
 
+    def _adapt_window(self, executor, busy, n_tasks):
+        sample = busy / n_tasks
+        average = executor.task_seconds
+        executor.task_seconds = sample if average is None else 0.8 * average + 0.2 * sample
+        self._apply_window(executor)
+
+    def _set_clamped(self, clamped):
+        self.clamped = clamped
+        for executor in self.executors_by_slot.values():
+            self._apply_window(executor)
+
+    def decommission(self, executor):
+        """Offer ``executor`` nothing more; it gives back what it has not started."""
+        executor.decommissioning = True
+        self._apply_window(executor)
+
     def remove_executor(self, executor, reason, count_failure=True):
-        """Forget ``executor``; its running tasks go back to the queue, or fail once they
-        have used up ``max_failures``. Returns the clients that got results."""
+        """Forget ``executor``; its tasks go back to the queue (before newer submissions),
+        or fail once they have used up ``max_failures``. ``count_failure`` is False when the
+        driver itself caused the loss (kill, decommission)."""
         self.slots.remove(executor.slot)
         del self.executors_by_slot[executor.slot]
-        touched = set()
-        requeue = []
-        for task in executor.running.values():
+        for task in reversed(list(executor.running.values())):
             task.executor = None
             if task.cancelled:
                 continue
             if count_failure:
-                task.failures.append((executor.executor_id, reason))
+                task.failures.append((task.attempt, executor.executor_id, reason))
             if len(task.failures) >= self.config.max_failures:
-                attempts = "; ".join(f"attempt {i + 1} on executor {eid}: {why}"
-                                     for i, (eid, why) in enumerate(task.failures))
+                attempts = "; ".join(f"attempt {attempt} on executor {eid}: {why}"
+                                     for attempt, eid, why in task.failures)
                 self._finish(task, TaskState.ERROR,
                              f"task {task.client_task_id} failed {len(task.failures)} times "
                              f"(max_failures={self.config.max_failures}): {attempts}".encode())
-                touched.add(task.client)
             else:
                 self.counts["retried"] += 1
-                requeue.append(task)
+                self._requeue(task)
         executor.running.clear()
-        # lost tasks run before newer submissions
-        for task in reversed(requeue):
-            self.pending.appendleft(task)
-            self.n_pending += 1
-        return touched
+        executor.suspects = 0
+
+    def _requeue(self, task):
+        (self.suspects if task.failures else self.pending).appendleft(task)
+        self.n_pending += 1
 
     # -- submissions
 
     def submit(self, client, tasks):
-        """Queue ``[[client task id, digest, args], ...]`` from ``client``."""
+        """Queue ``[[client task id, digest, args, retries], ...]`` from ``client``."""
         next_id = self._next_task_id
         pending_append = self.pending.append
         client_tasks = client.tasks
-        for client_task_id, digest, args in tasks:
-            task = Task(next_id, client, client_task_id, digest, args)
+        for client_task_id, digest, args, retries in tasks:
+            task = Task(next_id, client, client_task_id, digest, args, retries)
             next_id += 1
             client_tasks[client_task_id] = task
             pending_append(task)
@@ -171,20 +205,33 @@ class TaskScheduler:
 
     # -- offers
 
+    def _next_queued(self):
+        """The next task to launch (suspects first), or None."""
+        for queue in (self.suspects, self.pending):
+            while queue:
+                task = queue.popleft()
+                if not task.cancelled:
+                    return task
+        return None
+
     def resource_offers(self):
         """Deal queued tasks to free slots: ``[(executor, [Task, ...]), ...]``."""
         if self.n_pending == 0:
             return []
+        if self.suspects and not self.clamped:
+            self._set_clamped(True)
         launches = []
-        pending = self.pending
+        next_queued = self._next_queued
         for slot, count in self.slots.offer(self.n_pending):
             executor = self.executors_by_slot[slot]
             batch = []
             running = executor.running
-            while len(batch) < count and pending:
-                task = pending.popleft()
-                if task.cancelled:
-                    continue
+            while len(batch) < count:
+                task = next_queued()
+                if task is None:
+                    break
+                if task.failures:
+                    executor.suspects += 1
                 task.attempt += 1
                 task.executor = executor
                 running[task.task_id] = task
@@ -194,6 +241,8 @@ class TaskScheduler:
                 self.slots.release(slot, count - len(batch))
             if batch:
                 launches.append((executor, batch))
+        if self.clamped and not self.suspects:
+            self._set_clamped(False)
         return launches
 
     # -- status updates
@@ -206,6 +255,8 @@ class TaskScheduler:
         running = executor.running
         stale = 0
         freed = 0
+        ran = 0
+        returned = []
         for task_id, attempt, state, payload in updates:
             task = running.get(task_id)
             if task is None or task.attempt != attempt:
@@ -214,16 +265,34 @@ class TaskScheduler:
             del running[task_id]
             freed += 1
             task.executor = None
+            if task.failures:
+                executor.suspects -= 1
+            if state == TaskState.RETURNED:  # given back unstarted: not the task's failure
+                if not task.cancelled:
+                    returned.append(task)
+                continue
+            ran += 1
             if state == TaskState.FINISHED:
                 executor.tasks_done += 1
             else:
                 executor.tasks_failed += 1
             if task.cancelled:
                 continue
+            if state == TaskState.FAILED and task.retries > 0:
+                task.retries -= 1
+                self.counts["retried"] += 1
+                self.pending.appendleft(task)
+                self.n_pending += 1
+                continue
             self._finish(task, state, payload)
+        for task in reversed(returned):  # first in the queue, in their order
+            self._requeue(task)
         if freed:
             self.slots.release(executor.slot, freed)
-            self._adapt_window(executor, busy, freed)
+            if ran:
+                self._adapt_window(executor, busy, ran)
+            else:
+                self._apply_window(executor)
         return stale
 
     def _finish(self, task, state, payload):
