@@ -75,10 +75,14 @@ class Client(concurrent.futures.Executor):
     a driver started with ``--insecure`` accepts.
     """
 
-    def __init__(self, address=None, *, secret_file=None, timeout=30):
+    def __init__(self, address=None, *, secret_file=None, timeout=30, retries=0):
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
         self._closed = False
         self._owned_cluster = None
+        self._lost = None                 # DriverConnectionError once the driver is gone
         self.timeout = timeout
+        self.retries = retries
         if address is None:
             from .local_cluster import LocalCluster
             self._owned_cluster = LocalCluster(n_executors=os.cpu_count() or 1)
@@ -152,6 +156,7 @@ class Client(concurrent.futures.Executor):
         self.app_id = msg.app_id
         self.incarnation = msg.incarnation
         self.config = Config.from_mapping(msg.settings)
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         return sock
 
     # ------------------------------------------------------------ submitting
@@ -176,8 +181,14 @@ class Client(concurrent.futures.Executor):
     def _check_open(self):
         if self._shutdown:
             raise RuntimeError("cannot schedule new futures after shutdown")
+        if self._lost is not None:
+            raise self._lost
 
-    def _new_future(self, digest, fn_size, args, kwargs):
+    def options(self, *, retries=None):
+        """A view of this client whose ``submit`` and ``map`` use these options."""
+        return ClientOptions(self, self.retries if retries is None else retries)
+
+    def _new_future(self, digest, fn_size, args, kwargs, retries):
         task_id = next(self._task_ids)
         future = TaskFuture(self, task_id)
         try:
@@ -189,13 +200,16 @@ class Client(concurrent.futures.Executor):
             future.set_exception(MessageTooLarge(f"task {task_id}", size, self.config.max_message_size))
             return future, None
         self._futures[task_id] = future
-        return future, (task_id, digest, payload)
+        return future, (task_id, digest, payload, retries)
 
     def submit(self, fn, /, *args, **kwargs):
+        return self._submit(self.retries, fn, args, kwargs)
+
+    def _submit(self, retries, fn, args, kwargs):
         with self._shutdown_lock:
             self._check_open()
             digest, fn_size = self._function_digest(fn)
-            future, item = self._new_future(digest, fn_size, args, kwargs)
+            future, item = self._new_future(digest, fn_size, args, kwargs, retries)
             if item is not None:
                 self._outbox.append(item)
                 self._wake()
@@ -203,6 +217,9 @@ class Client(concurrent.futures.Executor):
 
     def map(self, fn, *iterables, timeout=None, chunksize=1):
         """Like ``Executor.map``: results in order; ``chunksize`` > 1 runs that many calls per task."""
+        return self._map(self.retries, fn, iterables, timeout, chunksize)
+
+    def _map(self, retries, fn, iterables, timeout, chunksize):
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1")
         end_time = None if timeout is None else timeout + time.monotonic()
@@ -216,7 +233,7 @@ class Client(concurrent.futures.Executor):
             digest, fn_size = self._function_digest(fn)
             batch = []
             for args in arg_tuples:
-                future, item = self._new_future(digest, fn_size, args, {})
+                future, item = self._new_future(digest, fn_size, args, {}, retries)
                 futures.append(future)
                 if item is not None:
                     batch.append(item)
@@ -263,6 +280,8 @@ class Client(concurrent.futures.Executor):
     # ------------------------------------------------------------ administration
 
     def _admin(self, operation, *args, timeout=None):
+        if self._lost is not None:
+            raise self._lost
         if self._io_stopped:
             raise RuntimeError("the client is shut down")
         request_id = next(self._admin_ids)
@@ -289,6 +308,16 @@ class Client(concurrent.futures.Executor):
         """Executors, task counts and recent executor losses, as the driver sees them."""
         return self._admin("status")
 
+    def decommission_executors(self, executor_ids):
+        """Decommission executors: they take no new tasks, finish their running ones
+        (whose results arrive as usual), then exit; not counted as failures, not replaced.
+        Their unstarted tasks run elsewhere. Returns the ids the driver acknowledged."""
+        return self._admin("decommission_executors", list(executor_ids))
+
+    def decommission_executors_on_host(self, host):
+        """Decommission every executor on ``host``; True if there was one."""
+        return self._admin("decommission_executors_on_host", host)
+
     # ------------------------------------------------------------ I/O thread
 
     def _io_loop(self):
@@ -296,6 +325,7 @@ class Client(concurrent.futures.Executor):
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
         self._sent_functions = set()
         try:
             while True:
@@ -310,7 +340,10 @@ class Client(concurrent.futures.Executor):
                     break
                 if sock in events:
                     self._receive()
-            log.debug("client I/O thread ended: shutdown")
+                if self._monitor in events:  # after the results the driver sent before it went
+                    self._driver_lost()
+                    break
+            log.debug("client I/O thread ended: %s", self._lost or "shutdown")
         except Exception as exc:
             log.exception("client I/O thread ended by an error")
             self._fail_all(TaskFailed(f"the client's connection failed: {exc!r}"))
@@ -329,7 +362,7 @@ class Client(concurrent.futures.Executor):
         tasks = []
         while outbox:
             item = outbox.popleft()
-            if len(item) == 3:  # a task: (task id, digest, args)
+            if type(item[0]) is int:  # a task: (task id, digest, args, retries)
                 tasks.append(list(item))
                 continue
             self._send_tasks(tasks)  # control messages keep their order with tasks
@@ -343,6 +376,8 @@ class Client(concurrent.futures.Executor):
         return False
 
     def _send_tasks(self, tasks):
+        if self._lost is not None:
+            return
         for functions, batch in p.batch_tasks(tasks, 1, 2, self._function_blobs, self._sent_functions,
                                               self.config.max_message_size):
             self._socket.send(p.encode(p.SubmitTasks(functions, batch)))
@@ -372,6 +407,19 @@ class Client(concurrent.futures.Executor):
                         future.set_exception(DriverConnectionError(msg.value))
                     else:
                         future.set_exception(ValueError(msg.value))
+
+    def _driver_lost(self):
+        """The connection to the driver is gone (the driver stopped or died, or was silent
+        past the heartbeat timeout): the driver has forgotten this client, so every pending
+        future fails now rather than wait forever."""
+        self._lost = DriverConnectionError(
+            f"lost the connection to driver {self.address} (it stopped, died or became "
+            "unreachable); its pending tasks cannot complete")
+        log.error("%s", self._lost)
+        self._fail_all(self._lost)
+        for future in list(self._admin_futures.values()):
+            if not future.done():
+                future.set_exception(self._lost)
 
     def _complete(self, results):
         futures = self._futures
@@ -447,7 +495,9 @@ class Client(concurrent.futures.Executor):
     def _close_resources(self):
         sock = getattr(self, "_socket", None)
         if sock is not None:
-            sock.close(linger=1000)
+            sock.disable_monitor()
+            self._monitor.close(linger=0)
+            sock.close(linger=0 if self._lost else 1000)
         self._context.term()
         for fd in (self._wake_r, self._wake_w):
             try:
@@ -461,3 +511,19 @@ class Client(concurrent.futures.Executor):
     def __exit__(self, *exc_info):
         self.shutdown(wait=True)
         return False
+
+
+class ClientOptions:
+    """``client.options(retries=N)``: ``submit`` and ``map`` of a client with other options."""
+
+    def __init__(self, client, retries):
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        self.client = client
+        self.retries = retries
+
+    def submit(self, fn, /, *args, **kwargs):
+        return self.client._submit(self.retries, fn, args, kwargs)
+
+    def map(self, fn, *iterables, timeout=None, chunksize=1):
+        return self.client._map(self.retries, fn, iterables, timeout, chunksize)

@@ -65,7 +65,12 @@ class Driver:
         self._warned_peers = set()
         self._started_at = clock()
         self._thread = None
-        self._losses = []             # recent (executor id, reason)
+        self._losses = []             # recent (executor id, host, reason, time)
+        self._late = set()            # executors reported late with their heartbeats
+        self._probe_at = None         # when to probe the peers again after a disconnect
+        self.target_executors = initial_executors  # executors the cluster manager keeps running
+        self._start_failures = 0      # executors in a row that ended before registering
+        self._next_start = 0.0        # no replacement is started before this time (backoff)
         self.bind()
 
     # ------------------------------------------------------------ set-up
@@ -93,6 +98,9 @@ class Driver:
             router.bind(f"tcp://{self.host}:{self.port}")
             port = self.port
         self.router = router
+        # a lost connection (peer process gone, or silent past the ZMTP heartbeat timeout)
+        # is an event here; which peer it was is found by probing (see _probe_peers)
+        self.monitor = router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self.port = port
         advertised = self.host
         if advertised in ("0.0.0.0", "*", ""):
@@ -127,8 +135,8 @@ class Driver:
         try:
             if self.cluster_manager is not None:
                 self.cluster_manager.attach(self.url, self.app_id, self.secret_file)
-                if self.initial_executors:
-                    self.cluster_manager.request_total(self.initial_executors)
+                if self.target_executors:
+                    self.cluster_manager.request_total(self.target_executors)
             self.ready_event.set()
             self._loop()
             log.info("driver loop ended: stop requested")
@@ -143,6 +151,7 @@ class Driver:
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self.monitor, zmq.POLLIN)
         if self.zap is not None:
             poller.register(self.zap.socket, zmq.POLLIN)
         if self.stop_on_eof_fd is not None:
@@ -151,6 +160,7 @@ class Driver:
             [self.config.revive_interval, self._revive_offers],
             [min(1.0, self.config.executor_heartbeat_timeout / 4), self._check_heartbeats],
             [0.2, self._check_executor_exits],
+            [0.1, self._probe_again],
         ]
         now = self.clock()
         for timer in timers:
@@ -168,6 +178,8 @@ class Driver:
             if self.stop_on_eof_fd in events and not os.read(self.stop_on_eof_fd, 4096):
                 log.info("stopping: the process that started this driver is gone (stdin closed)")
                 break
+            if self.monitor in events:
+                self._on_disconnects()
             if self.router in events:
                 self._receive()
             now = self.clock()
@@ -243,17 +255,28 @@ class Driver:
         self.executors_by_rid[rid] = executor
         log.info("Registered executor %s on %s (pid %d) with %d core(s)",
                  executor_id, msg.hostname, msg.pid, msg.cores)
+        if self.cluster_manager is not None:
+            self.cluster_manager.registered(executor_id)
+        self._start_failures = 0
         self._send(rid, p.RegisteredExecutor(self.incarnation, self.config.to_settings()))
         self._offers_needed = True
 
     def _executor_for(self, rid, incarnation=None):
         executor = self.executors_by_rid.get(rid)
         if executor is None or (incarnation is not None and incarnation != self.incarnation):
-            self._warn_peer(rid, "message from an executor that is not registered with this driver")
+            # an executor declared lost and then woken, or one of an earlier driver: what it
+            # says is ignored (its tasks already run elsewhere) and it is told to exit
+            if rid not in self._warned_peers:
+                self._warned_peers.add(rid)
+                log.info("ignoring an executor that is not registered with this driver "
+                         "(peer %s); told it to exit", rid.hex())
             self._send(rid, p.StopExecutor("not registered with this driver (removed, or from "
-                                           "an earlier driver incarnation)"))
+                                           "an earlier driver incarnation)"), quiet=True)
             return None
         executor.last_seen = self.clock()
+        if executor.executor_id in self._late:
+            self._late.discard(executor.executor_id)
+            log.warning("executor %s is heard from again", executor.executor_id)
         return executor
 
     def _on_status_updates(self, rid, msg):
@@ -276,22 +299,30 @@ class Driver:
     def _on_remove_executor(self, rid, msg):
         executor = self.executors_by_rid.get(rid)
         if executor is not None:  # the executor reports its own exit
-            self.remove_executor(executor.executor_id, msg.reason, notify=False)
+            self.remove_executor(executor.executor_id, msg.reason, notify=False,
+                                 count_failure=not executor.decommissioning)
         elif rid in self.clients:
             self.remove_executor(msg.executor_id, msg.reason or "removed by a client")
         else:
             self._warn_peer(rid, "RemoveExecutor from an unknown peer")
 
     def remove_executor(self, executor_id, reason, notify=True, count_failure=True):
+        """Forget an executor (its tasks run elsewhere) for ``reason``; ``notify`` tells it to
+        exit; ``count_failure`` is False when the driver caused the loss."""
         executor = self.executors.pop(executor_id, None)
         if executor is None:
             return False
         del self.executors_by_rid[executor.routing_id]
+        self._late.discard(executor_id)
+        if executor.decommissioning:
+            count_failure = False
         log.warning("Removed executor %s on %s: %s (%d task(s) were running)",
                     executor_id, executor.hostname, reason, len(executor.running))
         self._losses.append((executor_id, executor.hostname, reason, time.time()))
         del self._losses[:-100]
         self.scheduler.remove_executor(executor, reason, count_failure)
+        if self.cluster_manager is not None:
+            self.cluster_manager.kill([executor_id])  # if it still runs; it is replaced
         if notify:
             self._send(executor.routing_id, p.StopExecutor(reason), quiet=True)
         self._offers_needed = True
@@ -360,7 +391,8 @@ class Driver:
     def _on_stop_executors(self, rid, msg):
         if self._client_for(rid) is not None:
             for executor_id in list(self.executors):
-                self.remove_executor(executor_id, "stopped by a client (StopExecutors)",
+                self._forget_target(executor_id)
+                self.remove_executor(executor_id, "killed by the driver (StopExecutors from a client)",
                                      count_failure=False)
 
     def _on_admin_request(self, rid, msg):
@@ -391,6 +423,8 @@ class Driver:
             "ready": self.is_ready(),
             "executors": [
                 {"id": e.executor_id, "host": e.hostname, "cores": e.cores, "pid": e.pid,
+                 "state": "decommissioning" if e.decommissioning else (
+                     "late" if e.executor_id in self._late else "active"),
                  "running": len(e.running), "slots": e.slots,
                  "free_slots": max(0, self.scheduler.slots.free(e.slot)),
                  "task_seconds": e.task_seconds,
@@ -403,12 +437,47 @@ class Driver:
         }
 
     def is_executor_active(self, executor_id):
-        return executor_id in self.executors
+        executor = self.executors.get(executor_id)
+        return executor is not None and not executor.decommissioning
+
+    def decommission_executors(self, executor_ids):
+        """Decommission these executors: no new tasks, their unstarted ones go elsewhere,
+        their running ones finish, then they exit. Returns the ids acknowledged."""
+        if not isinstance(executor_ids, list) or not all(isinstance(i, str) for i in executor_ids):
+            raise TypeError("executor_ids must be a list of executor id strings")
+        acknowledged = []
+        for executor_id in executor_ids:
+            executor = self.executors.get(executor_id)
+            if executor is None:
+                log.warning("decommission: unknown executor %r skipped", executor_id)
+                continue
+            if executor.decommissioning:
+                continue
+            log.info("decommissioning executor %s (%d task(s) held)", executor_id, len(executor.running))
+            self.scheduler.decommission(executor)
+            self._forget_target(executor_id)
+            self._send(executor.routing_id, p.DecommissionExecutor("decommissioned by the driver"))
+            acknowledged.append(executor_id)
+        return acknowledged
+
+    def decommission_executors_on_host(self, host):
+        if not isinstance(host, str):
+            raise TypeError("host must be a string")
+        ids = [e.executor_id for e in self.executors.values() if e.hostname == host]
+        return bool(self.decommission_executors(ids))
+
+    def _forget_target(self, executor_id):
+        """An executor the cluster manager started leaves on purpose: not replaced."""
+        if self.cluster_manager is not None and executor_id in self.cluster_manager.launched_ids():
+            self.target_executors = max(0, self.target_executors - 1)
+            self.cluster_manager.set_target(self.target_executors)
 
     _admin_operations = {
         "executor_ids": executor_ids,
         "status": status,
         "is_executor_active": is_executor_active,
+        "decommission_executors": decommission_executors,
+        "decommission_executors_on_host": decommission_executors_on_host,
     }
 
     _handlers = {
@@ -480,30 +549,85 @@ class Driver:
     def _peer_unreachable(self, rid, problem, msg):
         executor = self.executors_by_rid.get(rid)
         if executor is not None:
-            self.remove_executor(executor.executor_id, f"disconnected ({problem})", notify=False)
+            reason = None
+            if self.cluster_manager is not None:  # how did it end, if it ended?
+                reason = self.cluster_manager.exit_reason(executor.executor_id, wait=0.2)
+            self.remove_executor(executor.executor_id, reason or f"disconnected ({problem})",
+                                 notify=False)
             return
         client = self.clients.pop(rid, None)
         if client is not None:
             log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
             self._drop_client(client, "its client is gone")
             return
-        log.debug("could not send %s to peer %s: %s", type(msg).__name__, rid.hex(), problem)
+        log.debug("could not send %s to peer %s: %s", type(msg).__name__ if msg else "a probe",
+                  rid.hex(), problem)
 
     # ------------------------------------------------------------ timers
 
     def _check_heartbeats(self):
-        deadline = self.clock() - self.config.executor_heartbeat_timeout
+        """Declare lost the executors silent past ``executor_heartbeat_timeout``; report
+        those silent for a third of it (a task holding the GIL stalls heartbeats)."""
+        now = self.clock()
+        timeout = self.config.executor_heartbeat_timeout
+        late_after = max(timeout / 3, 2 * self.config.executor_heartbeat_interval)
         for executor in list(self.executors.values()):
-            if executor.last_seen < deadline:
-                self.remove_executor(
-                    executor.executor_id,
-                    f"heartbeat timeout (no message for {self.config.executor_heartbeat_timeout:g} s)")
+            silent = now - executor.last_seen
+            if silent > timeout:
+                self.remove_executor(executor.executor_id,
+                                     f"heartbeat timeout (no message for {timeout:g} s)")
+            elif silent > late_after and executor.executor_id not in self._late:
+                self._late.add(executor.executor_id)
+                log.warning("executor %s has been silent for %.1f s (a task holding the GIL?); "
+                            "it is declared lost after %g s", executor.executor_id, silent, timeout)
 
     def _check_executor_exits(self):
-        if self.cluster_manager is None:
+        """Executors the cluster manager started that ended are removed with how they
+        ended, and replaced while the target is unchanged (with backoff when they end
+        before registering, never in a hot loop)."""
+        manager = self.cluster_manager
+        if manager is None:
             return
-        for executor_id, reason in self.cluster_manager.poll_exits():
+        for executor_id, reason in manager.poll_exits():
+            if executor_id not in self.executors and not manager.was_registered(executor_id):
+                self._start_failures += 1
+                delay = min(30.0, 0.5 * 2 ** (self._start_failures - 1))
+                self._next_start = self.clock() + delay
+                log.warning("executor %s ended before registering: %s (next start in %.1f s)",
+                            executor_id, reason, delay)
             self.remove_executor(executor_id, reason, notify=False)
+        if len(manager.launched_ids()) < self.target_executors and self.clock() >= self._next_start:
+            missing = self.target_executors - len(manager.launched_ids())
+            log.info("starting %d executor(s) to keep %d running", missing, self.target_executors)
+            manager.request_total(self.target_executors)
+
+    def _on_disconnects(self):
+        """A connection was lost: find whose by probing every peer now, and again shortly
+        (the event can arrive before the ROUTER has dropped the connection)."""
+        while True:
+            try:
+                self.monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        self._probe_peers()
+        self._probe_at = self.clock() + 0.3
+
+    def _probe_again(self):
+        if self._probe_at is not None and self.clock() >= self._probe_at:
+            self._probe_at = None
+            self._probe_peers()
+
+    def _probe_peers(self):
+        frame = p.encode(p.Probe())
+        for rid in list(self.executors_by_rid) + list(self.clients):
+            try:
+                self.router.send_multipart((rid, frame), zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # busy, not gone
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EHOSTUNREACH:
+                    raise
+                self._peer_unreachable(rid, "disconnected", None)
 
     # ------------------------------------------------------------ stopping
 
@@ -522,6 +646,8 @@ class Driver:
             self.cluster_manager.stop(self.config.shutdown_timeout)
         if self.zap is not None:
             self.zap.close()
+        self.router.disable_monitor()
+        self.monitor.close(linger=0)
         self.router.close(linger=1000)
         self.context.term()
         os.close(self._wake_r)

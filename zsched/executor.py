@@ -102,9 +102,17 @@ class ExecutorBackend:
         os.set_blocking(self._wake_w, False)
         self._wake_pending = False
         self._busy = 0.0                     # seconds spent in tasks since the last StatusUpdates
+        self._outstanding = 0                # tasks launched here and not yet reported
+        self._decommissioning = False
+        self._kill_deadlines = {}            # (task id, attempt) -> when the task reaper acts
+        self._monitor = None                 # events of the driver connection
+        self._worker = None                  # (socket, monitor) of the --worker-url connection
         self._threads = []
         self._stopping = None                # reason, once the loop must end
         self._exit_code = 0
+        self._driver_gone = False            # nothing more to tell the driver
+        self._reaper_exit = False            # a task thread cannot be stopped: leave at once
+        self._worker_deadline = None
         self._process = psutil.Process()
 
     # ------------------------------------------------------------ registration
@@ -184,14 +192,24 @@ class ExecutorBackend:
         try:
             self._loop()
         finally:
-            self._close()
+            self._close(linger=0 if self._driver_gone else 2000)
         log.info("executor %s stopped: %s", self.executor_id, self._stopping)
+        if self._reaper_exit:  # a thread stuck in a task would block the interpreter's exit
+            logging.shutdown()
+            os._exit(self._exit_code)
         return self._exit_code
 
     def _loop(self):
         poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
+        # registered: from now on a lost connection to the driver ends this executor (the
+        # driver has dropped it too: a reconnection would be a stranger to it)
+        self._monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        poller.register(self._monitor, zmq.POLLIN)
+        if self.worker_url:
+            self._worker = self._watch_worker()
+            poller.register(self._worker[1], zmq.POLLIN)
         handlers = self._handlers
         interval = self.config.executor_heartbeat_interval
         last_heard = self.clock()
@@ -206,8 +224,11 @@ class ExecutorBackend:
             # stalled (a task holding the GIL), the driver's answers are already here
             if (self.socket not in events
                     and self.clock() - last_heard > self.config.executor_heartbeat_timeout):
-                self._stop(f"driver silent for {self.config.executor_heartbeat_timeout:g} s", 1)
+                self._stop(f"driver silent for {self.config.executor_heartbeat_timeout:g} s", 1,
+                           driver_gone=True)
                 break
+            if self._worker is not None and self._worker[1] in events:
+                self._worker_event()
             if self._wake_r in events:
                 try:
                     os.read(self._wake_r, 4096)
@@ -215,6 +236,12 @@ class ExecutorBackend:
                     pass
             self._wake_pending = False
             self._send_status_updates()
+            if self._kill_deadlines:
+                self._reap_killed_tasks()
+            self._check_worker()
+            if self._decommissioning and self._outstanding == 0:
+                self._stop("decommissioned", 0)
+                break
             if self.socket in events:
                 last_heard = self.clock()
                 while self._stopping is None:
@@ -232,12 +259,20 @@ class ExecutorBackend:
                         log.warning("ignored %s: not a message for an executor", type(msg).__name__)
                     else:
                         handler(self, msg)
-        self._send_status_updates()
+            if self._monitor in events:  # after what the driver sent before it went
+                self._stop("lost the connection to the driver", 1, driver_gone=True)
+        if not self._driver_gone:
+            # finished work and why this executor leaves reach the driver at once, rather
+            # than leave it to notice the lost connection
+            self._send_status_updates()
+            self._send(p.RemoveExecutor(self.executor_id, self._stopping))
 
-    def _stop(self, reason, exit_code):
+    def _stop(self, reason, exit_code, driver_gone=False):
+        """End the loop; unless the driver is gone or sent the stop, it hears why."""
         if self._stopping is None:
             self._stopping = reason
             self._exit_code = exit_code
+            self._driver_gone = driver_gone
 
     def request_stop(self, reason):
         """Stop the loop (or registration); safe from signal handlers and other threads."""
@@ -249,9 +284,28 @@ class ExecutorBackend:
 
     def _on_launch_tasks(self, msg):
         self._function_blobs.update(msg.functions)
+        self._outstanding += len(msg.tasks)
+        if self._decommissioning:  # launched before the driver knew: give them back
+            self._results.extend([task_id, attempt, TaskState.RETURNED, b""]
+                                 for task_id, attempt, _, _ in msg.tasks)
+            self._wake()
+            return
         put = self._work.put
         for task in msg.tasks:
             put(task)
+
+    def _on_decommission_executor(self, msg):
+        """Take nothing new, give back what has not started, finish what runs, then exit 0."""
+        log.info("executor %s decommissioned: %s", self.executor_id, msg.reason)
+        self._decommissioning = True
+        self._wake()
+        while True:
+            try:
+                item = self._work.get_nowait()
+            except queue.Empty:
+                break
+            task_id, attempt, _, _ = item
+            self._results.append([task_id, attempt, TaskState.RETURNED, b""])
 
     def _on_kill_task(self, msg):
         with self._lock:
@@ -260,17 +314,41 @@ class ExecutorBackend:
         if running is not None and running[0] == msg.attempt:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(running[1]),
                                                        ctypes.py_object(TaskKilled))
+            # an exception reaches a thread only when it runs Python code: a task blocked in
+            # C (sleep, I/O, a lock) may not stop, and then the task reaper ends this process
+            self._kill_deadlines[(msg.task_id, msg.attempt)] = (
+                self.clock() + self.config.task_kill_timeout)
+
+    def _reap_killed_tasks(self):
+        """Spark's task reaper: a killed task still running after ``task_kill_timeout``
+        takes its executor down (the driver replaces it); nothing else can stop it."""
+        now = self.clock()
+        with self._lock:
+            running = dict(self._running)
+        for key, deadline in list(self._kill_deadlines.items()):
+            task_id, attempt = key
+            if running.get(task_id, (None,))[0] != attempt:
+                del self._kill_deadlines[key]
+            elif now >= deadline:
+                reason = (f"task {task_id} did not stop within task_kill_timeout "
+                          f"({self.config.task_kill_timeout:g} s) of being killed")
+                log.error("%s: exiting (task reaper)", reason)
+                self._stop(reason, 1)
+                self._reaper_exit = True
+
+    def _on_probe(self, msg):
+        pass
 
     def _on_stop_executor(self, msg):
         log.info("driver asked executor %s to stop: %s", self.executor_id, msg.reason)
-        self._stop(f"stopped by the driver: {msg.reason}", 0)
+        self._stop(f"stopped by the driver: {msg.reason}", 0, driver_gone=True)
 
     def _on_shutdown(self, msg):
-        self._stop("driver shut down", 0)
+        self._stop("driver shut down", 0, driver_gone=True)
 
     def _on_heartbeat_ack(self, msg):
         if msg.incarnation != self.incarnation:
-            self._stop("driver restarted (new incarnation)", 1)
+            self._stop("driver restarted (new incarnation)", 1, driver_gone=True)
 
     _handlers = {
         MsgType.LAUNCH_TASKS: _on_launch_tasks,
@@ -278,6 +356,8 @@ class ExecutorBackend:
         MsgType.STOP_EXECUTOR: _on_stop_executor,
         MsgType.SHUTDOWN: _on_shutdown,
         MsgType.HEARTBEAT_ACK: _on_heartbeat_ack,
+        MsgType.DECOMMISSION_EXECUTOR: _on_decommission_executor,
+        MsgType.PROBE: _on_probe,
     }
 
     def _send(self, msg):
@@ -300,9 +380,39 @@ class ExecutorBackend:
         rows = []
         while results:
             rows.append(results.popleft())
+        self._outstanding -= len(rows)
         busy, self._busy = self._busy, 0.0
         for batch in p.batch_rows(rows, 3, self.config.max_message_size):
             self._send(p.StatusUpdates(self.incarnation, busy * len(batch) / len(rows), batch))
+
+    # ------------------------------------------------------------ worker watch
+
+    def _watch_worker(self):
+        """Connect to ``--worker-url`` (the ZeroMQ endpoint of the process that started
+        this executor) only to share its fate, as Spark's WorkerWatcher: when that
+        connection is lost, or cannot be made within the registration timeout, exit."""
+        sock = self.context.socket(zmq.DEALER)
+        sock.linger = 0
+        sock.heartbeat_ivl = int(self.config.zmq_heartbeat_interval * 1000)
+        sock.heartbeat_timeout = int(self.config.zmq_heartbeat_timeout * 1000)
+        monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        sock.connect(self.worker_url)
+        self._worker_deadline = self.clock() + self.registration_timeout
+        return sock, monitor
+
+    def _worker_event(self):
+        from zmq.utils.monitor import recv_monitor_message
+        event = recv_monitor_message(self._worker[1])["event"]
+        if event == zmq.EVENT_CONNECTED:
+            self._worker_deadline = None
+            log.info("watching worker %s", self.worker_url)
+        elif event == zmq.EVENT_DISCONNECTED:
+            self._stop(f"lost the connection to worker {self.worker_url}", 1)
+
+    def _check_worker(self):
+        if (self._worker is not None and self._worker_deadline is not None
+                and self.clock() > self._worker_deadline):
+            self._stop(f"cannot connect to worker {self.worker_url}", 1)
 
     # ------------------------------------------------------------ task threads
 
@@ -331,12 +441,16 @@ class ExecutorBackend:
                     self._running.pop(task_id, None)
                     self._killed.discard((task_id, attempt))
             self._results.append([task_id, attempt, state, payload])
-            if not self._wake_pending:
-                self._wake_pending = True
-                try:
-                    os.write(self._wake_w, b"x")
-                except (BlockingIOError, OSError):
-                    pass
+            self._wake()
+
+    def _wake(self):
+        """Wake the loop: results wait to be sent."""
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                os.write(self._wake_w, b"x")
+            except (BlockingIOError, OSError):
+                pass
 
     def _run_task(self, task_id, digest, args):
         try:
@@ -366,6 +480,12 @@ class ExecutorBackend:
     def _close(self, linger=2000):
         for _ in self._threads:
             self._work.put(None)
+        if self._worker is not None:
+            for sock in self._worker:
+                sock.close(linger=0)
+        if self._monitor is not None:
+            self.socket.disable_monitor()
+            self._monitor.close(linger=0)
         if self.socket is not None:
             self.socket.close(linger=linger)
         self.context.term()

@@ -55,6 +55,9 @@ def executor_command(driver_url, executor_id, hostname, cores, app_id, secret_fi
 
 
 class LocalClusterManager:
+    """Executor processes on this host. Executors it started count toward the target until
+    they exit or are killed; killed ones are reaped (and reported) when they have exited."""
+
     def __init__(self, cores_per_executor=1, hostname="127.0.0.1", log_level=None):
         if cores_per_executor < 1:
             raise ValueError(f"cores_per_executor must be >= 1, got {cores_per_executor}")
@@ -62,7 +65,9 @@ class LocalClusterManager:
         self.hostname = hostname
         self.log_level = log_level
         self._ids = itertools.count(1)
-        self._processes = {}  # executor id -> Popen
+        self._processes = {}   # executor id -> Popen, counted toward the target
+        self._leaving = {}     # executor id -> Popen, killed and not yet reaped
+        self._registered = set()
         self._target = 0
         self._driver_url = self._app_id = self._secret_file = None
 
@@ -72,7 +77,12 @@ class LocalClusterManager:
     def expected_executors(self):
         return self._target
 
+    def set_target(self, n):
+        """Change the target without starting anything (a later ``request_total`` starts)."""
+        self._target = n
+
     def request_total(self, n):
+        """Have ``n`` executors: start the missing ones (never kills)."""
         self._target = n
         while len(self._processes) < n:
             self._start_one()
@@ -87,32 +97,58 @@ class LocalClusterManager:
         log.info("started executor %s (pid %d)", executor_id, self._processes[executor_id].pid)
 
     def launched_ids(self):
+        """Executors started and neither exited nor killed."""
         return list(self._processes)
 
+    def registered(self, executor_id):
+        self._registered.add(executor_id)
+
+    def was_registered(self, executor_id):
+        return executor_id in self._registered
+
     def kill(self, executor_ids):
+        """Terminate these executors; they stop counting toward the target at once."""
         for executor_id in executor_ids:
-            process = self._processes.get(executor_id)
-            if process is not None and process.poll() is None:
+            process = self._processes.pop(executor_id, None)
+            if process is None:
+                continue
+            if process.poll() is None:
                 process.terminate()
+            self._leaving[executor_id] = process
+
+    def exit_reason(self, executor_id, wait=0.0):
+        """How the executor ended (waiting up to ``wait`` seconds), or None if it runs."""
+        process = self._processes.get(executor_id) or self._leaving.get(executor_id)
+        if process is None:
+            return None
+        try:
+            process.wait(wait)
+        except subprocess.TimeoutExpired:
+            return None
+        return describe_exit(process.returncode)
 
     def poll_exits(self):
+        """``[(executor id, how it ended)]`` for executors that ended since the last call."""
         exits = []
-        for executor_id, process in list(self._processes.items()):
-            if process.poll() is not None:
-                del self._processes[executor_id]
-                exits.append((executor_id, describe_exit(process.returncode)))
+        for processes in (self._processes, self._leaving):
+            for executor_id, process in list(processes.items()):
+                if process.poll() is not None:
+                    del processes[executor_id]
+                    self._registered.discard(executor_id)
+                    exits.append((executor_id, describe_exit(process.returncode)))
         return exits
 
     def stop(self, timeout):
         """Wait up to ``timeout`` for executors told to stop, then terminate, then kill."""
+        processes = list(self._processes.values()) + list(self._leaving.values())
         deadline = time.monotonic() + timeout
-        for process in self._processes.values():
+        for process in processes:
             try:
                 process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
         for sig_name, grace in (("terminate", 2.0), ("kill", 5.0)):
-            alive = [p for p in self._processes.values() if p.poll() is None]
+            alive = [p for p in processes if p.poll() is None]
             if not alive:
                 break
             log.warning("%d executor(s) still running at stop: %s", len(alive), sig_name)
@@ -124,4 +160,5 @@ class LocalClusterManager:
                 except subprocess.TimeoutExpired:
                     pass
         self._processes.clear()
+        self._leaving.clear()
         self._target = 0
