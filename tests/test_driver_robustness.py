@@ -9,6 +9,7 @@ import psutil
 import zmq
 
 import zsched
+from zsched.cluster import ClusterManager
 from zsched import protocol as p
 from zsched.config import Config
 from zsched.driver import Driver
@@ -67,35 +68,12 @@ def test_junk_from_a_stranger_is_dropped_and_logged_once(driver_factory):
     assert len(warnings) == 1, warnings
 
 
-class ExternalExecutors:
-    """A cluster manager for executors started by someone else: it only says how many
-    are expected."""
-
-    cores_per_executor = 1
+class ExternalExecutors(ClusterManager):
+    """Executors started by someone else: the manager only says how many are expected."""
 
     def __init__(self, expected):
-        self.expected = expected
-
-    def attach(self, driver_url, app_id, secret_file):
-        pass
-
-    def expected_executors(self):
-        return self.expected
-
-    def request_total(self, n):
-        self.expected = n
-
-    def poll_exits(self):
-        return []
-
-    def launched_ids(self):
-        return []
-
-    def kill(self, executor_ids):
-        pass
-
-    def stop(self, timeout):
-        pass
+        super().__init__()
+        self.set_target(expected)
 
 
 def _start_driver(config, expected):

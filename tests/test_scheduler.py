@@ -156,7 +156,7 @@ def test_losses_caused_by_the_driver_are_not_charged():
 
 def test_a_failed_task_runs_again_only_when_the_caller_asked_for_retries():
     scheduler, client = make()
-    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
     submit(scheduler, client, 1, retries=2)
     submit(scheduler, client, 1, start=2)
     attempts = []

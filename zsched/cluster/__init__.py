@@ -13,6 +13,7 @@ Every manager has the same small interface:
 - ``expected_executors()`` and ``cores_per_executor``: what was asked for.
 - ``stop(timeout)``: stop every executor and wait for them (bounded).
 """
+from .base import ClusterManager
 from .local import LocalClusterManager
 
-__all__ = ["LocalClusterManager"]
+__all__ = ["ClusterManager", "LocalClusterManager"]

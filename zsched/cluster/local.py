@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+from .base import ClusterManager
+
 log = logging.getLogger(__name__)
 
 
@@ -54,32 +56,20 @@ def executor_command(driver_url, executor_id, hostname, cores, app_id, secret_fi
     return command
 
 
-class LocalClusterManager:
+class LocalClusterManager(ClusterManager):
     """Executor processes on this host. Executors it started count toward the target until
     they exit or are killed; killed ones are reaped (and reported) when they have exited."""
 
     def __init__(self, cores_per_executor=1, hostname="127.0.0.1", log_level=None):
         if cores_per_executor < 1:
             raise ValueError(f"cores_per_executor must be >= 1, got {cores_per_executor}")
+        super().__init__()
         self.cores_per_executor = cores_per_executor
         self.hostname = hostname
         self.log_level = log_level
         self._ids = itertools.count(1)
         self._processes = {}   # executor id -> Popen, counted toward the target
         self._leaving = {}     # executor id -> Popen, killed and not yet reaped
-        self._registered = set()
-        self._target = 0
-        self._driver_url = self._app_id = self._secret_file = None
-
-    def attach(self, driver_url, app_id, secret_file):
-        self._driver_url, self._app_id, self._secret_file = driver_url, app_id, secret_file
-
-    def expected_executors(self):
-        return self._target
-
-    def set_target(self, n):
-        """Change the target without starting anything (a later ``request_total`` starts)."""
-        self._target = n
 
     def request_total(self, n):
         """Have ``n`` executors: start the missing ones (never kills)."""
@@ -89,8 +79,8 @@ class LocalClusterManager:
 
     def _start_one(self):
         executor_id = str(next(self._ids))
-        command = executor_command(self._driver_url, executor_id, self.hostname,
-                                   self.cores_per_executor, self._app_id, self._secret_file,
+        command = executor_command(self.driver_url, executor_id, self.hostname,
+                                   self.cores_per_executor, self.app_id, self.secret_file,
                                    log_level=self.log_level)
         self._processes[executor_id] = subprocess.Popen(command, env=child_environment(),
                                                         stdin=subprocess.DEVNULL)
@@ -99,12 +89,6 @@ class LocalClusterManager:
     def launched_ids(self):
         """Executors started and neither exited nor killed."""
         return list(self._processes)
-
-    def registered(self, executor_id):
-        self._registered.add(executor_id)
-
-    def was_registered(self, executor_id):
-        return executor_id in self._registered
 
     def kill(self, executor_ids):
         """Terminate these executors; they stop counting toward the target at once."""
