@@ -26,7 +26,7 @@ from .protocol import MsgType, TaskState
 from .scheduler import ClientData, TaskScheduler
 from .security import ZapHandler, create_secret_file, default_secret_path, load_keys, make_server
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("zsched.driver")  # also when run as __main__
 
 _RECV_BATCH = 1024          # messages handled per wake-up before timers and sends run
 _WARNED_PEERS_LIMIT = 10000

@@ -27,7 +27,7 @@ from .errors import ConfigError, MessageTooLarge
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("zsched.executor")  # also when run as __main__
 
 REGISTRATION_TIMEOUT_ENV = "ZSCHED_REGISTRATION_TIMEOUT"
 USAGE = """\

@@ -118,7 +118,6 @@ class LocalClusterManager(ClusterManager):
             for executor_id, process in list(processes.items()):
                 if process.poll() is not None:
                     del processes[executor_id]
-                    self._registered.discard(executor_id)
                     exits.append((executor_id, describe_exit(process.returncode)))
         return exits
 
