@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -112,6 +113,11 @@ class DriverProcess:
             out, err = self.proc.communicate()
             raise AssertionError(f"driver did not start: {line!r}{out}\n{err}")
         self.url = match.group(1)
+        # drained all along: a driver that logs much must never block on a full pipe
+        self._stderr_lines = []
+        self._stderr_reader = threading.Thread(
+            target=lambda: self._stderr_lines.extend(iter(self.proc.stderr.readline, "")), daemon=True)
+        self._stderr_reader.start()
         self.secret_file = None
         second = self.proc.stdout.readline().strip() if "--insecure" not in args else ""
         if second.startswith("zsched secret file: "):
@@ -121,13 +127,17 @@ class DriverProcess:
         if self.proc.poll() is None:
             self.proc.terminate()
         try:
-            out, err = self.proc.communicate(timeout=timeout)
+            out, _ = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, err = self.proc.communicate()
+            self.proc.communicate()
             raise AssertionError("driver did not stop on SIGTERM")
-        self.stdout, self.stderr = out, err
+        self._stderr_reader.join(10)
+        self.stdout, self.stderr = out, "".join(self._stderr_lines)
         return self.proc.returncode
+
+    def stderr_so_far(self):
+        return "".join(self._stderr_lines)
 
 
 @pytest.fixture
