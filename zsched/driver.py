@@ -178,10 +178,10 @@ class Driver:
             if self.stop_on_eof_fd in events and not os.read(self.stop_on_eof_fd, 4096):
                 log.info("stopping: the process that started this driver is gone (stdin closed)")
                 break
-            if self.monitor in events:
-                self._on_disconnects()
             if self.router in events:
                 self._receive()
+            if self.monitor in events:
+                self._on_disconnects()
             now = self.clock()
             for timer in timers:
                 if now >= timer[2]:
@@ -194,13 +194,14 @@ class Driver:
     # ------------------------------------------------------------ receiving
 
     def _receive(self):
+        """Handle up to ``_RECV_BATCH`` waiting messages; True if more may wait."""
         router = self.router
         handlers = self._handlers
         for _ in range(_RECV_BATCH):
             try:
                 frames = router.recv_multipart(zmq.NOBLOCK, copy=True)
             except zmq.Again:
-                return
+                return False
             rid = frames[0]
             if len(frames) != 2:
                 self._warn_peer(rid, f"message of {len(frames) - 1} frames, expected 1")
@@ -219,6 +220,7 @@ class Driver:
             except Exception:
                 # a bug for one message must not stop the loop
                 log.exception("error handling %s from peer %s", type(msg).__name__, rid.hex())
+        return True  # more may wait
 
     def _warn_peer(self, rid, what):
         if rid in self._warned_peers:
@@ -422,14 +424,15 @@ class Driver:
             "url": self.url,
             "ready": self.is_ready(),
             "executors": [
-                {"id": e.executor_id, "host": e.hostname, "cores": e.cores, "pid": e.pid,
+                {**e.metrics,  # rss, cpu, busy threads: from its last heartbeat
+                 "id": e.executor_id, "host": e.hostname, "cores": e.cores, "pid": e.pid,
                  "state": "decommissioning" if e.decommissioning else (
                      "late" if e.executor_id in self._late else "active"),
                  "running": len(e.running), "slots": e.slots,
                  "free_slots": max(0, self.scheduler.slots.free(e.slot)),
                  "task_seconds": e.task_seconds,
                  "tasks_done": e.tasks_done, "tasks_failed": e.tasks_failed,
-                 "last_heartbeat_age": self.clock() - e.last_seen, **e.metrics}
+                 "last_heartbeat_age": self.clock() - e.last_seen}
                 for e in (self.executors[i] for i in self.executor_ids())
             ],
             "tasks": counts,
@@ -612,12 +615,21 @@ class Driver:
         self._probe_peers()
         self._probe_at = self.clock() + 0.3
 
+    def _drain(self, rounds=8):
+        """Read what waits before a peer is declared gone: the ROUTER still holds the last
+        messages of a peer whose connection has closed (its results, why it left), though
+        sends to it already fail. Reads are fair-queued, so a few rounds reach them."""
+        for _ in range(rounds):
+            if not self._receive():
+                return
+
     def _probe_again(self):
         if self._probe_at is not None and self.clock() >= self._probe_at:
             self._probe_at = None
             self._probe_peers()
 
     def _probe_peers(self):
+        self._drain()
         frame = p.encode(p.Probe())
         for rid in list(self.executors_by_rid) + list(self.clients):
             try:

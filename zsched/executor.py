@@ -370,7 +370,7 @@ class ExecutorBackend:
         with self._process.oneshot():
             metrics = {"rss": self._process.memory_info().rss,
                        "cpu": self._process.cpu_percent(None),
-                       "running": len(self._running)}
+                       "busy_threads": len(self._running)}
         self._send(p.Heartbeat(self.incarnation, self.executor_id, metrics))
 
     def _send_status_updates(self):
