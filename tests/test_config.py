@@ -47,3 +47,10 @@ def test_settings_round_trip_for_the_wire():
 def test_bool_is_not_an_int():
     with pytest.raises(ConfigError):
         Config(max_failures=True)
+
+
+@pytest.mark.parametrize("interval, timeout", [("executor_heartbeat_interval", "executor_heartbeat_timeout"),
+                                               ("zmq_heartbeat_interval", "zmq_heartbeat_timeout")])
+def test_a_heartbeat_timeout_must_exceed_its_interval(interval, timeout):
+    with pytest.raises(ConfigError, match=f"{timeout}.*{interval}"):
+        Config(**{interval: 5, timeout: 5})

@@ -98,7 +98,7 @@ class Client(concurrent.futures.Executor):
         self._cancels = deque()
         self._function_blobs = {}         # digest -> cloudpickled function not yet sent
         self._function_cache = {}         # function -> (digest, size)
-        self._shutdown_lock = threading.Lock()
+        self._shutdown_lock = threading.RLock()  # done-callbacks may submit
         self._shutdown = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -280,13 +280,14 @@ class Client(concurrent.futures.Executor):
     # ------------------------------------------------------------ administration
 
     def _admin(self, operation, *args, timeout=None):
-        if self._lost is not None:
-            raise self._lost
-        if self._io_stopped:
-            raise RuntimeError("the client is shut down")
-        request_id = next(self._admin_ids)
-        future = concurrent.futures.Future()
-        self._admin_futures[request_id] = future
+        with self._shutdown_lock:
+            if self._lost is not None:
+                raise self._lost
+            if self._io_stopped:
+                raise RuntimeError("the client is shut down")
+            request_id = next(self._admin_ids)
+            future = concurrent.futures.Future()
+            self._admin_futures[request_id] = future
         self._outbox.append(("admin", request_id, operation, list(args)))
         self._wake()
         try:
@@ -346,7 +347,7 @@ class Client(concurrent.futures.Executor):
             log.debug("client I/O thread ended: %s", self._lost or "shutdown")
         except Exception as exc:
             log.exception("client I/O thread ended by an error")
-            self._fail_all(TaskFailed(f"the client's connection failed: {exc!r}"))
+            self._connection_failed(DriverConnectionError(f"the client's connection failed: {exc!r}"))
         finally:
             self._io_stopped = True
 
@@ -412,14 +413,21 @@ class Client(concurrent.futures.Executor):
         """The connection to the driver is gone (the driver stopped or died, or was silent
         past the heartbeat timeout): the driver has forgotten this client, so every pending
         future fails now rather than wait forever."""
-        self._lost = DriverConnectionError(
+        error = DriverConnectionError(
             f"lost the connection to driver {self.address} (it stopped, died or became "
             "unreachable); its pending tasks cannot complete")
-        log.error("%s", self._lost)
-        self._fail_all(self._lost)
-        for future in list(self._admin_futures.values()):
-            if not future.done():
-                future.set_exception(self._lost)
+        log.error("%s", error)
+        self._connection_failed(error)
+
+    def _connection_failed(self, error):
+        """Fail every pending future and request with ``error``; later calls raise it. Under
+        the submission lock, so no future is registered after the failing sweep."""
+        with self._shutdown_lock:
+            self._lost = error
+            self._fail_all(error)
+            for future in list(self._admin_futures.values()):
+                if not future.done():
+                    future.set_exception(error)
 
     def _complete(self, results):
         futures = self._futures

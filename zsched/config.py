@@ -110,6 +110,12 @@ class Config:
             if not ok:
                 raise ConfigError(f"invalid value for setting {name}: {value!r} (expected {expected})")
             object.__setattr__(self, name, parsed)
+        for interval, timeout in (("executor_heartbeat_interval", "executor_heartbeat_timeout"),
+                                  ("zmq_heartbeat_interval", "zmq_heartbeat_timeout")):
+            if getattr(self, timeout) <= getattr(self, interval):
+                raise ConfigError(f"invalid value for setting {timeout}: {getattr(self, timeout):g} s "
+                                  f"(expected more than {interval}, {getattr(self, interval):g} s: "
+                                  "a peer would be declared lost between two heartbeats)")
 
     @classmethod
     def from_mapping(cls, values):

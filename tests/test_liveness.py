@@ -1,0 +1,501 @@
+"""Liveness: heartbeats and timeouts on both sides, with a fake clock, and one real stall.
+
+The driver side runs an in-process ``Driver`` whose loop does not run in a thread of its
+own: the test plays an executor (and a client) on real DEALER sockets over loopback and
+calls ``driver._receive()`` and ``driver._check_heartbeats()`` by hand, or runs the loop
+itself, in the test's thread, for one scenario. The executor side runs an
+``ExecutorBackend`` against a ROUTER owned by the test, which answers registration by hand
+(``zsched.protocol``). Clocks are fake, so thresholds are checked exactly, without waiting.
+
+Contract (DESIGN.md, "Invariants"): an executor silent longer than
+``executor_heartbeat_timeout`` is lost; one silent for max(timeout/3, 2*interval) is
+reported (status "late" and one warning), not killed; any message from it clears that. An
+executor leaves when its driver is silent past the timeout, but not when the driver's
+messages are waiting for it (it was the one stalled, by a task holding the GIL). What an
+executor sent before its connection closed counts (its last results, why it left). A
+heartbeat timeout not longer than the interval is refused at start-up. Finally a real task
+holding the GIL in C for 3.5 s on a cluster with a 6 s timeout succeeds and its executor
+is not lost (only reported late).
+"""
+import ctypes
+import ctypes.util
+import logging
+import os
+import pickle
+import threading
+import time
+
+import cloudpickle
+import pytest
+import zmq
+
+import zsched
+from zsched import protocol as p
+from zsched.config import Config
+from zsched.errors import ConfigError
+from zsched.driver import Driver
+from zsched.executor import ExecutorBackend
+
+
+pytestmark = pytest.mark.timeout(120)
+
+T0 = 1000.0
+APP = "liveness"
+
+
+class FakeClock:
+    """A clock that moves only when told; counts how often it is read."""
+
+    def __init__(self, now=T0):
+        self.now = now
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+        return self.now
+
+    def set(self, now):
+        self.now = now
+
+
+# ================================================================ driver side
+
+class DriverUnderTest:
+    """A Driver whose loop never runs, and one executor (a DEALER) registered with it."""
+
+    def __init__(self, interval, timeout, executor_id="e1"):
+        self.clock = FakeClock()
+        self.driver = Driver(Config(executor_heartbeat_interval=interval,
+                                    executor_heartbeat_timeout=timeout),
+                             host="127.0.0.1", port=0, app_id=APP, clock=self.clock)
+        self.context = zmq.Context()
+        self.sockets = []
+        self.executor = self.context.socket(zmq.DEALER)
+        self.executor.linger = 0
+        self.executor.connect(self.driver.url)
+        self.executor_id = executor_id
+
+    def register(self):
+        self.send(p.RegisterExecutor(self.executor_id, "host-a", 1, APP, os.getpid()))
+        reply = self.recv()
+        assert isinstance(reply, p.RegisteredExecutor), reply
+        assert reply.incarnation == self.driver.incarnation
+
+    def send(self, msg):
+        """The executor sends ``msg``; the driver handles it (in this thread)."""
+        self.executor.send(p.encode(msg))
+        assert self.driver.router.poll(5000), "the driver did not receive the message"
+        self.driver._receive()
+
+    def recv(self, timeout=5000):
+        assert self.executor.poll(timeout), "nothing from the driver"
+        return p.decode(self.executor.recv())
+
+    def recv_all(self):
+        msgs = []
+        while self.executor.poll(200):
+            msgs.append(p.decode(self.executor.recv()))
+        return msgs
+
+    def check_at(self, now):
+        self.clock.set(now)
+        self.driver._check_heartbeats()
+
+    def state(self):
+        status = self.driver.status()
+        states = {e["id"]: e["state"] for e in status["executors"]}
+        return states.get(self.executor_id, "lost")
+
+    def run_loop_for(self, seconds):
+        """Run the driver's own loop in this thread for ``seconds``, then stop it (the
+        driver is shut down at the end, as by ``request_stop``)."""
+        stopper = threading.Timer(seconds, self.driver.request_stop)
+        stopper.start()
+        try:
+            self.driver.run()
+        finally:
+            stopper.cancel()
+            self.shut_down = True
+
+    def close(self):
+        for sock in [self.executor] + self.sockets:
+            sock.close(linger=0)
+        self.context.term()
+        if not getattr(self, "shut_down", False):
+            self.driver._shutdown()
+
+
+@pytest.fixture
+def make_driver():
+    made = []
+
+    def make(interval, timeout):
+        d = DriverUnderTest(interval, timeout)
+        made.append(d)
+        d.register()
+        return d
+    yield make
+    for d in made:
+        d.close()
+
+
+def _late_warnings(caplog):
+    return [r for r in caplog.records
+            if r.name == "zsched.driver" and r.levelno == logging.WARNING and "silent" in r.getMessage()]
+
+
+@pytest.mark.parametrize("interval, timeout, late_after", [
+    (2.0, 30.0, 10.0),   # a third of the timeout
+    (6.0, 30.0, 12.0),   # two heartbeat intervals, when that is longer
+])
+def test_driver_declares_an_executor_late_then_lost_at_the_thresholds(make_driver, caplog,
+                                                                      interval, timeout, late_after):
+    caplog.set_level(logging.INFO, logger="zsched.driver")
+    d = make_driver(interval, timeout)
+    assert d.state() == "active"
+
+    d.check_at(T0 + late_after)            # silent exactly late_after: not yet
+    assert d.state() == "active"
+    assert not _late_warnings(caplog)
+
+    d.check_at(T0 + late_after + 0.25)
+    assert d.state() == "late"
+    assert len(_late_warnings(caplog)) == 1
+
+    d.check_at(T0 + (late_after + timeout) / 2)
+    d.check_at(T0 + timeout)               # silent exactly the timeout: still there, reported once
+    assert d.state() == "late"
+    assert len(_late_warnings(caplog)) == 1
+    assert d.driver.status()["losses"] == []
+    assert d.recv_all() == []              # a late executor is not told anything
+
+    d.check_at(T0 + timeout + 0.25)
+    assert d.state() == "lost"
+    assert d.driver.executor_ids() == []
+    (loss,) = d.driver.status()["losses"]
+    assert loss["id"] == "e1" and loss["reason"].startswith("heartbeat timeout"), loss
+    # the lost executor is told to exit (if it is alive, its tasks now run elsewhere)
+    assert any(isinstance(m, p.StopExecutor) for m in d.recv_all())
+
+
+@pytest.mark.parametrize("message", ["heartbeat", "status updates"])
+def test_a_message_from_a_late_executor_clears_the_late_state(make_driver, caplog, message):
+    caplog.set_level(logging.INFO, logger="zsched.driver")
+    d = make_driver(2.0, 30.0)             # late after 10 s, lost after 30 s
+    d.check_at(T0 + 20)
+    assert d.state() == "late"
+
+    d.clock.set(T0 + 25)
+    if message == "heartbeat":
+        d.send(p.Heartbeat(d.driver.incarnation, "e1", {"running": 1}))
+        assert isinstance(d.recv(), p.HeartbeatAck)
+    else:
+        d.send(p.StatusUpdates(d.driver.incarnation, 0.0, []))
+    assert d.state() == "active"
+
+    # silence is counted again from T0 + 25: late after 10 s more, lost after 30 s more
+    d.check_at(T0 + 35)
+    assert d.state() == "active"
+    d.check_at(T0 + 35.25)
+    assert d.state() == "late"
+    assert len(_late_warnings(caplog)) == 2   # once per episode
+    d.check_at(T0 + 55)
+    assert d.state() == "late"
+    d.check_at(T0 + 55.25)
+    assert d.state() == "lost"
+
+
+def test_a_message_of_an_earlier_driver_incarnation_is_no_sign_of_life(make_driver):
+    d = make_driver(2.0, 30.0)
+    d.check_at(T0 + 20)
+    d.clock.set(T0 + 25)
+    d.send(p.Heartbeat(d.driver.incarnation ^ 1, "e1", {}))
+    assert isinstance(d.recv(), p.StopExecutor)   # refused, told to exit
+    assert d.state() == "late"
+    d.check_at(T0 + 30.25)
+    assert d.state() == "lost"
+
+
+def test_what_an_executor_said_before_it_disconnected_counts(make_driver):
+    """An executor that leaves sends its last results and why it leaves, then its
+    connection closes. The driver must take in what it sent before acting on the closed
+    connection: the task it finished is finished (not charged a failure and queued again),
+    and its loss says why it left."""
+    d = make_driver(5.0, 30.0)
+    # a client, by hand: hello, then one task
+    client = d.context.socket(zmq.DEALER)
+    client.linger = 0
+    d.sockets.append(client)
+    client.connect(d.driver.url)
+    client.send(p.encode(p.ClientHello(os.getpid())))
+    assert d.driver.router.poll(5000)
+    d.driver._receive()
+    assert client.poll(5000) and isinstance(p.decode(client.recv()), p.ClientWelcome)
+    client.send(p.encode(p.SubmitTasks({b"f" * 16: b"opaque function"}, [[1, b"f" * 16, b"opaque args", 0]])))
+    assert d.driver.router.poll(5000)
+    d.driver._receive()
+    d.driver._make_offers()
+    launch = d.recv()
+    assert isinstance(launch, p.LaunchTasks), launch
+    [[task_id, attempt, _, _]] = launch.tasks
+
+    # the executor finishes the task, says it leaves, and goes
+    d.executor.send(p.encode(p.StatusUpdates(d.driver.incarnation, 0.01,
+                                             [[task_id, attempt, p.TaskState.FINISHED, b"result"]])))
+    d.executor.send(p.encode(p.RemoveExecutor("e1", "finished its work and left")))
+    d.executor.close(linger=5000)
+    # both its messages and the end of its connection are waiting for the driver
+    assert d.driver.monitor.poll(5000), "no disconnection event"
+    assert d.driver.router.poll(5000)
+
+    d.run_loop_for(1.0)
+
+    results = []
+    while client.poll(500):
+        msg = p.decode(client.recv())
+        if isinstance(msg, p.TaskResults):
+            results += msg.results
+    assert results == [[1, p.TaskState.FINISHED, b"result"]], results
+    status = d.driver.status()
+    assert [(l["id"], l["reason"]) for l in status["losses"]] == [("e1", "finished its work and left")]
+    assert status["tasks"]["finished"] == 1 and status["tasks"]["retried"] == 0, status["tasks"]
+
+
+@pytest.mark.parametrize("interval, timeout", [(5, 2), (5, 5)])
+def test_a_heartbeat_timeout_not_longer_than_the_interval_is_refused(interval, timeout):
+    """With the timeout no longer than the interval, every healthy executor is declared
+    lost between two heartbeats (and leaves by itself, its driver "silent"): a bad
+    combination of settings is an error naming them, at start-up (as Spark refuses
+    spark.network.timeout <= spark.executor.heartbeatInterval)."""
+    with pytest.raises(ConfigError, match="executor_heartbeat"):
+        Config(executor_heartbeat_interval=interval, executor_heartbeat_timeout=timeout)
+
+
+def test_heartbeat_settings_used_by_these_tests_are_accepted():
+    Config(executor_heartbeat_interval=0.5, executor_heartbeat_timeout=6)
+    Config(executor_heartbeat_interval=6, executor_heartbeat_timeout=30)
+
+
+# ================================================================ executor side
+
+INCARNATION = 123456789
+SETTINGS = Config(executor_heartbeat_interval=5.0, executor_heartbeat_timeout=30.0).to_settings()
+
+
+NOOP_DIGEST = b"noop-digest-0001"
+
+
+def noop():
+    return None
+
+
+class StallingBackend(ExecutorBackend):
+    """An executor whose loop can be stalled at its next heartbeat (as by a task holding the
+    GIL): it stops there until released, then carries on as usual."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stall_next = threading.Event()
+        self.stalled = threading.Event()
+        self.release = threading.Event()
+
+    def _send_heartbeat(self):
+        if self.stall_next.is_set():
+            self.stall_next.clear()
+            self.stalled.set()
+            assert self.release.wait(30)
+        super()._send_heartbeat()
+
+
+class FakeDriver:
+    """A ROUTER owned by the test, that registers one ExecutorBackend (run in a thread)."""
+
+    def __init__(self, backend_class=ExecutorBackend):
+        self.clock = FakeClock()
+        self.context = zmq.Context()
+        self.router = self.context.socket(zmq.ROUTER)
+        self.router.linger = 0
+        port = self.router.bind_to_random_port("tcp://127.0.0.1")
+        self.backend = backend_class(f"tcp://127.0.0.1:{port}", "x1", "host-a", 1, APP,
+                                     registration_timeout=30, clock=self.clock)
+        self.exit_code = None
+        self.task_id = 0
+        self.thread = threading.Thread(target=self._run, name="executor-under-test", daemon=True)
+
+    def start(self):
+        self.thread.start()
+        msg = self.recv()
+        assert isinstance(msg, p.RegisterExecutor) and msg.executor_id == "x1", msg
+        self.send(p.RegisteredExecutor(INCARNATION, SETTINGS))
+        # its loop has started once it sends its first heartbeat (at T0)
+        assert isinstance(self.recv(), p.Heartbeat)
+
+    def _run(self):
+        self.exit_code = self.backend.run()
+
+    def send(self, msg):
+        self.router.send_multipart([self.rid, p.encode(msg)])
+
+    def recv(self, timeout=10000):
+        assert self.router.poll(timeout), "nothing from the executor"
+        self.rid, frame = self.router.recv_multipart()
+        return p.decode(frame)
+
+    def speak(self):
+        """Answer a heartbeat, then launch a no-op task and wait for its result: the
+        executor has taken in both messages (at the current time of its clock)."""
+        self.task_id += 1
+        functions = {} if self.task_id > 1 else {NOOP_DIGEST: cloudpickle.dumps(noop)}
+        self.send(p.HeartbeatAck(INCARNATION))
+        self.send(p.LaunchTasks(functions, [[self.task_id, 1, NOOP_DIGEST, pickle.dumps(((), {}))]]))
+        while True:
+            msg = self.recv()
+            if isinstance(msg, p.StatusUpdates) and any(u[0] == self.task_id for u in msg.updates):
+                (update,) = msg.updates
+                assert update[2] == p.TaskState.FINISHED, update
+                return
+
+    def let_run_at(self, now, reads=6):
+        """Set the clock to ``now`` and let the executor's loop go round several times at
+        it (it reads its clock at least once per turn; each wake-up makes it turn)."""
+        self.clock.set(now)
+        start = self.clock.calls
+        while self.clock.calls < start + reads and self.thread.is_alive():
+            self.backend._wake()
+            time.sleep(0.01)
+
+    def close(self):
+        if isinstance(self.backend, StallingBackend):
+            self.backend.release.set()
+        if self.thread.is_alive():
+            self.backend.request_stop("test over")
+            self.thread.join(10)
+        self.router.close()
+        self.context.term()
+
+
+@pytest.fixture
+def fake_driver():
+    made = []
+
+    def make(backend_class=ExecutorBackend):
+        f = FakeDriver(backend_class)
+        made.append(f)
+        f.start()
+        return f
+    yield make
+    for f in made:
+        f.close()
+
+
+def test_executor_leaves_when_its_driver_is_silent_past_the_timeout(fake_driver, caplog):
+    caplog.set_level(logging.INFO, logger="zsched.executor")
+    f = fake_driver()
+    f.let_run_at(T0 + 15)
+    f.let_run_at(T0 + 30)                   # silent exactly the timeout: it stays
+    assert f.thread.is_alive(), f.backend._stopping
+    assert f.backend._stopping is None
+
+    f.let_run_at(T0 + 30.25)
+    f.thread.join(10)
+    assert not f.thread.is_alive()
+    assert f.exit_code == 1
+    assert "driver silent" in f.backend._stopping
+    assert any("driver silent" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_executor_answered_in_time_stays(fake_driver):
+    f = fake_driver()
+    for now in (T0 + 20, T0 + 40, T0 + 60, T0 + 80):
+        f.let_run_at(now)
+        # it sends a heartbeat at ``now`` (one is due every 5 s); the driver answers it
+        while not isinstance(f.recv(), p.Heartbeat):
+            pass
+        f.speak()
+    f.let_run_at(T0 + 100)                 # last heard at T0 + 80: 20 s of silence only
+    assert f.thread.is_alive(), f.backend._stopping
+
+
+@pytest.mark.parametrize("message_waiting", [True, False], ids=["message waiting", "nothing waiting"])
+def test_executor_stalled_past_the_timeout_stays_if_the_driver_spoke_meanwhile(fake_driver,
+                                                                              message_waiting):
+    """The GIL-stall case: this executor's loop was stalled (a task held the GIL) for longer
+    than the timeout; meanwhile the driver sent something, which is waiting when the loop
+    resumes. The driver was not silent: it was the executor that did not listen."""
+    f = fake_driver(StallingBackend)
+    backend = f.backend
+    backend.stall_next.set()
+    f.let_run_at(T0 + 5, reads=1)          # next heartbeat due: the loop stalls there
+    assert backend.stalled.wait(10)
+
+    f.clock.set(T0 + 31)                   # 31 s without a word from the driver's side...
+    if message_waiting:                    # ... except this one, which arrived during the stall
+        f.send(p.HeartbeatAck(INCARNATION))
+        # delivered to the executor's socket (its own thread is stalled and not using it)
+        assert backend.socket.poll(5000, zmq.POLLIN)
+    backend.release.set()
+
+    if not message_waiting:
+        f.thread.join(10)
+        assert f.exit_code == 1 and "driver silent" in backend._stopping
+        return
+    f.let_run_at(T0 + 31, reads=10)
+    assert f.thread.is_alive(), backend._stopping
+    assert backend._stopping is None
+    # the message counted as hearing from the driver at T0 + 31: silence is measured from there
+    f.let_run_at(T0 + 61)
+    assert f.thread.is_alive(), backend._stopping
+    f.let_run_at(T0 + 61.25)
+    f.thread.join(10)
+    assert f.exit_code == 1 and "driver silent" in backend._stopping
+
+
+# ================================================================ a real stall
+
+def hold_the_gil(seconds):
+    """Sleep in C with the GIL held (PyDLL does not release it); returns (sleep's result,
+    how far a Python thread of this process got meanwhile)."""
+    libc = ctypes.PyDLL(ctypes.util.find_library("c"))
+    libc.usleep.argtypes = [ctypes.c_uint]
+    ticks = [0]
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.005)
+    counter = threading.Thread(target=count, daemon=True)
+    counter.start()
+    time.sleep(0.2)
+    before = ticks[0]
+    result = libc.usleep(int(seconds * 1_000_000))
+    during = ticks[0] - before
+    stop.set()
+    counter.join()
+    return result, during
+
+
+def test_a_task_holding_the_gil_does_not_lose_its_executor():
+    with zsched.LocalCluster(n_executors=1, executor_heartbeat_interval=0.5,
+                             executor_heartbeat_timeout=6) as cluster:
+        client = cluster.client(timeout=20)
+        (before,) = client.status()["executors"]
+        states = set()
+        future = client.submit(hold_the_gil, 3.5)
+        while not future.done():
+            states.update(e["state"] for e in client.status()["executors"])
+            time.sleep(0.05)
+        result, ticks_during = future.result()
+        assert result == 0
+        # the premise: the executor process ran no Python for those 3 s (its heartbeats too)
+        assert ticks_during <= 2, ticks_during
+        status = client.status()
+        assert status["losses"] == [], status["losses"]
+        (after,) = status["executors"]
+        assert (after["id"], after["pid"]) == (before["id"], before["pid"])
+        assert after["state"] == "active"
+        assert status["tasks"]["retried"] == 0 and status["tasks"]["finished"] == 1
+        # seen late while it held the GIL (reported, not lost)
+        assert "late" in states, states
+        # and it keeps working
+        assert client.submit(pow, 2, 10).result(timeout=20) == 1024
