@@ -361,7 +361,7 @@ class FakeDriver:
         self.clock.set(now)
         start = self.clock.calls
         while self.clock.calls < start + reads and self.thread.is_alive():
-            self.backend._wake()
+            self.backend._wakeup.wake_always()
             time.sleep(0.01)
 
     def close(self):

@@ -23,6 +23,7 @@ from .config import Config
 from .errors import DriverConnectionError, MessageTooLarge, RemoteTraceback, TaskFailed
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
+from .wakeup import WakeupPipe
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +101,7 @@ class Client(concurrent.futures.Executor):
         self._function_cache = {}         # function -> (digest, size)
         self._shutdown_lock = threading.RLock()  # done-callbacks may submit
         self._shutdown = False
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._wake_pending = False
+        self._wakeup = WakeupPipe()
         try:
             self._socket = self._connect(keys)
         except BaseException:
@@ -270,12 +268,7 @@ class Client(concurrent.futures.Executor):
             self._wake()
 
     def _wake(self):
-        if not self._wake_pending:
-            self._wake_pending = True
-            try:
-                os.write(self._wake_w, b"x")
-            except (BlockingIOError, OSError):
-                pass
+        self._wakeup.wake()
 
     # ------------------------------------------------------------ administration
 
@@ -325,18 +318,14 @@ class Client(concurrent.futures.Executor):
         sock = self._socket
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self._wakeup.fd, zmq.POLLIN)
         poller.register(self._monitor, zmq.POLLIN)
         self._sent_functions = set()
         try:
             while True:
                 events = dict(poller.poll(1000))
-                if self._wake_r in events:
-                    try:
-                        os.read(self._wake_r, 4096)
-                    except BlockingIOError:
-                        pass
-                self._wake_pending = False
+                if self._wakeup.fd in events:
+                    self._wakeup.clear()
                 if self._send_outbox():
                     break
                 if sock in events:
@@ -507,11 +496,7 @@ class Client(concurrent.futures.Executor):
             self._monitor.close(linger=0)
             sock.close(linger=0 if self._lost else 1000)
         self._context.term()
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._wakeup.close()
 
     def __enter__(self):
         return self

@@ -25,6 +25,7 @@ from .fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from .protocol import MsgType, TaskState
 from .scheduler import ClientData, TaskScheduler
 from .security import ZapHandler, create_secret_file, default_secret_path, load_keys, make_server
+from .wakeup import WakeupPipe
 
 log = logging.getLogger("zsched.driver")  # also when run as __main__
 
@@ -57,9 +58,7 @@ class Driver:
         self.url = None
         self.context = zmq.Context()
         self.ready_event = threading.Event()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
-        os.set_blocking(self._wake_r, False)
+        self._wakeup = WakeupPipe()
         self._stop_requested = False
         self._offers_needed = False
         self._warned_peers = set()
@@ -118,10 +117,7 @@ class Driver:
     def request_stop(self):
         """Ask the loop to stop; safe from any thread and from signal handlers."""
         self._stop_requested = True
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        self._wakeup.wake_always()
 
     def is_running(self):
         return self._thread is not None and self._thread.is_alive()
@@ -150,7 +146,7 @@ class Driver:
     def _loop(self):
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self._wakeup.fd, zmq.POLLIN)
         poller.register(self.monitor, zmq.POLLIN)
         if self.zap is not None:
             poller.register(self.zap.socket, zmq.POLLIN)
@@ -170,11 +166,8 @@ class Driver:
             events = dict(poller.poll(timeout * 1000))
             if self.zap is not None and self.zap.socket in events:
                 self.zap.handle()
-            if self._wake_r in events:
-                try:
-                    os.read(self._wake_r, 4096)
-                except BlockingIOError:
-                    pass
+            if self._wakeup.fd in events:
+                self._wakeup.clear()
             if self.stop_on_eof_fd in events and not os.read(self.stop_on_eof_fd, 4096):
                 log.info("stopping: the process that started this driver is gone (stdin closed)")
                 break
@@ -662,8 +655,7 @@ class Driver:
         self.monitor.close(linger=0)
         self.router.close(linger=1000)
         self.context.term()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._wakeup.close()
         log.info("driver stopped")
 
 

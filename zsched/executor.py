@@ -26,6 +26,7 @@ from .config import Config
 from .errors import ConfigError, MessageTooLarge
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
+from .wakeup import WakeupPipe
 
 log = logging.getLogger("zsched.executor")  # also when run as __main__
 
@@ -97,10 +98,7 @@ class ExecutorBackend:
         self._running = {}                   # task id -> (attempt, thread ident)
         self._killed = set()                 # (task id, attempt) killed before or while running
         self._lock = threading.Lock()        # guards _running and _killed
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._wake_pending = False
+        self._wakeup = WakeupPipe()
         self._busy = 0.0                     # seconds spent in tasks since the last StatusUpdates
         self._outstanding = 0                # tasks launched here and not yet reported
         self._decommissioning = False
@@ -142,7 +140,7 @@ class ExecutorBackend:
             poller = zmq.Poller()
             poller.register(self.socket, zmq.POLLIN)
             poller.register(watch.socket, zmq.POLLIN)
-            poller.register(self._wake_r, zmq.POLLIN)
+            poller.register(self._wakeup.fd, zmq.POLLIN)
             while True:
                 if self._stopping is not None:
                     raise RegistrationError(f"Registration with driver {self.driver_url} abandoned: "
@@ -202,7 +200,7 @@ class ExecutorBackend:
     def _loop(self):
         poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self._wakeup.fd, zmq.POLLIN)
         # registered: from now on a lost connection to the driver ends this executor (the
         # driver has dropped it too: a reconnection would be a stranger to it)
         self._monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
@@ -229,12 +227,8 @@ class ExecutorBackend:
                 break
             if self._worker is not None and self._worker[1] in events:
                 self._worker_event()
-            if self._wake_r in events:
-                try:
-                    os.read(self._wake_r, 4096)
-                except BlockingIOError:
-                    pass
-            self._wake_pending = False
+            if self._wakeup.fd in events:
+                self._wakeup.clear()
             self._send_status_updates()
             if self._kill_deadlines:
                 self._reap_killed_tasks()
@@ -277,10 +271,7 @@ class ExecutorBackend:
     def request_stop(self, reason):
         """Stop the loop (or registration); safe from signal handlers and other threads."""
         self._stop(reason, 0)
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        self._wakeup.wake_always()
 
     def _on_launch_tasks(self, msg):
         self._function_blobs.update(msg.functions)
@@ -288,7 +279,7 @@ class ExecutorBackend:
         if self._decommissioning:  # launched before the driver knew: give them back
             self._results.extend([task_id, attempt, TaskState.RETURNED, b""]
                                  for task_id, attempt, _, _ in msg.tasks)
-            self._wake()
+            self._wakeup.wake()
             return
         put = self._work.put
         for task in msg.tasks:
@@ -298,7 +289,7 @@ class ExecutorBackend:
         """Take nothing new, give back what has not started, finish what runs, then exit 0."""
         log.info("executor %s decommissioned: %s", self.executor_id, msg.reason)
         self._decommissioning = True
-        self._wake()
+        self._wakeup.wake()
         while True:
             try:
                 item = self._work.get_nowait()
@@ -441,16 +432,7 @@ class ExecutorBackend:
                     self._running.pop(task_id, None)
                     self._killed.discard((task_id, attempt))
             self._results.append([task_id, attempt, state, payload])
-            self._wake()
-
-    def _wake(self):
-        """Wake the loop: results wait to be sent."""
-        if not self._wake_pending:
-            self._wake_pending = True
-            try:
-                os.write(self._wake_w, b"x")
-            except (BlockingIOError, OSError):
-                pass
+            self._wakeup.wake()
 
     def _run_task(self, task_id, digest, args):
         try:
@@ -489,8 +471,7 @@ class ExecutorBackend:
         if self.socket is not None:
             self.socket.close(linger=linger)
         self.context.term()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._wakeup.close()
 
 
 # ---------------------------------------------------------------- command line
