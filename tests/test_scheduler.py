@@ -82,15 +82,16 @@ def test_lost_executor_requeues_its_tasks_first_then_fails_them_after_max_failur
     assert [t.client_task_id for t in scheduler.pending] == [3]
     e2 = scheduler.add_executor("2", b"r2", "h", 2, 11, 0.0)
     (_, second), = scheduler.resource_offers()
-    assert [t.attempt for t in second] == [2, 2]
+    # one suspect per executor; the core beside it goes to a task never charged
+    assert [(t.client_task_id, t.attempt) for t in second] == [(1, 2), (3, 1)]
     scheduler.remove_executor(e2, "killed by signal SIGKILL")
     failed = {row[0]: row for row in client.results}
-    assert set(failed) == {1, 2}
+    assert set(failed) == {1}
     assert failed[1][1] == TaskState.ERROR
     text = failed[1][2].decode()
-    assert "failed 2 times" in text and "executor 1: exited with code 1" in text
-    assert "executor 2: killed by signal SIGKILL" in text
-    assert scheduler.n_pending == 1
+    assert "failed 2 times" in text and "attempt 1 on executor 1: exited with code 1" in text
+    assert "attempt 2 on executor 2: killed by signal SIGKILL" in text
+    assert scheduler.n_pending == 2 and [t.client_task_id for t in scheduler.suspects] == [3, 2]
 
 
 def test_cancel_drops_queued_tasks_and_reports_running_ones_for_killing():
@@ -186,3 +187,17 @@ def test_decommissioned_executor_is_offered_nothing_and_returned_tasks_run_elsew
     assert not a.running and held[1].failures == [] and scheduler.pending[0] is held[1]
     scheduler.remove_executor(a, "decommissioned", count_failure=False)
     assert a.tasks_done == 2 and a.tasks_failed == 0
+
+
+def test_an_executor_runs_one_suspect_at_a_time():
+    scheduler, client = make()
+    a = scheduler.add_executor("a", b"ra", "h", 4, 10, 0.0)
+    submit(scheduler, client, 6)
+    (_, first), = scheduler.resource_offers()
+    scheduler.remove_executor(a, "exited with code 3")
+    assert len(scheduler.suspects) == 4
+    b = scheduler.add_executor("b", b"rb", "h", 4, 11, 0.0)
+    (_, second), = scheduler.resource_offers()
+    # one suspect, and the idle cores beside it go to tasks never charged
+    assert [len(t.failures) for t in second] == [1, 0, 0]
+    assert b.suspects == 1 and len(scheduler.suspects) == 3

@@ -77,10 +77,12 @@ class TaskScheduler:
     An executor holds more tasks than it has cores (its window, see ``slots_per_core``), so
     when it is lost the driver cannot tell which of them had started. All of them are
     charged a failure, and from then on they are *suspects*: a suspect is launched only
-    onto an idle core and its executor queues nothing behind it while it runs, so a later
-    loss is charged only to tasks that were really running (as Spark charges the tasks
-    running on a lost executor). While suspects wait, every window shrinks to its cores so
-    that idle cores appear even under a flood of short tasks.
+    onto an idle core, its executor queues nothing behind it while it runs, and no other
+    suspect runs beside it, so a later loss is charged only to tasks that were really
+    running (as Spark charges the tasks running on a lost executor) and a task that kills
+    its executor cannot take the same neighbours down with it again and again. While
+    suspects wait, every window shrinks to its cores so that idle cores appear even under
+    a flood of short tasks.
     """
 
     def __init__(self, config):
@@ -205,9 +207,9 @@ class TaskScheduler:
 
     # -- offers
 
-    def _next_queued(self):
-        """The next task to launch (suspects first), or None."""
-        for queue in (self.suspects, self.pending):
+    def _next_queued(self, suspect_ok):
+        """The next task to launch (suspects first, if ``suspect_ok``), or None."""
+        for queue in ((self.suspects, self.pending) if suspect_ok else (self.pending,)):
             while queue:
                 task = queue.popleft()
                 if not task.cancelled:
@@ -226,12 +228,14 @@ class TaskScheduler:
             executor = self.executors_by_slot[slot]
             batch = []
             running = executor.running
+            suspect_ok = executor.suspects == 0  # one at a time: suspects never share a loss
             while len(batch) < count:
-                task = next_queued()
+                task = next_queued(suspect_ok)
                 if task is None:
                     break
                 if task.failures:
                     executor.suspects += 1
+                    suspect_ok = False
                 task.attempt += 1
                 task.executor = executor
                 running[task.task_id] = task
