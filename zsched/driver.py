@@ -545,11 +545,12 @@ class Driver:
     def _peer_unreachable(self, rid, problem, msg):
         executor = self.executors_by_rid.get(rid)
         if executor is not None:
-            reason = None
-            if self.cluster_manager is not None:  # how did it end, if it ended?
-                reason = self.cluster_manager.exit_reason(executor.executor_id, wait=0.2)
-            self.remove_executor(executor.executor_id, reason or f"disconnected ({problem})",
-                                 notify=False)
+            reason = f"disconnected ({problem})"
+            if self.cluster_manager is not None and executor.executor_id in self.cluster_manager.launched_ids():
+                # how did it end, if it ended?
+                reason = (self.cluster_manager.exit_reason(executor.executor_id, wait=0.2)
+                          or f"disconnected ({problem}; the process still runs: stopped or cut off?)")
+            self.remove_executor(executor.executor_id, reason, notify=False)
             return
         client = self.clients.pop(rid, None)
         if client is not None:
@@ -632,7 +633,7 @@ class Driver:
             except zmq.ZMQError as exc:
                 if exc.errno != zmq.EHOSTUNREACH:
                     raise
-                self._peer_unreachable(rid, "disconnected", None)
+                self._peer_unreachable(rid, "connection lost", None)
 
     # ------------------------------------------------------------ stopping
 
