@@ -156,7 +156,7 @@ def test_remove_executor_and_stop_executors_messages(driver_factory):
     wait_for(lambda: client.executor_ids() == ["1", "2", "3"], message="3 executors")
     pids = {e["id"]: e["pid"] for e in client.status()["executors"]}
     context, sock = _raw_client(driver.url)
-    sock.send(p.encode(p.RemoveExecutor("2", "removed by the test")))
+    sock.send(p.encode(p.RemoveExecutor("2", "removed by the test", True)))
     wait_for(lambda: client.executor_ids() == ["1", "3"], message="executor 2 removed")
     losses = client.status()["losses"]
     assert [(loss["id"], loss["reason"]) for loss in losses] == [("2", "removed by the test")]

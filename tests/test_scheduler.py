@@ -78,7 +78,7 @@ def test_lost_executor_requeues_its_tasks_first_then_fails_them_after_max_failur
     (_, first), = scheduler.resource_offers()
     assert [t.client_task_id for t in first] == [1, 2]
     scheduler.remove_executor(e1, "exited with code 1")
-    assert [t.client_task_id for t in scheduler.suspects] == [1, 2]
+    assert [t.client_task_id for t in scheduler.queued_suspects()] == [1, 2]
     assert [t.client_task_id for t in scheduler.pending] == [3]
     e2 = scheduler.add_executor("2", b"r2", "h", 2, 11, 0.0)
     (_, second), = scheduler.resource_offers()
@@ -91,7 +91,7 @@ def test_lost_executor_requeues_its_tasks_first_then_fails_them_after_max_failur
     text = failed[1][2].decode()
     assert "failed 2 times" in text and "attempt 1 on executor 1: exited with code 1" in text
     assert "attempt 2 on executor 2: killed by signal SIGKILL" in text
-    assert scheduler.n_pending == 2 and [t.client_task_id for t in scheduler.suspects] == [3, 2]
+    assert scheduler.n_pending == 2 and [t.client_task_id for t in scheduler.queued_suspects()] == [2, 3]
 
 
 def test_cancel_drops_queued_tasks_and_reports_running_ones_for_killing():
@@ -123,7 +123,7 @@ def test_tasks_of_a_lost_executor_are_suspects_run_on_idle_cores_with_nothing_qu
     held = dict(scheduler.resource_offers())
     assert len(held[a]) == len(held[b]) == 128
     scheduler.remove_executor(a, "killed by signal SIGKILL")
-    assert len(scheduler.suspects) == 128 and all(len(t.failures) == 1 for t in scheduler.suspects)
+    assert len(scheduler.queued_suspects()) == 128 and all(len(t.failures) == 1 for t in scheduler.queued_suspects())
     assert scheduler.resource_offers() == []        # b is full...
     assert scheduler.clamped and b.slots == 2       # ...and no longer queues: it drains
     finish_all(scheduler, b, held[b][:127])
@@ -135,7 +135,7 @@ def test_tasks_of_a_lost_executor_are_suspects_run_on_idle_cores_with_nothing_qu
     # only the suspect and the task really running beside it are charged again
     assert len(held[a][0].failures) == 2 and len(held[b][127].failures) == 1
     c = scheduler.add_executor("c", b"rc", "h", 2, 12, 0.0)
-    while scheduler.suspects:
+    while scheduler.queued_suspects():
         launched = scheduler.resource_offers()
         assert all(len(tasks) <= 2 for _, tasks in launched)
         for executor, tasks in launched:
@@ -189,15 +189,30 @@ def test_decommissioned_executor_is_offered_nothing_and_returned_tasks_run_elsew
     assert a.tasks_done == 2 and a.tasks_failed == 0
 
 
-def test_an_executor_runs_one_suspect_at_a_time():
+def test_suspects_lost_together_never_run_together_again():
     scheduler, client = make()
     a = scheduler.add_executor("a", b"ra", "h", 4, 10, 0.0)
     submit(scheduler, client, 6)
     (_, first), = scheduler.resource_offers()
     scheduler.remove_executor(a, "exited with code 3")
-    assert len(scheduler.suspects) == 4
+    assert len(scheduler.queued_suspects()) == 4
     b = scheduler.add_executor("b", b"rb", "h", 4, 11, 0.0)
     (_, second), = scheduler.resource_offers()
     # one suspect, and the idle cores beside it go to tasks never charged
     assert [len(t.failures) for t in second] == [1, 0, 0]
-    assert b.suspects == 1 and len(scheduler.suspects) == 3
+    assert b.suspects == 1 and len(scheduler.queued_suspects()) == 3
+
+
+def test_suspects_of_different_losses_may_share_an_executor():
+    scheduler, client = make()
+    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
+    submit(scheduler, client, 2)
+    scheduler.resource_offers()
+    scheduler.remove_executor(a, "exited with code 3")
+    scheduler.remove_executor(b, "exited with code 3")
+    c = scheduler.add_executor("c", b"rc", "h", 2, 12, 0.0)
+    (_, tasks), = scheduler.resource_offers()
+    assert sorted(t.client_task_id for t in tasks) == [1, 2] and c.suspects == 2
+    finish_all(scheduler, c, tasks)
+    assert c.suspects == 0 and c.suspect_losses == {}

@@ -295,9 +295,10 @@ class Driver:
         executor = self.executors_by_rid.get(rid)
         if executor is not None:  # the executor reports its own exit
             self.remove_executor(executor.executor_id, msg.reason, notify=False,
-                                 count_failure=not executor.decommissioning)
+                                 count_failure=msg.charge_tasks)
         elif rid in self.clients:
-            self.remove_executor(msg.executor_id, msg.reason or "removed by a client")
+            self.remove_executor(msg.executor_id, msg.reason or "removed by a client",
+                                 count_failure=msg.charge_tasks)
         else:
             self._warn_peer(rid, "RemoveExecutor from an unknown peer")
 

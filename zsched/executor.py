@@ -109,6 +109,7 @@ class ExecutorBackend:
         self._stopping = None                # reason, once the loop must end
         self._exit_code = 0
         self._driver_gone = False            # nothing more to tell the driver
+        self._charge_tasks = True            # the driver counts this exit against its tasks
         self._reaper_exit = False            # a task thread cannot be stopped: leave at once
         self._worker_deadline = None
         self._process = psutil.Process()
@@ -234,7 +235,7 @@ class ExecutorBackend:
                 self._reap_killed_tasks()
             self._check_worker()
             if self._decommissioning and self._outstanding == 0:
-                self._stop("decommissioned", 0)
+                self._stop("decommissioned", 0, charge_tasks=False)
                 break
             if self.socket in events:
                 last_heard = self.clock()
@@ -259,14 +260,16 @@ class ExecutorBackend:
             # finished work and why this executor leaves reach the driver at once, rather
             # than leave it to notice the lost connection
             self._send_status_updates()
-            self._send(p.RemoveExecutor(self.executor_id, self._stopping))
+            self._send(p.RemoveExecutor(self.executor_id, self._stopping, self._charge_tasks))
 
-    def _stop(self, reason, exit_code, driver_gone=False):
-        """End the loop; unless the driver is gone or sent the stop, it hears why."""
+    def _stop(self, reason, exit_code, driver_gone=False, charge_tasks=True):
+        """End the loop; unless the driver is gone or sent the stop, it hears why, and
+        whether the tasks held here should count this as one of their failures."""
         if self._stopping is None:
             self._stopping = reason
             self._exit_code = exit_code
             self._driver_gone = driver_gone
+            self._charge_tasks = charge_tasks
 
     def request_stop(self, reason):
         """Stop the loop (or registration); safe from signal handlers and other threads."""
@@ -324,7 +327,7 @@ class ExecutorBackend:
                 reason = (f"task {task_id} did not stop within task_kill_timeout "
                           f"({self.config.task_kill_timeout:g} s) of being killed")
                 log.error("%s: exiting (task reaper)", reason)
-                self._stop(reason, 1)
+                self._stop(reason, 1, charge_tasks=False)  # the driver's kill caused it
                 self._reaper_exit = True
 
     def _on_probe(self, msg):

@@ -177,10 +177,11 @@ class Heartbeat(Message):
     metrics: dict  # rss (bytes), cpu (percent), running (tasks)
 
 
-@_message(MsgType.REMOVE_EXECUTOR, _str, _str)
+@_message(MsgType.REMOVE_EXECUTOR, _str, _str, lambda v: isinstance(v, bool))
 class RemoveExecutor(Message):
     executor_id: str
     reason: str  # why the executor leaves (sent by itself) or should be removed (by a client)
+    charge_tasks: bool  # whether the tasks it held count this loss as one of their failures
 
 
 # -- driver -> executor

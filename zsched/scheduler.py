@@ -31,7 +31,7 @@ class ExecutorData:
     """A registered executor as the driver sees it."""
 
     __slots__ = ("executor_id", "routing_id", "hostname", "cores", "pid", "slot", "slots",
-                 "task_seconds", "running", "suspects", "decommissioning", "functions",
+                 "task_seconds", "running", "suspects", "suspect_losses", "decommissioning", "functions",
                  "registered_at", "last_seen", "metrics", "tasks_done", "tasks_failed")
 
     def __init__(self, executor_id, routing_id, hostname, cores, pid, slot, slots, now):
@@ -45,6 +45,7 @@ class ExecutorData:
         self.task_seconds = None  # moving average of its tasks' run time
         self.running = {}         # task id -> Task launched here and not yet reported, in launch order
         self.suspects = 0         # tasks among ``running`` that were on a lost executor before
+        self.suspect_losses = {}  # loss id -> suspects running here that were lost together
         self.decommissioning = False
         self.functions = set()    # function digests this executor already holds
         self.registered_at = now
@@ -56,7 +57,7 @@ class ExecutorData:
 
 class Task:
     __slots__ = ("task_id", "client", "client_task_id", "function", "args", "retries",
-                 "attempt", "executor", "failures", "cancelled")
+                 "attempt", "executor", "failures", "loss", "cancelled")
 
     def __init__(self, task_id, client, client_task_id, function, args, retries):
         self.task_id = task_id
@@ -68,6 +69,7 @@ class Task:
         self.attempt = 0          # number of the latest launch
         self.executor = None      # ExecutorData while launched
         self.failures = []        # (attempt, executor id, reason) of each system failure
+        self.loss = None          # id of the latest executor loss charged to it
         self.cancelled = False
 
 
@@ -77,10 +79,10 @@ class TaskScheduler:
     An executor holds more tasks than it has cores (its window, see ``slots_per_core``), so
     when it is lost the driver cannot tell which of them had started. All of them are
     charged a failure, and from then on they are *suspects*: a suspect is launched only
-    onto an idle core, its executor queues nothing behind it while it runs, and no other
-    suspect runs beside it, so a later loss is charged only to tasks that were really
-    running (as Spark charges the tasks running on a lost executor) and a task that kills
-    its executor cannot take the same neighbours down with it again and again. While
+    onto an idle core, its executor queues nothing behind it while it runs, and no suspect
+    of the same loss runs beside it, so a later loss is charged only to tasks that were
+    really running (as Spark charges the tasks running on a lost executor) and a task that
+    kills its executor cannot take the same neighbours down with it again and again. While
     suspects wait, every window shrinks to its cores so that idle cores appear even under
     a flood of short tasks.
     """
@@ -90,10 +92,11 @@ class TaskScheduler:
         self.slots = SlotTable()
         self.executors_by_slot = {}
         self.pending = deque()       # Tasks waiting for a slot, oldest first
-        self.suspects = deque()      # Tasks waiting for a slot after a lost executor
+        self.suspects = {}           # loss id -> deque of Tasks charged with it, waiting
         self.n_pending = 0           # tasks not cancelled in pending and suspects
         self.clamped = False         # windows are held to the cores while suspects wait
         self._next_task_id = 1
+        self._losses = 0             # executor losses charged to tasks
         self.counts = {"submitted": 0, "finished": 0, "failed": 0, "cancelled": 0, "retried": 0}
 
     # -- executors
@@ -148,12 +151,15 @@ class TaskScheduler:
         driver itself caused the loss (kill, decommission)."""
         self.slots.remove(executor.slot)
         del self.executors_by_slot[executor.slot]
+        if count_failure:
+            self._losses += 1
         for task in reversed(list(executor.running.values())):
             task.executor = None
             if task.cancelled:
                 continue
             if count_failure:
                 task.failures.append((task.attempt, executor.executor_id, reason))
+                task.loss = self._losses
             if len(task.failures) >= self.config.max_failures:
                 attempts = "; ".join(f"attempt {attempt} on executor {eid}: {why}"
                                      for attempt, eid, why in task.failures)
@@ -165,10 +171,17 @@ class TaskScheduler:
                 self._requeue(task)
         executor.running.clear()
         executor.suspects = 0
+        executor.suspect_losses.clear()
 
     def _requeue(self, task):
-        (self.suspects if task.failures else self.pending).appendleft(task)
+        if task.failures:
+            self.suspects.setdefault(task.loss, deque()).appendleft(task)
+        else:
+            self.pending.appendleft(task)
         self.n_pending += 1
+
+    def queued_suspects(self):
+        return [task for group in self.suspects.values() for task in group if not task.cancelled]
 
     # -- submissions
 
@@ -207,13 +220,31 @@ class TaskScheduler:
 
     # -- offers
 
-    def _next_queued(self, suspect_ok):
-        """The next task to launch (suspects first, if ``suspect_ok``), or None."""
-        for queue in ((self.suspects, self.pending) if suspect_ok else (self.pending,)):
-            while queue:
-                task = queue.popleft()
-                if not task.cancelled:
-                    return task
+    def _next_queued(self, avoid):
+        """The next task to launch, or None: the oldest suspect of a loss not in ``avoid``
+        (the losses of suspects its executor runs), else the oldest queued task."""
+        if self.suspects:
+            emptied = []
+            found = None
+            for loss, group in self.suspects.items():
+                while group and group[0].cancelled:
+                    group.popleft()
+                if not group:
+                    emptied.append(loss)
+                elif loss not in avoid:
+                    found = group.popleft()
+                    if not group:
+                        emptied.append(loss)
+                    break
+            for loss in emptied:
+                del self.suspects[loss]
+            if found is not None:
+                return found
+        pending = self.pending
+        while pending:
+            task = pending.popleft()
+            if not task.cancelled:
+                return task
         return None
 
     def resource_offers(self):
@@ -228,14 +259,14 @@ class TaskScheduler:
             executor = self.executors_by_slot[slot]
             batch = []
             running = executor.running
-            suspect_ok = executor.suspects == 0  # one at a time: suspects never share a loss
+            avoid = executor.suspect_losses  # suspects lost together never run together again
             while len(batch) < count:
-                task = next_queued(suspect_ok)
+                task = next_queued(avoid)
                 if task is None:
                     break
                 if task.failures:
                     executor.suspects += 1
-                    suspect_ok = False
+                    avoid[task.loss] = avoid.get(task.loss, 0) + 1
                 task.attempt += 1
                 task.executor = executor
                 running[task.task_id] = task
@@ -271,6 +302,11 @@ class TaskScheduler:
             task.executor = None
             if task.failures:
                 executor.suspects -= 1
+                left = executor.suspect_losses[task.loss] - 1
+                if left:
+                    executor.suspect_losses[task.loss] = left
+                else:
+                    del executor.suspect_losses[task.loss]
             if state == TaskState.RETURNED:  # given back unstarted: not the task's failure
                 if not task.cancelled:
                     returned.append(task)
