@@ -242,7 +242,7 @@ def test_what_an_executor_said_before_it_disconnected_counts(make_driver):
     # the executor finishes the task, says it leaves, and goes
     d.executor.send(p.encode(p.StatusUpdates(d.driver.incarnation, 0.01,
                                              [[task_id, attempt, p.TaskState.FINISHED, b"result"]])))
-    d.executor.send(p.encode(p.RemoveExecutor("e1", "finished its work and left")))
+    d.executor.send(p.encode(p.RemoveExecutor("e1", "finished its work and left", True)))
     d.executor.close(linger=5000)
     # both its messages and the end of its connection are waiting for the driver
     assert d.driver.monitor.poll(5000), "no disconnection event"
