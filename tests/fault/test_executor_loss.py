@@ -130,6 +130,20 @@ def ids_are_new(new_ids, earlier_ids):
 
 # ---------------------------------------------------------------- 1. SIGKILL during a map
 
+
+def completion_counter():
+    """(Counter of completions per key, ``completed(key)`` making a done-callback for it)."""
+    completions = collections.Counter()
+    lock = threading.Lock()
+
+    def completed(key):
+        def callback(_future):
+            with lock:
+                completions[key] += 1
+        return callback
+    return completions, completed
+
+
 def test_sigkill_during_map_results_right_and_executor_replaced(tmp_path):
     n, hold_from = 10_000, 3_000
     gate = str(tmp_path / "gate")
@@ -203,14 +217,7 @@ def test_sigstopped_executor_tasks_rerun_and_late_results_ignored(tmp_path, dete
         victim = before[0]
         pid = victim["pid"]
 
-        completions = collections.Counter()
-        lock = threading.Lock()
-
-        def completed(i):
-            def callback(_future):
-                with lock:
-                    completions[i] += 1
-            return callback
+        completions, completed = completion_counter()
 
         futures = []
         for i in range(n):
@@ -394,14 +401,7 @@ def test_chaos_random_sigkills_lose_and_duplicate_nothing():
             except Exception as exc:  # reported by the test, not lost in a thread
                 killer_errors.append(repr(exc))
 
-        completions = collections.Counter()
-        lock = threading.Lock()
-
-        def completed(i):
-            def callback(_future):
-                with lock:
-                    completions[i] += 1
-            return callback
+        completions, completed = completion_counter()
 
         started = time.monotonic()
         thread = threading.Thread(target=killer, name="chaos-killer", daemon=True)
