@@ -71,13 +71,11 @@ def test_junk_from_a_stranger_is_dropped_and_logged_once(driver_factory):
 class ExternalExecutors(ClusterManager):
     """Executors started by someone else: the manager only says how many are expected."""
 
-    def __init__(self, expected):
-        super().__init__()
-        self.set_target(expected)
 
 
 def _start_driver(config, expected):
-    driver = Driver(config, app_id="ready-test", cluster_manager=ExternalExecutors(expected))
+    driver = Driver(config, app_id="ready-test", cluster_manager=ExternalExecutors(),
+                    initial_executors=expected)
     driver.start_thread()
     return driver
 

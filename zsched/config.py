@@ -76,6 +76,9 @@ _RULES = {
     "max_failures": (parse_int, lambda v: v >= 1, "an integer >= 1"),
     "task_kill_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
     "shutdown_timeout": (parse_duration, lambda v: v >= 0, "a duration >= 0"),
+    "allocation_batch_delay": (parse_duration, lambda v: v > 0, "a positive duration"),
+    "allocation_batch_size": (parse_int, lambda v: v >= 1, "an integer >= 1"),
+    "executor_start_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
 }
 
 
@@ -97,6 +100,9 @@ class Config:
     max_failures: int = 4                      # system failures a task may suffer
     task_kill_timeout: float = 30.0            # a killed task must stop within this
     shutdown_timeout: float = 10.0             # executors must exit within this at stop
+    allocation_batch_delay: float = 1.0        # the allocator compares and acts this often
+    allocation_batch_size: int = 5             # most executors started per allocation round
+    executor_start_timeout: float = 60.0       # an executor not registered by then is killed
 
     def __post_init__(self):
         for f in fields(self):

@@ -19,6 +19,7 @@ import zmq
 
 from . import protocol as p
 from .cluster import LocalClusterManager
+from .allocation import ExecutorAllocator
 from .config import Config
 from .errors import ConfigError, ProtocolError
 from .fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
@@ -67,9 +68,9 @@ class Driver:
         self._losses = []             # recent (executor id, host, reason, time)
         self._late = set()            # executors reported late with their heartbeats
         self._probe_at = None         # when to probe the peers again after a disconnect
-        self.target_executors = initial_executors  # executors the cluster manager keeps running
-        self._start_failures = 0      # executors in a row that ended before registering
-        self._next_start = 0.0        # no replacement is started before this time (backoff)
+        self.allocator = None
+        if cluster_manager is not None:
+            self.allocator = ExecutorAllocator(cluster_manager, self.config, clock, initial_executors)
         self.bind()
 
     # ------------------------------------------------------------ set-up
@@ -131,8 +132,7 @@ class Driver:
         try:
             if self.cluster_manager is not None:
                 self.cluster_manager.attach(self.url, self.app_id, self.secret_file)
-                if self.target_executors:
-                    self.cluster_manager.request_total(self.target_executors)
+                self.allocator.round()
             self.ready_event.set()
             self._loop()
             log.info("driver loop ended: stop requested")
@@ -251,8 +251,7 @@ class Driver:
         log.info("Registered executor %s on %s (pid %d) with %d core(s)",
                  executor_id, msg.hostname, msg.pid, msg.cores)
         if self.cluster_manager is not None:
-            self.cluster_manager.registered(executor_id)
-        self._start_failures = 0
+            self.allocator.registered(executor_id)
         self._send(rid, p.RegisteredExecutor(self.incarnation, self.config.to_settings()))
         self._offers_needed = True
 
@@ -466,8 +465,8 @@ class Driver:
     def _forget_target(self, executor_id):
         """An executor the cluster manager started leaves on purpose: not replaced."""
         if self.cluster_manager is not None and executor_id in self.cluster_manager.launched_ids():
-            self.target_executors = max(0, self.target_executors - 1)
-            self.cluster_manager.set_target(self.target_executors)
+            self.allocator.set_target(max(0, self.allocator.target - 1),
+                                      f"executor {executor_id} leaves on purpose")
 
     _admin_operations = {
         "executor_ids": executor_ids,
@@ -499,7 +498,7 @@ class Driver:
             return True
         expected = 0
         if self.cluster_manager is not None:
-            expected = self.cluster_manager.expected_executors() * self.cluster_manager.cores_per_executor
+            expected = self.allocator.target * self.cluster_manager.cores_per_executor
         registered = sum(e.cores for e in self.executors.values())
         if expected == 0 or registered >= ratio * expected:
             return True
@@ -581,23 +580,14 @@ class Driver:
 
     def _check_executor_exits(self):
         """Executors the cluster manager started that ended are removed with how they
-        ended, and replaced while the target is unchanged (with backoff when they end
-        before registering, never in a hot loop)."""
-        manager = self.cluster_manager
-        if manager is None:
+        ended; then the allocator compares and acts (replacing lost executors while the
+        target is unchanged)."""
+        if self.cluster_manager is None:
             return
-        for executor_id, reason in manager.poll_exits():
-            if executor_id not in self.executors and not manager.was_registered(executor_id):
-                self._start_failures += 1
-                delay = min(30.0, 0.5 * 2 ** (self._start_failures - 1))
-                self._next_start = self.clock() + delay
-                log.warning("executor %s ended before registering: %s (next start in %.1f s)",
-                            executor_id, reason, delay)
+        for executor_id, reason in self.cluster_manager.poll_exits():
+            self.allocator.ended(executor_id, reason)
             self.remove_executor(executor_id, reason, notify=False)
-        if len(manager.launched_ids()) < self.target_executors and self.clock() >= self._next_start:
-            missing = self.target_executors - len(manager.launched_ids())
-            log.info("starting %d executor(s) to keep %d running", missing, self.target_executors)
-            manager.request_total(self.target_executors)
+        self.allocator.tick()
 
     def _on_disconnects(self):
         """A connection was lost: find whose by probing every peer now, and again shortly

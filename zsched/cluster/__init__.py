@@ -4,14 +4,14 @@ Every manager has the same small interface:
 
 - ``attach(driver_url, app_id, secret_file)``: called once, when the driver is bound.
 - ``request_total(n)``: have ``n`` executors (starting new ones as needed, never killing).
-- ``set_target(n)``: change the target without starting anything.
 - ``kill(executor_ids)``: stop these executors; they no longer count toward the target.
 - ``launched_ids()``: ids of the executors it started that have neither exited nor been killed.
-- ``registered(executor_id)`` / ``was_registered(executor_id)``: what the driver saw.
 - ``exit_reason(executor_id, wait)``: how an executor ended, or None while it runs.
 - ``poll_exits()``: ``[(executor id, reason)]`` for executors that ended since last call.
-- ``expected_executors()`` and ``cores_per_executor``: what was asked for.
+- ``cores_per_executor``: the size of the executors it starts.
 - ``stop(timeout)``: stop every executor and wait for them (bounded).
+
+The driver's ``ExecutorAllocator`` (``zsched/allocation.py``) decides how many to have.
 """
 from .base import ClusterManager
 from .local import LocalClusterManager

@@ -9,30 +9,14 @@ class ClusterManager:
 
     cores_per_executor = 1
 
-    def __init__(self):
-        self._target = 0
-        self._registered = set()
-
     def attach(self, driver_url, app_id, secret_file):
         self.driver_url, self.app_id, self.secret_file = driver_url, app_id, secret_file
 
-    def expected_executors(self):
-        return self._target
-
-    def set_target(self, n):
-        self._target = n
-
     def request_total(self, n):
-        self._target = n
+        pass
 
     def launched_ids(self):
         return []
-
-    def registered(self, executor_id):
-        self._registered.add(executor_id)
-
-    def was_registered(self, executor_id):
-        return executor_id in self._registered
 
     def kill(self, executor_ids):
         pass

@@ -63,7 +63,6 @@ class LocalClusterManager(ClusterManager):
     def __init__(self, cores_per_executor=1, hostname="127.0.0.1", log_level=None):
         if cores_per_executor < 1:
             raise ValueError(f"cores_per_executor must be >= 1, got {cores_per_executor}")
-        super().__init__()
         self.cores_per_executor = cores_per_executor
         self.hostname = hostname
         self.log_level = log_level
@@ -73,7 +72,6 @@ class LocalClusterManager(ClusterManager):
 
     def request_total(self, n):
         """Have ``n`` executors: start the missing ones (never kills)."""
-        self._target = n
         while len(self._processes) < n:
             self._start_one()
 
@@ -144,4 +142,3 @@ class LocalClusterManager(ClusterManager):
                     pass
         self._processes.clear()
         self._leaving.clear()
-        self._target = 0

@@ -1,0 +1,121 @@
+"""The executor allocator on its own: a fake cluster manager and a fake clock."""
+import itertools
+
+import pytest
+
+from zsched.allocation import ExecutorAllocator
+from zsched.cluster import ClusterManager
+from zsched.config import Config
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class FakeManager(ClusterManager):
+    """Starts executors instantly (as ids), kills them on request."""
+
+    def __init__(self):
+        self.ids = itertools.count(1)
+        self.live = []
+        self.killed = []
+
+    def request_total(self, n):
+        while len(self.live) < n:
+            self.live.append(str(next(self.ids)))
+
+    def launched_ids(self):
+        return list(self.live)
+
+    def kill(self, executor_ids):
+        for executor_id in executor_ids:
+            if executor_id in self.live:
+                self.live.remove(executor_id)
+                self.killed.append(executor_id)
+
+
+def make(target=0, **settings):
+    clock, manager = FakeClock(), FakeManager()
+    return ExecutorAllocator(manager, Config(**settings), clock, target), manager, clock
+
+
+def test_starts_at_most_a_batch_per_round_and_never_kills_for_a_lower_target():
+    allocator, manager, clock = make(12, allocation_batch_size=5, allocation_batch_delay=1)
+    allocator.tick()
+    assert len(manager.live) == 5
+    allocator.tick()                       # within the batch delay: nothing
+    assert len(manager.live) == 5
+    clock.now = 1.0
+    allocator.tick()
+    clock.now = 2.0
+    allocator.tick()
+    assert len(manager.live) == 12
+    allocator.set_target(3, "test")
+    clock.now = 3.0
+    allocator.tick()
+    assert len(manager.live) == 12 and manager.killed == []
+
+
+def test_lost_executors_are_replaced_with_new_ids():
+    allocator, manager, clock = make(2)
+    allocator.round()
+    for executor_id in manager.live:
+        allocator.registered(executor_id)
+    manager.live.remove("1")               # lost unexpectedly: the target is unchanged
+    allocator.ended("1", "killed by signal SIGKILL")
+    allocator.round()
+    assert manager.live == ["2", "3"]
+
+
+def test_an_executor_that_never_registers_is_killed_and_retried_with_backoff():
+    allocator, manager, clock = make(1, executor_start_timeout=60)
+    allocator.round()
+    assert manager.live == ["1"]
+    clock.now = 60.0
+    allocator.round()                      # not past the timeout yet
+    assert manager.live == ["1"]
+    clock.now = 60.5
+    allocator.round()
+    assert manager.killed == ["1"] and manager.live == []  # killed; backoff 0.5 s
+    clock.now = 60.9
+    allocator.round()
+    assert manager.live == []
+    clock.now = 61.0
+    allocator.round()
+    assert manager.live == ["2"]
+    clock.now = 121.5
+    allocator.round()                      # second failure in a row: backoff 1 s
+    assert manager.live == []
+    clock.now = 122.4
+    allocator.round()
+    assert manager.live == []
+    clock.now = 122.5
+    allocator.round()
+    assert manager.live == ["3"]
+    allocator.registered("3")              # a registration resets the backoff
+    assert allocator._failed_starts == 0
+    texts = [text for _, text in allocator.events]
+    assert any("did not register within executor_start_timeout (60 s)" in t for t in texts)
+
+
+def test_backoff_after_executors_that_end_before_registering_is_bounded():
+    allocator, manager, clock = make(1)
+    delays = []
+    for _ in range(10):
+        allocator.round()
+        (executor_id,) = manager.live
+        manager.live.clear()
+        allocator.ended(executor_id, "exited with code 1")
+        delays.append(allocator._next_start - clock.now)
+        clock.now = allocator._next_start
+    assert delays[:4] == [0.5, 1.0, 2.0, 4.0] and max(delays) == 30.0
+
+
+def test_a_negative_target_is_refused():
+    allocator, _, _ = make()
+    with pytest.raises(ValueError):
+        allocator.set_target(-1, "test")
