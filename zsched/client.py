@@ -308,6 +308,29 @@ class Client(concurrent.futures.Executor):
         Their unstarted tasks run elsewhere. Returns the ids the driver acknowledged."""
         return self._admin("decommission_executors", list(executor_ids))
 
+    def request_total_executors(self, n, locality_aware_tasks=0, host_to_local_task_count=None):
+        """Have ``n`` executors (a later request overrides this one; running executors are
+        never killed to reach a lower number). True when the driver acknowledged it."""
+        if n < 0:
+            raise ValueError(f"cannot request a negative number of executors ({n})")
+        return self._admin("request_total_executors", n, locality_aware_tasks,
+                           host_to_local_task_count)
+
+    def request_executors(self, n):
+        """``n`` executors more than requested so far."""
+        if n < 0:
+            raise ValueError(f"cannot request a negative number of additional executors ({n})")
+        return self._admin("request_executors", n)
+
+    def kill_executors(self, executor_ids, *, replace=False, force=False):
+        """Kill executors (busy ones only with ``force``); without ``replace`` none replaces
+        them. Returns the ids the driver acknowledged."""
+        return self._admin("kill_executors", list(executor_ids), replace, force)
+
+    def kill_executors_on_host(self, host):
+        """Kill every executor on ``host`` (they are replaced); True if there was one."""
+        return self._admin("kill_executors_on_host", host)
+
     def decommission_executors_on_host(self, host):
         """Decommission every executor on ``host``; True if there was one."""
         return self._admin("decommission_executors_on_host", host)

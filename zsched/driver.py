@@ -462,6 +462,63 @@ class Driver:
         ids = [e.executor_id for e in self.executors.values() if e.hostname == host]
         return bool(self.decommission_executors(ids))
 
+    # -- the allocation contract (Spark's ExecutorAllocationClient)
+
+    def _require_allocator(self):
+        if self.allocator is None:
+            raise ValueError("this driver has no cluster manager: start it with --local N")
+        return self.allocator
+
+    def request_total_executors(self, n, locality_aware_tasks=0, host_to_local_task_count=None):
+        """Have ``n`` executors: a later request overrides this one; never kills by itself."""
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise TypeError("the number of executors must be an integer")
+        if n < 0:
+            raise ValueError(f"cannot request a negative number of executors ({n})")
+        self._require_allocator().set_target(n, "requested total")
+        return True
+
+    def request_executors(self, n):
+        """``n`` executors more than the current target."""
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise TypeError("the number of executors must be an integer")
+        if n < 0:
+            raise ValueError(f"cannot request a negative number of additional executors ({n})")
+        allocator = self._require_allocator()
+        allocator.set_target(allocator.target + n, f"requested {n} more")
+        return True
+
+    def kill_executors(self, executor_ids, replace=False, force=False):
+        """Kill these executors; busy ones only with ``force``; unknown ids are skipped with
+        a warning. Without ``replace`` the target drops so that none replaces them (and
+        their tasks are not charged); with it, the loss counts as a failure of their tasks.
+        Returns the ids acknowledged."""
+        if not isinstance(executor_ids, list) or not all(isinstance(i, str) for i in executor_ids):
+            raise TypeError("executor_ids must be a list of executor id strings")
+        killed = []
+        for executor_id in executor_ids:
+            executor = self.executors.get(executor_id)
+            if executor is None:
+                log.warning("kill: unknown executor %r skipped", executor_id)
+                continue
+            if executor.running and not force:
+                log.info("kill: executor %s is busy (%d task(s)); not killed without force",
+                         executor_id, len(executor.running))
+                continue
+            if not replace:
+                self._forget_target(executor_id)
+            self.remove_executor(executor_id, "killed by the driver" + (" (replaced)" if replace else ""),
+                                 count_failure=replace)
+            killed.append(executor_id)
+        return killed
+
+    def kill_executors_on_host(self, host):
+        """Kill every executor on ``host``, busy or not; they are replaced."""
+        if not isinstance(host, str):
+            raise TypeError("host must be a string")
+        ids = [e.executor_id for e in self.executors.values() if e.hostname == host]
+        return bool(self.kill_executors(ids, replace=True, force=True))
+
     def _forget_target(self, executor_id):
         """An executor the cluster manager started leaves on purpose: not replaced."""
         if self.cluster_manager is not None and executor_id in self.cluster_manager.launched_ids():
@@ -474,6 +531,10 @@ class Driver:
         "is_executor_active": is_executor_active,
         "decommission_executors": decommission_executors,
         "decommission_executors_on_host": decommission_executors_on_host,
+        "request_total_executors": request_total_executors,
+        "request_executors": request_executors,
+        "kill_executors": kill_executors,
+        "kill_executors_on_host": kill_executors_on_host,
     }
 
     _handlers = {
