@@ -1,0 +1,82 @@
+"""Dynamic allocation: the policy that moves the executor target with the work (after
+Spark's ExecutorAllocationManager). It holds no sockets and reads no clock of its own: the
+driver gives it what it sees and applies what it decides.
+
+- While tasks have waited longer than ``backlog_timeout``, the target grows in rounds of
+  1, 2, 4, ... executors (one round per ``backlog_timeout``) up to what the work needs
+  (queued + running tasks / cores per executor), never above ``max_executors``.
+- When the work needs fewer executors than the target, the target drops to what it needs
+  (never below ``min_executors``); that kills nothing.
+- Executors idle longer than ``idle_timeout`` are decommissioned, never below ``min_executors``.
+"""
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Decision:
+    target: int                     # the new target (may equal the old one)
+    decommission: list = field(default_factory=list)  # executor ids to decommission
+    reasons: list = field(default_factory=list)       # one line per change, for the log
+
+
+class DynamicAllocationPolicy:
+    def __init__(self, min_executors=0, max_executors=None, backlog_timeout=1.0,
+                 idle_timeout=60.0):
+        max_executors = math.inf if max_executors is None else max_executors
+        if min_executors < 0 or max_executors < min_executors:
+            raise ValueError(f"need 0 <= min_executors <= max_executors, got {min_executors} "
+                             f"and {max_executors}")
+        if backlog_timeout <= 0 or idle_timeout <= 0:
+            raise ValueError("backlog_timeout and idle_timeout must be positive")
+        self.min_executors = min_executors
+        self.max_executors = max_executors
+        self.backlog_timeout = backlog_timeout
+        self.idle_timeout = idle_timeout
+        self._backlog_since = None   # when tasks started waiting
+        self._next_add = None        # when the next round of additions may happen
+        self._round = 1              # executors the next round adds
+
+    def clamp(self, n):
+        return int(max(self.min_executors, min(self.max_executors, n)))
+
+    def update(self, now, target, queued, running, cores_per_executor, idle_since):
+        """Decide from what the driver sees: the current ``target``, ``queued`` and
+        ``running`` task counts, and ``idle_since``: executor id -> when it became idle (None
+        while it runs tasks), for the executors registered and not leaving."""
+        decision = Decision(target)
+        needed = math.ceil((queued + running) / cores_per_executor)
+        if queued == 0:
+            self._backlog_since = self._next_add = None
+            self._round = 1
+        elif self._backlog_since is None:
+            self._backlog_since = now
+            self._next_add = now + self.backlog_timeout
+        if needed < decision.target:
+            lowered = self.clamp(needed)
+            if lowered < decision.target:
+                decision.reasons.append(f"target {decision.target} -> {lowered}: the work needs "
+                                        f"{needed} executor(s) (min {self.min_executors})")
+                decision.target = lowered
+        elif self._next_add is not None and now >= self._next_add:
+            wanted = min(decision.target + self._round, needed)
+            grown = self.clamp(wanted)
+            if grown > decision.target:
+                clamp = " (max clamp)" if grown < wanted else ""
+                decision.reasons.append(
+                    f"target {decision.target} -> {grown}: backlog of {queued} task(s) waiting "
+                    f"{now - self._backlog_since:.1f} s{clamp}")
+                decision.target = grown
+                self._round *= 2
+            self._next_add = now + self.backlog_timeout
+        removable = len(idle_since) - self.min_executors
+        for executor_id, since in sorted(idle_since.items(), key=lambda item: (item[1] is None, item[1])):
+            if removable <= 0 or since is None or now - since < self.idle_timeout:
+                continue
+            decision.decommission.append(executor_id)
+            decision.reasons.append(f"decommission executor {executor_id}: idle for "
+                                    f"{now - since:.0f} s (idle timeout {self.idle_timeout:g} s)")
+            removable -= 1
+        if decision.decommission:
+            decision.target = self.clamp(min(decision.target, len(idle_since) - len(decision.decommission)))
+        return decision
