@@ -44,7 +44,7 @@ def test_idle_executors_are_decommissioned_oldest_first_never_below_min():
     idle = {"1": 0.0, "2": 10.0, "3": None, "4": 50.0}
     decision = policy.update(71.0, 4, queued=0, running=1, cores_per_executor=1, idle_since=idle)
     assert decision.decommission == ["1", "2"]
-    assert decision.target == 2 and any("idle for 71 s" in r for r in decision.reasons)
+    assert decision.target == 1 and any("idle for 71 s" in r for r in decision.reasons)
     decision = policy.update(200.0, 2, queued=0, running=0, cores_per_executor=1,
                              idle_since={"3": 100.0, "4": 50.0})
     assert decision.decommission == ["4"] and decision.target == 1
