@@ -21,6 +21,7 @@ from . import protocol as p
 from .cluster import LocalClusterManager
 from .allocation import ExecutorAllocator
 from .config import Config
+from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import ConfigError, ProtocolError
 from .fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from .protocol import MsgType, TaskState
@@ -38,7 +39,8 @@ class Driver:
     """Spark's DriverEndpoint with its backend: registration, offers, launches, results."""
 
     def __init__(self, config=None, *, host="127.0.0.1", port=0, app_id=None, keys=None,
-                 cluster_manager=None, initial_executors=0, secret_file=None, stop_on_eof_fd=None,
+                 cluster_manager=None, initial_executors=0, dynamic_allocation=None,
+                 secret_file=None, stop_on_eof_fd=None,
                  clock=time.monotonic):
         self.config = config or Config()
         self.host = host
@@ -71,6 +73,8 @@ class Driver:
         self.allocator = None
         if cluster_manager is not None:
             self.allocator = ExecutorAllocator(cluster_manager, self.config, clock, initial_executors)
+        self.dynamic_allocation = dynamic_allocation  # a DynamicAllocationPolicy, or None
+        self._idle_since = {}         # executor id -> when it was first seen idle
         self.bind()
 
     # ------------------------------------------------------------ set-up
@@ -158,6 +162,8 @@ class Driver:
             [0.2, self._check_executor_exits],
             [0.1, self._probe_again],
         ]
+        if self.dynamic_allocation is not None and self.allocator is not None:
+            timers.append([0.25, self._allocate_dynamically])
         now = self.clock()
         for timer in timers:
             timer.append(now + timer[0])
@@ -311,8 +317,9 @@ class Driver:
         self._late.discard(executor_id)
         if executor.decommissioning:
             count_failure = False
-        log.warning("Removed executor %s on %s: %s (%d task(s) were running)",
-                    executor_id, executor.hostname, reason, len(executor.running))
+        log.log(logging.WARNING if count_failure else logging.INFO,
+                "Removed executor %s on %s: %s (%d task(s) were running)",
+                executor_id, executor.hostname, reason, len(executor.running))
         self._losses.append((executor_id, executor.hostname, reason, time.time()))
         del self._losses[:-100]
         self.scheduler.remove_executor(executor, reason, count_failure)
@@ -436,7 +443,7 @@ class Driver:
         executor = self.executors.get(executor_id)
         return executor is not None and not executor.decommissioning
 
-    def decommission_executors(self, executor_ids):
+    def decommission_executors(self, executor_ids, adjust_target=True):
         """Decommission these executors: no new tasks, their unstarted ones go elsewhere,
         their running ones finish, then they exit. Returns the ids acknowledged."""
         if not isinstance(executor_ids, list) or not all(isinstance(i, str) for i in executor_ids):
@@ -451,7 +458,8 @@ class Driver:
                 continue
             log.info("decommissioning executor %s (%d task(s) held)", executor_id, len(executor.running))
             self.scheduler.decommission(executor)
-            self._forget_target(executor_id)
+            if adjust_target:
+                self._forget_target(executor_id)
             self._send(executor.routing_id, p.DecommissionExecutor("decommissioned by the driver"))
             acknowledged.append(executor_id)
         return acknowledged
@@ -639,6 +647,30 @@ class Driver:
                 log.warning("executor %s has been silent for %.1f s (a task holding the GIL?); "
                             "it is declared lost after %g s", executor.executor_id, silent, timeout)
 
+    def _allocate_dynamically(self):
+        """Apply the dynamic allocation policy to what the driver sees now."""
+        now = self.clock()
+        idle_since = {}
+        for executor in self.executors.values():
+            if executor.decommissioning:
+                continue
+            if executor.running:
+                idle_since[executor.executor_id] = None
+            else:
+                idle_since[executor.executor_id] = self._idle_since.setdefault(executor.executor_id, now)
+        for executor_id in [i for i, since in idle_since.items() if since is None]:
+            self._idle_since.pop(executor_id, None)
+        for executor_id in [i for i in self._idle_since if i not in idle_since]:
+            del self._idle_since[executor_id]
+        decision = self.dynamic_allocation.update(
+            now, self.allocator.target, self.scheduler.n_pending, self.scheduler.running_count(),
+            self.cluster_manager.cores_per_executor, idle_since)
+        for reason in decision.reasons:
+            log.info("dynamic allocation: %s", reason)
+        if decision.decommission:
+            self.decommission_executors(decision.decommission, adjust_target=False)
+        self.allocator.set_target(decision.target, "dynamic allocation")
+
     def _check_executor_exits(self):
         """Executors the cluster manager started that ended are removed with how they
         ended; then the allocator compares and acts (replacing lost executors while the
@@ -731,6 +763,17 @@ def build_parser():
     parser.add_argument("--local", type=int, default=None, metavar="N",
                         help="start N executor processes on this host")
     parser.add_argument("--cores-per-executor", type=int, default=1, metavar="C")
+    dynamic = parser.add_argument_group("dynamic allocation (with --local)")
+    dynamic.add_argument("--dynamic-allocation", action="store_true",
+                         help="grow the executors with the backlog, shrink them when idle")
+    dynamic.add_argument("--min-executors", type=int, default=0, metavar="N")
+    dynamic.add_argument("--max-executors", type=int, default=None, metavar="N")
+    dynamic.add_argument("--initial-executors", type=int, default=None, metavar="N",
+                         help="executors at start (default: --local N, else --min-executors)")
+    dynamic.add_argument("--backlog-timeout", type=float, default=1.0, metavar="S",
+                         help="add executors while tasks have waited this long (default 1)")
+    dynamic.add_argument("--executor-idle-timeout", type=float, default=60.0, metavar="S",
+                         help="decommission executors idle this long (default 60)")
     parser.add_argument("--exit-on-stdin-close", action="store_true",
                         help="stop (and stop the executors) when standard input closes: "
                              "fate-sharing with the program that started the driver")
@@ -759,13 +802,25 @@ def main(argv=None):
     except ConfigError as exc:
         parser.error(str(exc))
     manager = None
-    if args.local:
+    policy = None
+    initial = args.local or 0
+    if args.dynamic_allocation:
+        try:
+            policy = DynamicAllocationPolicy(args.min_executors, args.max_executors,
+                                             args.backlog_timeout, args.executor_idle_timeout)
+        except ValueError as exc:
+            parser.error(str(exc))
+        if args.local is None:
+            parser.error("--dynamic-allocation needs a cluster manager: --local N")
+        initial = policy.clamp(args.initial_executors if args.initial_executors is not None
+                               else args.local)
+    if args.local is not None:
         hostname = args.host if args.host not in ("0.0.0.0", "*") else socket.gethostname()
         manager = LocalClusterManager(args.cores_per_executor, hostname=hostname,
                                       log_level=args.log_level)
     driver = Driver(config, host=args.host, port=args.port, app_id=args.app_id, keys=keys,
-                    cluster_manager=manager, initial_executors=args.local or 0,
-                    secret_file=secret_file,
+                    cluster_manager=manager, initial_executors=initial,
+                    dynamic_allocation=policy, secret_file=secret_file,
                     stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: driver.request_stop())

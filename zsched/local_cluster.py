@@ -43,11 +43,16 @@ class LocalCluster:
     ``address`` and ``secret_file`` let any process connect (``zsched.Client(address,
     secret_file=...)``); ``client()`` returns a client in this process. Settings are keyword
     arguments (``max_message_size=...``) or a ``conf`` mapping, as ``--conf`` of ``bin/driver``.
+    ``dynamic_allocation=True`` (with ``min_executors``, ``max_executors``,
+    ``initial_executors``, ``backlog_timeout``, ``executor_idle_timeout``) grows the cluster
+    with the backlog and shrinks it when idle, as ``bin/driver --dynamic-allocation``.
     """
 
     def __init__(self, n_executors=2, cores_per_executor=1, *, host="127.0.0.1", port=0,
                  secret_file=None, insecure=False, app_id=None, conf=None, wait=True,
-                 log_level="WARNING", **settings):
+                 log_level="WARNING", dynamic_allocation=False, min_executors=0,
+                 max_executors=None, initial_executors=None, backlog_timeout=1.0,
+                 executor_idle_timeout=60.0, **settings):
         if n_executors < 0:
             raise ValueError(f"n_executors must be >= 0, got {n_executors}")
         if cores_per_executor < 1:
@@ -64,6 +69,18 @@ class LocalCluster:
                    "--app-id", self.app_id, "--local", str(n_executors),
                    "--cores-per-executor", str(cores_per_executor), "--log-level", log_level,
                    "--exit-on-stdin-close"]
+        if dynamic_allocation:
+            from .dynamic_allocation import DynamicAllocationPolicy
+            policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
+                                             executor_idle_timeout)  # bad bounds fail here
+            command += ["--dynamic-allocation", "--min-executors", str(min_executors),
+                        "--backlog-timeout", str(backlog_timeout),
+                        "--executor-idle-timeout", str(executor_idle_timeout)]
+            if max_executors is not None:
+                command += ["--max-executors", str(max_executors)]
+            if initial_executors is not None:
+                command += ["--initial-executors", str(initial_executors)]
+            n_executors = policy.clamp(n_executors if initial_executors is None else initial_executors)
         if insecure:
             command.append("--insecure")
         else:
