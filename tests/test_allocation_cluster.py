@@ -1,11 +1,17 @@
 """The allocation contract on a real local cluster: requests, kills, replacement."""
 import os
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
 
 import zsched
 from conftest import wait_for
+from zsched.cluster import LocalClusterManager
+from zsched.config import Config
+from zsched.driver import Driver
 
 
 def ids(client):
@@ -97,3 +103,68 @@ def test_a_driver_without_cluster_manager_says_why_it_cannot_allocate(driver_fac
     with pytest.raises(ValueError, match="no cluster manager"):
         client.request_total_executors(2)
     client.shutdown()
+
+
+class NeverRegistering(LocalClusterManager):
+    """Starts processes that never register (a broken executor command)."""
+
+    def _start_one(self):
+        executor_id = str(next(self._ids))
+        self._processes[executor_id] = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)"], stdin=subprocess.DEVNULL)
+
+
+def test_executors_that_never_register_are_given_up_and_retried_with_backoff_not_in_a_loop():
+    manager = NeverRegistering()
+    driver = Driver(Config(executor_start_timeout=1, allocation_batch_delay=0.2),
+                    cluster_manager=manager, initial_executors=1)
+    driver.start_thread()
+    try:
+        time.sleep(8)
+        events = [text for _, text in driver.allocator.events]
+    finally:
+        driver.request_stop()
+        driver.join(30)
+    gave_up = [e for e in events if "did not register within executor_start_timeout (1 s): killed" in e]
+    started = [e for e in events if e.startswith("started")]
+    # start, 1 s timeout, then backoffs of 0.5, 1, 2, 4 s: a handful of tries in 8 s, not a loop
+    assert 2 <= len(gave_up) <= 5, events
+    assert len(started) <= len(gave_up) + 1, events
+    assert "next start in 1.0 s" in " ".join(events)
+
+
+def test_interleaved_requests_and_kills_from_two_clients_keep_counts_consistent():
+    with zsched.LocalCluster(2, allocation_batch_delay=0.2) as cluster:
+        first, second = cluster.client(), cluster.client()
+        wait_for(lambda: len(ids(first)) == 2, timeout=30, message="2 executors")
+        seen = []
+
+        def grow():
+            for _ in range(3):
+                assert first.request_executors(1)
+                seen.append(len(ids(first)))
+                time.sleep(0.3)
+
+        def shrink():
+            killed = 0
+            while killed < 2:
+                victims = ids(second)
+                if victims:
+                    killed += len(second.kill_executors(victims[:1]))
+                seen.append(len(ids(second)))
+                time.sleep(0.4)
+
+        threads = [threading.Thread(target=grow), threading.Thread(target=shrink)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        # 2 + 3 requested - 2 killed without replacement
+        assert first.status()["allocation"]["target"] == 3
+        wait_for(lambda: len(ids(first)) == 3, timeout=30, message="3 executors")
+        settle()
+        assert len(ids(second)) == 3 and max(seen) <= 5
+        client_ids = [int(i) for i in ids(first)]
+        assert len(set(client_ids)) == 3
+        first.shutdown()
+        second.shutdown()

@@ -436,6 +436,9 @@ class Driver:
                 for e in (self.executors[i] for i in self.executor_ids())
             ],
             "tasks": counts,
+            "allocation": None if self.allocator is None else {
+                "target": self.allocator.target, "starting": self.allocator.pending(),
+                "dynamic": self.dynamic_allocation is not None},
             "losses": [{"id": i, "host": h, "reason": r, "time": t} for i, h, r, t in self._losses],
         }
 
