@@ -4,15 +4,20 @@ manager, a map that builds a backlog, then idleness; prints each allocation deci
     python bench/allocation_trace.py [--tasks 300] [--task-seconds 0.05] [--max-executors 3]
 """
 import argparse
+import importlib.util
 import os
 import re
 import subprocess
 import sys
 import time
 
-import zsched
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if importlib.util.find_spec("zsched") is None:
+    sys.path.insert(0, REPO)  # not installed: this checkout's zsched
 
-BIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bin")
+import zsched  # noqa: E402
+
+BIN = os.path.join(REPO, "bin")
 DECISIONS = ("dynamic allocation", "zsched.allocation", "Registered executor", "Removed executor")
 
 
