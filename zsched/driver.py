@@ -653,18 +653,9 @@ class Driver:
     def _allocate_dynamically(self):
         """Apply the dynamic allocation policy to what the driver sees now."""
         now = self.clock()
-        idle_since = {}
-        for executor in self.executors.values():
-            if executor.decommissioning:
-                continue
-            if executor.running:
-                idle_since[executor.executor_id] = None
-            else:
-                idle_since[executor.executor_id] = self._idle_since.setdefault(executor.executor_id, now)
-        for executor_id in [i for i, since in idle_since.items() if since is None]:
-            self._idle_since.pop(executor_id, None)
-        for executor_id in [i for i in self._idle_since if i not in idle_since]:
-            del self._idle_since[executor_id]
+        idle_since = {e.executor_id: None if e.running else self._idle_since.get(e.executor_id, now)
+                      for e in self.executors.values() if not e.decommissioning}
+        self._idle_since = {i: since for i, since in idle_since.items() if since is not None}
         decision = self.dynamic_allocation.update(
             now, self.allocator.target, self.scheduler.n_pending, self.scheduler.running_count(),
             self.cluster_manager.cores_per_executor, idle_since)

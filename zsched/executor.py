@@ -20,6 +20,7 @@ from collections import deque
 import cloudpickle
 import psutil
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from . import protocol as p
 from .config import Config
@@ -395,7 +396,6 @@ class ExecutorBackend:
         return sock, monitor
 
     def _worker_event(self):
-        from zmq.utils.monitor import recv_monitor_message
         event = recv_monitor_message(self._worker[1])["event"]
         if event == zmq.EVENT_CONNECTED:
             self._worker_deadline = None

@@ -22,6 +22,7 @@ import weakref
 
 from .cluster.local import child_environment, module_command
 from .config import Config
+from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import DriverConnectionError
 from .security import create_secret_file
 
@@ -70,7 +71,6 @@ class LocalCluster:
                    "--cores-per-executor", str(cores_per_executor), "--log-level", log_level,
                    "--exit-on-stdin-close"]
         if dynamic_allocation:
-            from .dynamic_allocation import DynamicAllocationPolicy
             policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
                                              executor_idle_timeout)  # bad bounds fail here
             command += ["--dynamic-allocation", "--min-executors", str(min_executors),

@@ -31,7 +31,7 @@ class ExecutorData:
     """A registered executor as the driver sees it."""
 
     __slots__ = ("executor_id", "routing_id", "hostname", "cores", "pid", "slot", "slots",
-                 "task_seconds", "running", "suspects", "suspect_losses", "decommissioning", "functions",
+                 "task_seconds", "running", "suspect_losses", "decommissioning", "functions",
                  "registered_at", "last_seen", "metrics", "tasks_done", "tasks_failed")
 
     def __init__(self, executor_id, routing_id, hostname, cores, pid, slot, slots, now):
@@ -44,8 +44,7 @@ class ExecutorData:
         self.slots = slots        # tasks it may hold, running and queued
         self.task_seconds = None  # moving average of its tasks' run time
         self.running = {}         # task id -> Task launched here and not yet reported, in launch order
-        self.suspects = 0         # tasks among ``running`` that were on a lost executor before
-        self.suspect_losses = {}  # loss id -> suspects running here that were lost together
+        self.suspect_losses = {}  # loss id -> tasks running here that were lost together before
         self.decommissioning = False
         self.functions = set()    # function digests this executor already holds
         self.registered_at = now
@@ -53,6 +52,11 @@ class ExecutorData:
         self.metrics = {}
         self.tasks_done = 0
         self.tasks_failed = 0
+
+    @property
+    def suspects(self):
+        """Tasks among ``running`` that were on a lost executor before."""
+        return sum(self.suspect_losses.values())
 
 
 class Task:
@@ -119,7 +123,7 @@ class TaskScheduler:
     def _window(self, executor):
         if executor.decommissioning:
             return 0
-        if self.clamped or executor.suspects or executor.task_seconds is None:
+        if self.clamped or executor.suspect_losses or executor.task_seconds is None:
             return executor.cores
         return executor.cores * self.slots_per_core(executor.task_seconds)
 
@@ -170,7 +174,6 @@ class TaskScheduler:
                 self.counts["retried"] += 1
                 self._requeue(task)
         executor.running.clear()
-        executor.suspects = 0
         executor.suspect_losses.clear()
 
     def _requeue(self, task):
@@ -265,7 +268,6 @@ class TaskScheduler:
                 if task is None:
                     break
                 if task.failures:
-                    executor.suspects += 1
                     avoid[task.loss] = avoid.get(task.loss, 0) + 1
                 task.attempt += 1
                 task.executor = executor
@@ -301,7 +303,6 @@ class TaskScheduler:
             freed += 1
             task.executor = None
             if task.failures:
-                executor.suspects -= 1
                 left = executor.suspect_losses[task.loss] - 1
                 if left:
                     executor.suspect_losses[task.loss] = left
