@@ -22,11 +22,13 @@ os.environ[RUN_MARK] = uuid.uuid4().hex
 
 
 def zsched_processes():
-    """pid -> cmdline of every zsched driver or executor process this test run started."""
+    """pid -> cmdline of every zsched driver or executor process this test run started (the
+    remote ends of SSH executors, and their ssh clients, included)."""
     found = {}
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if not re.search(r"zsched[.-](driver|executor)|bin/(driver|executor)", cmdline):
+        if not re.search(r"zsched[.-](driver|executor)|bin/(driver|executor)|zsched\.cluster\.ssh_remote",
+                         cmdline):
             continue
         try:
             if proc.environ().get(RUN_MARK) != os.environ[RUN_MARK]:

@@ -24,7 +24,7 @@ class FakeManager(ClusterManager):
         self.live = []
         self.killed = []
 
-    def request_total(self, n):
+    def request_total(self, n, avoid_hosts=()):
         while len(self.live) < n:
             self.live.append(str(next(self.ids)))
 
@@ -36,6 +36,26 @@ class FakeManager(ClusterManager):
             if executor_id in self.live:
                 self.live.remove(executor_id)
                 self.killed.append(executor_id)
+
+
+class FakeHostsManager(FakeManager):
+    """Hosts with room for ``capacity[host]`` executors each; ids say where: 'a1', 'b2'."""
+
+    def __init__(self, capacity):
+        super().__init__()
+        self.capacity_of = capacity
+
+    def request_total(self, n, avoid_hosts=()):
+        for host, room in self.capacity_of.items():
+            while len(self.live) < n and host not in avoid_hosts and \
+                    sum(i[0] == host for i in self.live) < room:
+                self.live.append(f"{host}{next(self.ids)}")
+
+    def host_of(self, executor_id):
+        return executor_id[0]
+
+    def capacity(self):
+        return sum(self.capacity_of.values())
 
 
 def make(target=0, **settings):
@@ -96,8 +116,9 @@ def test_an_executor_that_never_registers_is_killed_and_retried_with_backoff():
     clock.now = 122.5
     allocator.round()
     assert manager.live == ["3"]
+    assert allocator.backoff() == {}
     allocator.registered("3")              # a registration resets the backoff
-    assert allocator._failed_starts == 0
+    assert allocator._failed_starts == {}
     texts = [text for _, text in allocator.events]
     assert any("did not register within executor_start_timeout (60 s)" in t for t in texts)
 
@@ -110,8 +131,9 @@ def test_backoff_after_executors_that_end_before_registering_is_bounded():
         (executor_id,) = manager.live
         manager.live.clear()
         allocator.ended(executor_id, "exited with code 1")
-        delays.append(allocator._next_start - clock.now)
-        clock.now = allocator._next_start
+        (delay,) = allocator.backoff().values()
+        delays.append(delay)
+        clock.now += delay
     assert delays[:4] == [0.5, 1.0, 2.0, 4.0] and max(delays) == 30.0
 
 
@@ -119,3 +141,40 @@ def test_a_negative_target_is_refused():
     allocator, _, _ = make()
     with pytest.raises(ValueError):
         allocator.set_target(-1, "test")
+
+
+def test_failed_starts_back_off_per_host_and_the_other_hosts_go_on():
+    manager = FakeHostsManager({"a": 2, "b": 2})
+    clock = FakeClock()
+    allocator = ExecutorAllocator(manager, Config(), clock, 4)
+    allocator.round()
+    assert manager.live == ["a1", "a2", "b3", "b4"]
+    for executor_id in ("a1", "a2"):       # host a cannot start executors
+        manager.live.remove(executor_id)
+        allocator.ended(executor_id, "ssh to a failed: Connection refused")
+    allocator.registered("b3")
+    allocator.registered("b4")
+    assert set(allocator.backoff()) == {"a"}
+    manager.live.remove("b4")              # b loses one: replaced at once, a waits
+    allocator.ended("b4", "killed by signal SIGKILL")
+    allocator.round()
+    assert manager.live == ["b3", "b5"]
+    clock.now = 1.0                        # a's backoff (1 s after two failures) is over
+    allocator.round()
+    assert sorted(manager.live) == ["a6", "a7", "b3", "b5"]
+    texts = [text for _, text in allocator.events]
+    assert any(t.startswith("host a: executor a2 ended before registering: ssh to a failed") and
+               "next start there in 1.0 s" in t for t in texts)
+
+
+def test_a_target_beyond_capacity_waits_and_is_reported_once():
+    reports = []
+    manager = FakeHostsManager({"a": 1, "b": 2})
+    allocator = ExecutorAllocator(manager, Config(), FakeClock(), 5, report=reports.append)
+    allocator.round()
+    allocator.round()
+    assert len(manager.live) == 3
+    assert reports == ["target 5 is beyond the capacity of the hosts (3 executors): 2 wait for room"]
+    manager.capacity_of["c"] = 2            # room appears (a host added, or executors leave)
+    allocator.round()
+    assert len(manager.live) == 5 and len(reports) == 1

@@ -289,11 +289,17 @@ def test_good_conf_is_accepted_and_reaches_clients(driver_factory):
     (["--local", "1", "--cores-per-executor", "0"], "--cores-per-executor"),
     (["--port", "abc"], "--port"),
     (["--no-such-option"], "--no-such-option"),
+    (["--local", "1", "--hosts", "hosts"], "not allowed with argument --local"),
+    (["--hosts", "no-such-file"], "cannot read hosts file no-such-file"),
+    (["--ssh-option", "Port=22"], "--ssh-option needs --hosts FILE"),
+    (["--hosts", "bad-hosts"], "hosts file bad-hosts, line 2: the number of executors must be"),
+    (["--dynamic-allocation"], "needs a cluster manager: --local N or --hosts FILE"),
 ])
 def test_bad_option_exits_nonzero(args, named, tmp_path):
+    (tmp_path / "bad-hosts").write_text("node1 2\nnode2 many\n")
     result = subprocess.run(
         [sys.executable, os.path.join(BIN, "driver"), "--insecure", *args],
-        capture_output=True, text=True, timeout=30)
+        cwd=tmp_path, capture_output=True, text=True, timeout=30)
     assert result.returncode != 0, result.stdout
     assert named in result.stderr, result.stderr
     assert "listening" not in result.stdout

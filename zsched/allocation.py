@@ -8,6 +8,10 @@ the target, starts at most ``allocation_batch_size`` executors, and gives up on 
 that have not registered within ``executor_start_timeout`` (they are killed, reported, and
 fresh ones are tried after a backoff). It never kills to reach a lower target. Executors
 lost unexpectedly leave the target unchanged, so they are replaced.
+
+Failed starts back off per host (``manager.host_of``): a host that cannot be reached, or
+refuses the key, waits 0.5 s doubling to 30 s between attempts, while the other hosts go
+on. A target beyond the manager's ``capacity()`` is reported once; the rest wait for room.
 """
 import logging
 from collections import deque
@@ -19,20 +23,24 @@ _BACKOFF_MAX = 30.0
 
 
 class ExecutorAllocator:
-    def __init__(self, manager, config, clock, target=0):
+    def __init__(self, manager, config, clock, target=0, report=None):
         self.manager = manager
         self.config = config
         self.clock = clock
         self.target = target
-        self._starting = {}          # executor id -> when it was started (not yet registered)
-        self._failed_starts = 0      # executors in a row that ended or timed out unregistered
-        self._next_start = 0.0       # backoff: nothing is started before this time
+        self.report = report         # called with the text of each warning, if given
+        self._starting = {}          # executor id -> (when it was started, its host)
+        self._failed_starts = {}     # host -> executors in a row that ended or timed out unregistered
+        self._next_start = {}        # host -> backoff: nothing starts there before this time
         self._next_round = 0.0
+        self._reported_short = None  # the target last reported as beyond capacity
         self.events = deque(maxlen=200)  # (time, what happened and why)
 
     def _event(self, text, level=logging.INFO):
         self.events.append((self.clock(), text))
         log.log(level, "%s", text)
+        if level >= logging.WARNING and self.report is not None:
+            self.report(text)
 
     # -- the target
 
@@ -47,23 +55,34 @@ class ExecutorAllocator:
     # -- what the driver sees
 
     def registered(self, executor_id):
-        if self._starting.pop(executor_id, None) is not None:
-            self._failed_starts = 0
+        started = self._starting.pop(executor_id, None)
+        if started is not None:
+            self._failed_starts.pop(started[1], None)
+            self._next_start.pop(started[1], None)
 
     def ended(self, executor_id, reason):
         """A started executor ended; one that never registered counts as a failed start."""
-        if self._starting.pop(executor_id, None) is not None:
-            self._start_failed(f"executor {executor_id} ended before registering: {reason}")
+        started = self._starting.pop(executor_id, None)
+        if started is not None:
+            self._start_failed(started[1], f"executor {executor_id} ended before registering: {reason}")
 
-    def _start_failed(self, what):
-        self._failed_starts += 1
-        delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * 2 ** (self._failed_starts - 1))
-        self._next_start = self.clock() + delay
-        self._event(f"{what} (next start in {delay:.1f} s)", logging.WARNING)
+    def _start_failed(self, host, what):
+        failures = self._failed_starts[host] = self._failed_starts.get(host, 0) + 1
+        delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * 2 ** (failures - 1))
+        self._next_start[host] = self.clock() + delay
+        where = "" if host is None else f"host {host}: "
+        self._event(f"{where}{what} (next start {'there ' if host else ''}in {delay:.1f} s)",
+                    logging.WARNING)
 
     def pending(self):
         """Executors started and not registered yet."""
         return len(self._starting)
+
+    def backoff(self):
+        """``{host: seconds}`` until a start is tried again on hosts backing off (host None:
+        a manager without hosts)."""
+        now = self.clock()
+        return {host: round(at - now, 3) for host, at in self._next_start.items() if at > now}
 
     # -- rounds
 
@@ -77,23 +96,37 @@ class ExecutorAllocator:
     def round(self):
         now = self.clock()
         timeout = self.config.executor_start_timeout
-        for executor_id, started in list(self._starting.items()):
+        for executor_id, (started, host) in list(self._starting.items()):
             if now - started > timeout:
                 del self._starting[executor_id]
                 self.manager.kill([executor_id])
-                self._start_failed(f"executor {executor_id} did not register within "
-                                   f"executor_start_timeout ({timeout:g} s): killed")
+                self._start_failed(host, f"executor {executor_id} did not register within "
+                                         f"executor_start_timeout ({timeout:g} s): killed")
         existing = len(self.manager.launched_ids())
         missing = self.target - existing
-        if missing <= 0 or now < self._next_start:
+        if missing <= 0:
+            return
+        avoid_hosts = set(self.backoff())
+        if None in avoid_hosts:  # a manager without hosts backs off as a whole
             return
         n = min(missing, self.config.allocation_batch_size)
         before = set(self.manager.launched_ids())
-        self.manager.request_total(existing + n)
+        self.manager.request_total(existing + n, avoid_hosts=avoid_hosts)
         started = [i for i in self.manager.launched_ids() if i not in before]
-        if not started:  # a manager that starts nothing (executors started by hand)
-            return
         for executor_id in started:
-            self._starting[executor_id] = now
-        self._event(f"started {len(started)} executor(s) ({', '.join(started)}): "
-                    f"{existing} of target {self.target}")
+            self._starting[executor_id] = (now, self.manager.host_of(executor_id))
+        if started:
+            self._event(f"started {len(started)} executor(s) ({', '.join(started)}): "
+                        f"{existing} of target {self.target}")
+        self._report_capacity()
+
+    def _report_capacity(self):
+        """Say once per target that it is beyond what the cluster can hold."""
+        capacity = self.manager.capacity()
+        if capacity is None or self.target <= capacity:
+            self._reported_short = None
+        elif self._reported_short != self.target:
+            self._reported_short = self.target
+            self._event(f"target {self.target} is beyond the capacity of the hosts "
+                        f"({capacity} executors): {self.target - capacity} wait for room",
+                        logging.WARNING)

@@ -18,8 +18,9 @@ import time
 import zmq
 
 from . import protocol as p
-from .cluster import LocalClusterManager
 from .allocation import ExecutorAllocator
+from .cluster import LocalClusterManager, SSHClusterManager
+from .cluster.hosts_file import read_hosts_file
 from .config import Config
 from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import ConfigError, ProtocolError
@@ -40,7 +41,7 @@ class Driver:
 
     def __init__(self, config=None, *, host="127.0.0.1", port=0, app_id=None, keys=None,
                  cluster_manager=None, initial_executors=0, dynamic_allocation=None,
-                 secret_file=None, stop_on_eof_fd=None,
+                 secret_file=None, stop_on_eof_fd=None, report=None,
                  clock=time.monotonic):
         self.config = config or Config()
         self.host = host
@@ -72,7 +73,9 @@ class Driver:
         self._probe_at = None         # when to probe the peers again after a disconnect
         self.allocator = None
         if cluster_manager is not None:
-            self.allocator = ExecutorAllocator(cluster_manager, self.config, clock, initial_executors)
+            # report: given the text of each allocation warning (bin/driver prints them)
+            self.allocator = ExecutorAllocator(cluster_manager, self.config, clock,
+                                               initial_executors, report=report)
         self.dynamic_allocation = dynamic_allocation  # a DynamicAllocationPolicy, or None
         self._idle_since = {}         # executor id -> when it was first seen idle
         self.bind()
@@ -438,6 +441,8 @@ class Driver:
             "tasks": counts,
             "allocation": None if self.allocator is None else {
                 "target": self.allocator.target, "starting": self.allocator.pending(),
+                "capacity": self.cluster_manager.capacity(),
+                "backoff": {str(h): s for h, s in self.allocator.backoff().items()},
                 "dynamic": self.dynamic_allocation is not None},
             "losses": [{"id": i, "host": h, "reason": r, "time": t} for i, h, r, t in self._losses],
         }
@@ -746,7 +751,9 @@ def _natural_key(executor_id):
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="zsched-driver", description="Run a zsched driver.")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--host", default=None,
+                        help="address to bind (default 127.0.0.1; with --hosts 0.0.0.0, and each "
+                             "host's executors get the address that host is reached from)")
     parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
     parser.add_argument("--app-id", default=None)
     parser.add_argument("--secret-file", default=None,
@@ -754,16 +761,26 @@ def build_parser():
     parser.add_argument("--insecure", action="store_true",
                         help="no authentication or encryption (anyone reaching the port can run code)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--local", type=int, default=None, metavar="N",
-                        help="start N executor processes on this host")
+    managers = parser.add_mutually_exclusive_group()
+    managers.add_argument("--local", type=int, default=None, metavar="N",
+                          help="start N executor processes on this host")
+    managers.add_argument("--hosts", default=None, metavar="FILE",
+                          help="start executors over SSH on the hosts in FILE, one "
+                               "'[user@]host[:port] [executors]' per line")
     parser.add_argument("--cores-per-executor", type=int, default=1, metavar="C")
-    dynamic = parser.add_argument_group("dynamic allocation (with --local)")
+    ssh = parser.add_argument_group("executors over SSH (with --hosts)")
+    ssh.add_argument("--ssh-option", action="append", default=[], metavar="OPT",
+                     help="passed to ssh as -o OPT (repeatable)")
+    ssh.add_argument("--remote-python", default="python3", metavar="PATH",
+                     help="the Python on the hosts, with zsched installed (default python3)")
+    dynamic = parser.add_argument_group("dynamic allocation (with --local or --hosts)")
     dynamic.add_argument("--dynamic-allocation", action="store_true",
                          help="grow the executors with the backlog, shrink them when idle")
     dynamic.add_argument("--min-executors", type=int, default=0, metavar="N")
     dynamic.add_argument("--max-executors", type=int, default=None, metavar="N")
     dynamic.add_argument("--initial-executors", type=int, default=None, metavar="N",
-                         help="executors at start (default: --local N, else --min-executors)")
+                         help="executors at start (default: --local N or all the hosts' "
+                              "executors, else --min-executors)")
     dynamic.add_argument("--backlog-timeout", type=float, default=1.0, metavar="S",
                          help="add executors while tasks have waited this long (default 1)")
     dynamic.add_argument("--executor-idle-timeout", type=float, default=60.0, metavar="S",
@@ -776,17 +793,39 @@ def build_parser():
     return parser
 
 
+def _cluster_manager(args):
+    """The cluster manager the command line asks for, or None; ConfigError if malformed."""
+    if args.cores_per_executor < 1:
+        raise ConfigError(f"--cores-per-executor must be >= 1, got {args.cores_per_executor}")
+    if args.local is not None:
+        if args.local < 0:
+            raise ConfigError(f"--local must be >= 0, got {args.local}")
+        hostname = args.host if args.host not in ("0.0.0.0", "*") else socket.gethostname()
+        return LocalClusterManager(args.cores_per_executor, hostname=hostname,
+                                   log_level=args.log_level)
+    if args.hosts is not None:
+        return SSHClusterManager(read_hosts_file(args.hosts), args.cores_per_executor,
+                                 ssh_options=args.ssh_option, remote_python=args.remote_python,
+                                 driver_host=args.host, log_level=args.log_level)
+    if args.ssh_option:
+        raise ConfigError("--ssh-option needs --hosts FILE")
+    return None
+
+
+def _report(text):
+    print(f"zsched: {text}", flush=True)
+
+
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.host is None:
+        args.host = "0.0.0.0" if args.hosts is not None else "127.0.0.1"
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = Config.from_conf_pairs(args.conf)
-        if args.local is not None and args.local < 0:
-            raise ConfigError(f"--local must be >= 0, got {args.local}")
-        if args.cores_per_executor < 1:
-            raise ConfigError(f"--cores-per-executor must be >= 1, got {args.cores_per_executor}")
+        manager = _cluster_manager(args)
         keys = secret_file = None
         if not args.insecure:
             secret_file = args.secret_file or default_secret_path()
@@ -795,26 +834,21 @@ def main(argv=None):
             keys = load_keys(secret_file, use_environment=False)
     except ConfigError as exc:
         parser.error(str(exc))
-    manager = None
     policy = None
-    initial = args.local or 0
+    initial = 0 if manager is None else args.local if args.local is not None else manager.capacity()
     if args.dynamic_allocation:
         try:
             policy = DynamicAllocationPolicy(args.min_executors, args.max_executors,
                                              args.backlog_timeout, args.executor_idle_timeout)
         except ValueError as exc:
             parser.error(str(exc))
-        if args.local is None:
-            parser.error("--dynamic-allocation needs a cluster manager: --local N")
+        if manager is None:
+            parser.error("--dynamic-allocation needs a cluster manager: --local N or --hosts FILE")
         initial = policy.clamp(args.initial_executors if args.initial_executors is not None
-                               else args.local)
-    if args.local is not None:
-        hostname = args.host if args.host not in ("0.0.0.0", "*") else socket.gethostname()
-        manager = LocalClusterManager(args.cores_per_executor, hostname=hostname,
-                                      log_level=args.log_level)
+                               else initial)
     driver = Driver(config, host=args.host, port=args.port, app_id=args.app_id, keys=keys,
                     cluster_manager=manager, initial_executors=initial,
-                    dynamic_allocation=policy, secret_file=secret_file,
+                    dynamic_allocation=policy, secret_file=secret_file, report=_report,
                     stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: driver.request_stop())

@@ -59,15 +59,15 @@ class LocalCluster:
         if cores_per_executor < 1:
             raise ValueError(f"cores_per_executor must be >= 1, got {cores_per_executor}")
         values = {**(conf or {}), **settings}
-        config = Config.from_mapping(values)  # a bad setting fails here, naming it
+        config = self._config = Config.from_mapping(values)  # a bad setting fails here, naming it
         self.n_executors = n_executors
         self.app_id = app_id or f"local-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
         self._closed = False
         self._clients = weakref.WeakSet()
-        self._private_dir = None
+        self._private_dir = tempfile.mkdtemp(prefix="zsched-")  # mode 0700
         self.secret_file = None
         command = module_command("zsched.driver") + ["--host", host, "--port", str(port),
-                   "--app-id", self.app_id, "--local", str(n_executors),
+                   "--app-id", self.app_id, *self._manager_arguments(n_executors),
                    "--cores-per-executor", str(cores_per_executor), "--log-level", log_level,
                    "--exit-on-stdin-close"]
         if dynamic_allocation:
@@ -85,7 +85,6 @@ class LocalCluster:
             command.append("--insecure")
         else:
             if secret_file is None:
-                self._private_dir = tempfile.mkdtemp(prefix="zsched-")
                 secret_file = os.path.join(self._private_dir, "secret")
             create_secret_file(secret_file)
             self.secret_file = secret_file
@@ -111,6 +110,10 @@ class LocalCluster:
         except BaseException:
             self.close()
             raise
+
+    def _manager_arguments(self, n_executors):
+        """The driver's cluster manager options."""
+        return ["--local", str(n_executors)]
 
     def _forward_output(self):
         for line in self._process.stdout:
@@ -160,8 +163,7 @@ class LocalCluster:
             log.warning("the cluster's driver did not stop within 60 s: killing it")
             process.kill()
             process.wait()
-        if self._private_dir is not None:
-            shutil.rmtree(self._private_dir, ignore_errors=True)
+        shutil.rmtree(self._private_dir, ignore_errors=True)
 
     def __enter__(self):
         return self

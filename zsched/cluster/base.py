@@ -12,8 +12,16 @@ class ClusterManager:
     def attach(self, driver_url, app_id, secret_file):
         self.driver_url, self.app_id, self.secret_file = driver_url, app_id, secret_file
 
-    def request_total(self, n):
+    def request_total(self, n, avoid_hosts=()):
         pass
+
+    def host_of(self, executor_id):
+        """The host an executor it started runs on (None: it has no hosts to choose from)."""
+        return None
+
+    def capacity(self):
+        """How many executors it can run at most (None: no limit)."""
+        return None
 
     def launched_ids(self):
         return []

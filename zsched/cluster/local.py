@@ -70,10 +70,14 @@ class LocalClusterManager(ClusterManager):
         self._processes = {}   # executor id -> Popen, counted toward the target
         self._leaving = {}     # executor id -> Popen, killed and not yet reaped
 
-    def request_total(self, n):
-        """Have ``n`` executors: start the missing ones (never kills)."""
-        while len(self._processes) < n:
+    def request_total(self, n, avoid_hosts=()):
+        """Have ``n`` executors: start the missing ones (never kills); none while this host
+        is to be avoided (backing off after failed starts)."""
+        while len(self._processes) < n and self.hostname not in avoid_hosts:
             self._start_one()
+
+    def host_of(self, executor_id):
+        return self.hostname
 
     def _start_one(self):
         executor_id = str(next(self._ids))
