@@ -124,22 +124,30 @@ class DriverProcess:
         second = self.proc.stdout.readline().strip() if "--insecure" not in args else ""
         if second.startswith("zsched secret file: "):
             self.secret_file = second[len("zsched secret file: "):]
+        self._stdout_lines = [] if self.secret_file or not second else [second + "\n"]
+        self._stdout_reader = threading.Thread(
+            target=lambda: self._stdout_lines.extend(iter(self.proc.stdout.readline, "")), daemon=True)
+        self._stdout_reader.start()
 
     def stop(self, timeout=30):
         if self.proc.poll() is None:
             self.proc.terminate()
         try:
-            out, _ = self.proc.communicate(timeout=timeout)
+            self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.communicate()
+            self.proc.wait()
             raise AssertionError("driver did not stop on SIGTERM")
         self._stderr_reader.join(10)
-        self.stdout, self.stderr = out, "".join(self._stderr_lines)
+        self._stdout_reader.join(10)
+        self.stdout, self.stderr = "".join(self._stdout_lines), "".join(self._stderr_lines)
         return self.proc.returncode
 
     def stderr_so_far(self):
         return "".join(self._stderr_lines)
+
+    def stdout_so_far(self):
+        return "".join(self._stdout_lines)
 
 
 @pytest.fixture
