@@ -1,0 +1,287 @@
+"""Executors started over SSH on two real hosts (network namespaces with their own sshd,
+see sshhosts.py): tasks on every host, the allocation contract, failing hosts, the secret,
+fate-sharing with the driver and the ssh client, and a host cut off from the network."""
+import os
+import re
+import signal
+import stat
+import sys
+import time
+
+import psutil
+import pytest
+
+import zsched
+from conftest import REPO, DriverProcess, wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def remote_python(tmp_path_factory):
+    """The hosts' python: this interpreter, importing this checkout's zsched (the hosts
+    share this machine's file system)."""
+    path = tmp_path_factory.mktemp("remote") / "python"
+    path.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} \"$@\"\n")
+    path.chmod(stat.S_IRWXU)
+    return str(path)
+
+
+def network_namespace(_=None):
+    """Which host a task runs on: the inode of its network namespace."""
+    import os
+    return os.stat("/proc/self/ns/net").st_ino
+
+
+def processes_of(app_id):
+    """{pid: command line} of this application's ssh clients, remote ends and executors."""
+    found = {}
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if app_id in cmdline and re.search(r"zsched\.(executor|cluster\.ssh_remote)", cmdline):
+            found[proc.info["pid"]] = cmdline
+    return found
+
+
+def wait_for_executors(client, n, timeout=60):
+    wait_for(lambda: len(client.executor_ids()) >= n, timeout, message=f"{n} executors")
+    return client.executor_ids()
+
+
+def start_driver(ssh_hosts, remote_python, tmp_path, lines, *extra, options=()):
+    hosts_file = tmp_path / "hosts"
+    hosts_file.write_text("\n".join(lines) + "\n")
+    ssh_options = [arg for o in (*options, *ssh_hosts.ssh_options) for arg in ("--ssh-option", o)]
+    return DriverProcess("--hosts", str(hosts_file), "--secret-file", str(tmp_path / "secret"),
+                         "--remote-python", remote_python, "--app-id", f"ssh-{tmp_path.name}",
+                         *ssh_options, *extra)
+
+
+def test_tasks_run_on_every_host_and_the_secret_is_on_no_command_line(ssh_hosts, remote_python):
+    lines = [f"{host.name} 2" for host in ssh_hosts.hosts]
+    with zsched.SSHCluster(lines, ssh_options=ssh_hosts.ssh_options, remote_python=remote_python,
+                           wait_for_executors=4) as cluster:
+        client = cluster.client()
+        namespaces = set(client.map(network_namespace, range(400)))
+        assert network_namespace() not in namespaces and len(namespaces) == 2
+        status = client.status()
+        assert sorted(e["host"] for e in status["executors"]) == sorted(
+            h.name for h in ssh_hosts.hosts for _ in range(2))
+        assert status["tasks"]["finished"] == 400
+        with open(cluster.secret_file) as f:
+            secret = f.read().strip()
+        ours = processes_of(cluster.app_id)
+        assert len(ours) == 12  # per executor: ssh client, remote end, executor
+        for proc in psutil.process_iter(["cmdline"]):
+            assert secret not in " ".join(proc.info["cmdline"] or [])
+        # executors hold it in their environment, which only their user can read
+        executors = [pid for pid, cmd in ours.items() if "-m zsched.executor" in cmd]
+        assert len(executors) == 4
+        for pid in executors:
+            assert psutil.Process(pid).environ()["ZSCHED_SECRET"] == secret
+            assert os.stat(f"/proc/{pid}/environ").st_mode & 0o077 == 0
+        app_id = cluster.app_id
+    wait_for(lambda: not processes_of(app_id), 20, message="nothing left on the hosts")
+
+
+def test_allocation_contract_on_ssh_executors(ssh_hosts, remote_python, tmp_path):
+    h1, h2 = ssh_hosts.hosts
+    driver = start_driver(ssh_hosts, remote_python, tmp_path, [f"{h1.name} 2", f"{h2.name} 1"])
+    try:
+        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+            wait_for_executors(client, 3)
+            on = lambda host: sorted(e["id"] for e in client.status()["executors"]
+                                     if e["host"] == host.name)
+            first_on_h1 = on(h1)
+            assert len(first_on_h1) == 2 and len(on(h2)) == 1
+            # beyond the hosts' capacity: accepted, waits, reported once
+            assert client.request_total_executors(5) is True
+            wait_for(lambda: "beyond the capacity of the hosts (3 executors): 2 wait for room"
+                     in driver.stdout_so_far(), 10, message="the capacity report")
+            allocation = client.status()["allocation"]
+            assert (allocation["target"], allocation["capacity"]) == (5, 3)
+            assert len(client.executor_ids()) == 3
+            assert client.request_total_executors(3) is True
+            # kill on host: its executors go (their processes too) and are replaced there
+            assert client.kill_executors_on_host(h1.name) is True
+            wait_for(lambda: len(on(h1)) == 2 and not set(on(h1)) & set(first_on_h1), 60,
+                     message="replacements on h1")
+            assert not any(f"--executor-id {i} " in cmd for i in first_on_h1
+                           for cmd in processes_of(f"ssh-{tmp_path.name}").values())
+            # decommission on host: not replaced; kill without replace lowers the target
+            assert client.decommission_executors_on_host(h2.name) is True
+            wait_for(lambda: on(h2) == [], 30, message="h2 decommissioned")
+            victim = on(h1)[0]
+            assert client.kill_executors([victim]) == [victim]
+            wait_for(lambda: len(client.executor_ids()) == 1, 30, message="one executor left")
+            assert client.status()["allocation"]["target"] == 1
+            assert client.submit(network_namespace).result(30) != network_namespace()
+    finally:
+        assert driver.stop() == 0
+    wait_for(lambda: not processes_of(f"ssh-{tmp_path.name}"), 20, message="nothing left on the hosts")
+
+
+def test_failing_hosts_are_reported_and_retried_while_the_others_work(ssh_hosts, remote_python, tmp_path):
+    h1, h2 = ssh_hosts.hosts
+    lines = [f"{h1.name} 2", ssh_hosts.unreachable_address, ssh_hosts.closed_port_host,
+             f"nobody@{h2.name}"]
+    driver = start_driver(ssh_hosts, remote_python, tmp_path, lines, options=["ConnectTimeout=2"])
+    try:
+        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+            wait_for_executors(client, 2)
+            assert sum(client.map(abs, range(-100, 100))) == 10000
+            host = ssh_hosts.closed_port_host.split(":")[0]
+            expected = [
+                rf"host {host}: executor \d+ ended before registering: ssh to {host} failed: "
+                rf"ssh: connect to host {host} port 2299: Connection refused \(next start there in 0.5 s\)",
+                rf"host {host}: .*Connection refused \(next start there in 1.0 s\)",  # retried
+                rf"host {h2.name}: executor \d+ ended before registering: ssh to nobody@{h2.name} "
+                rf"failed: nobody@{h2.name}: Permission denied \(publickey\)",
+                rf"host {ssh_hosts.unreachable_address}: executor \d+ ended before registering: "
+                rf"ssh to {ssh_hosts.unreachable_address} failed: .*Connection timed out",
+            ]
+            for pattern in expected:
+                wait_for(lambda: re.search(pattern, driver.stdout_so_far()), 30, message=pattern)
+                assert re.search(pattern, driver.stderr_so_far())  # and in the log
+            status = client.status()
+            assert sorted(e["host"] for e in status["executors"]) == [h1.name, h1.name]
+            assert set(status["allocation"]["backoff"]) <= {host, h2.name, ssh_hosts.unreachable_address}
+    finally:
+        assert driver.stop() == 0
+
+
+def test_a_missing_remote_python_is_reported_with_the_host(ssh_hosts, tmp_path):
+    h1 = ssh_hosts.hosts[0]
+    driver = start_driver(ssh_hosts, "/nonexistent/python3", tmp_path, [h1.name])
+    try:
+        pattern = (rf"host {h1.name}: executor 1 ended before registering: /nonexistent/python3 "
+                   rf"not found on {h1.name}: .*/nonexistent/python3.*(No such file|not found)")
+        wait_for(lambda: re.search(pattern, driver.stdout_so_far()), 30, message=pattern)
+    finally:
+        assert driver.stop() == 0
+
+
+def test_driver_sigkill_leaves_nothing_on_any_host(ssh_hosts, remote_python, tmp_path):
+    lines = [f"{host.name} 2" for host in ssh_hosts.hosts]
+    driver = start_driver(ssh_hosts, remote_python, tmp_path, lines)
+    app_id = f"ssh-{tmp_path.name}"
+    with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+        wait_for_executors(client, 4)
+        futures = [client.submit(time.sleep, 30) for _ in range(4)]  # busy executors
+        wait_for(lambda: client.status()["tasks"]["running"] == 4, 30, message="4 running tasks")
+        assert len(processes_of(app_id)) == 12
+        driver.proc.kill()
+        for future in futures:
+            with pytest.raises(zsched.DriverConnectionError):
+                future.result(30)
+    wait_for(lambda: not processes_of(app_id), 20, message="nothing left on the hosts")
+    driver.stop()
+
+
+def test_a_killed_ssh_client_ends_its_executor_which_is_replaced(ssh_hosts, remote_python, tmp_path):
+    h1 = ssh_hosts.hosts[0]
+    driver = start_driver(ssh_hosts, remote_python, tmp_path, [f"{h1.name} 2"])
+    app_id = f"ssh-{tmp_path.name}"
+    try:
+        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+            wait_for_executors(client, 2)
+            (victim,) = [pid for pid, cmd in processes_of(app_id).items()
+                         if cmd.startswith("ssh ") and "--executor-id 1 " in cmd]
+            os.kill(victim, signal.SIGKILL)
+            wait_for(lambda: not any("--executor-id 1 " in cmd for cmd in processes_of(app_id).values()),
+                     20, message="executor 1 gone from its host")
+            wait_for(lambda: client.executor_ids() == ["2", "3"], 30, message="executor 1 replaced")
+            assert [loss["id"] for loss in client.status()["losses"]] == ["1"]
+    finally:
+        assert driver.stop() == 0
+
+
+def test_a_partitioned_host_is_lost_its_tasks_rerun_and_its_executors_exit(ssh_hosts, remote_python, tmp_path):
+    h1, h2 = ssh_hosts.hosts
+    driver = start_driver(ssh_hosts, remote_python, tmp_path, [f"{h1.name} 1", f"{h2.name} 1"],
+                          "--conf", "zmq_heartbeat_interval=0.5", "--conf", "zmq_heartbeat_timeout=3",
+                          options=["ConnectTimeout=2"])
+    app_id = f"ssh-{tmp_path.name}"
+    try:
+        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+            wait_for_executors(client, 2)
+
+            def where(i):
+                import os, time
+                time.sleep(0.05)
+                return i, os.stat("/proc/self/ns/net").st_ino
+
+            futures = [client.submit(where, i) for i in range(200)]
+            wait_for(lambda: client.status()["tasks"]["finished"] >= 20, 30, message="tasks under way")
+            ssh_hosts.partition(h1)
+            try:
+                results = [f.result(120) for f in futures]
+                assert [i for i, _ in results] == list(range(200))
+                losses = client.status()["losses"]
+                assert [loss["host"] for loss in losses][:1] == [h1.name]
+                assert "disconnected" in losses[0]["reason"] or "heartbeat" in losses[0]["reason"]
+                # cut off from its driver, the executor on h1 ends by itself
+                wait_for(lambda: not any(f"--hostname {h1.name} " in cmd and "-m zsched.executor" in cmd
+                                         for cmd in processes_of(app_id).values()),
+                         30, message="the cut-off executor gone")
+            finally:
+                ssh_hosts.heal(h1)
+            # back on the network: a replacement starts there
+            wait_for(lambda: h1.name in [e["host"] for e in client.status()["executors"]], 90,
+                     message="a replacement on h1")
+            assert client.submit(abs, -3).result(30) == 3
+    finally:
+        assert driver.stop() == 0
+    wait_for(lambda: not processes_of(app_id), 20, message="nothing left on the hosts")
+
+
+def test_a_hung_up_remote_end_stops_its_executor_which_is_replaced(ssh_hosts, remote_python, tmp_path):
+    h2 = ssh_hosts.hosts[1]
+    driver = start_driver(ssh_hosts, remote_python, tmp_path, [f"{h2.name} 1"])
+    app_id = f"ssh-{tmp_path.name}"
+    try:
+        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+            wait_for_executors(client, 1)
+            (remote_end,) = [pid for pid, cmd in processes_of(app_id).items()
+                             if "-m zsched.cluster.ssh_remote" in cmd and not cmd.startswith("ssh ")]
+            os.kill(remote_end, signal.SIGHUP)
+            wait_for(lambda: client.executor_ids() == ["2"], 30, message="executor 1 replaced")
+            assert not any("--executor-id 1 " in cmd for cmd in processes_of(app_id).values())
+    finally:
+        assert driver.stop() == 0
+
+
+def test_executors_leave_a_driver_silent_past_the_heartbeat_timeout(ssh_hosts, remote_python, tmp_path):
+    lines = [f"{host.name} 1" for host in ssh_hosts.hosts]
+    driver = start_driver(ssh_hosts, remote_python, tmp_path, lines,
+                          "--conf", "zmq_heartbeat_interval=0.5", "--conf", "zmq_heartbeat_timeout=2",
+                          "--conf", "executor_heartbeat_interval=0.5", "--conf", "executor_heartbeat_timeout=3")
+    app_id = f"ssh-{tmp_path.name}"
+    with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+        wait_for_executors(client, 2)
+    driver.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: not any("-m zsched.executor" in cmd for cmd in processes_of(app_id).values()),
+                 30, message="the executors gone from the hosts")
+    finally:
+        driver.proc.send_signal(signal.SIGCONT)
+    assert driver.stop() == 0
+    wait_for(lambda: not processes_of(app_id), 20, message="nothing left on the hosts")
+
+
+def test_dynamic_allocation_grows_and_shrinks_over_ssh(ssh_hosts, remote_python, tmp_path):
+    lines = [f"{host.name} 2" for host in ssh_hosts.hosts]
+    driver = start_driver(ssh_hosts, remote_python, tmp_path, lines, "--dynamic-allocation",
+                          "--min-executors", "0", "--initial-executors", "0",
+                          "--backlog-timeout", "0.2", "--executor-idle-timeout", "1")
+    try:
+        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+            assert client.executor_ids() == []
+            futures = [client.submit(time.sleep, 0.3) for _ in range(40)]
+            wait_for(lambda: len(client.executor_ids()) == 4, 60, message="grown to the 4 the hosts hold")
+            assert {e["host"] for e in client.status()["executors"]} == {h.name for h in ssh_hosts.hosts}
+            for future in futures:
+                future.result(60)
+            wait_for(lambda: client.executor_ids() == [], 60, message="shrunk to none when idle")
+    finally:
+        assert driver.stop() == 0
