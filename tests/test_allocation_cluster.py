@@ -130,7 +130,7 @@ def test_executors_that_never_register_are_given_up_and_retried_with_backoff_not
     # start, 1 s timeout, then backoffs of 0.5, 1, 2, 4 s: a handful of tries in 8 s, not a loop
     assert 2 <= len(gave_up) <= 5, events
     assert len(started) <= len(gave_up) + 1, events
-    assert "next start in 1.0 s" in " ".join(events)
+    assert "next start there in 1.0 s" in " ".join(events)
 
 
 def test_interleaved_requests_and_kills_from_two_clients_keep_counts_consistent():

@@ -93,7 +93,7 @@ class RemoteExecutor:
 
     def reason(self, remote_python):
         """How it ended, in words, once the ssh process has exited."""
-        self.reader.join(1.0)  # its last words
+        self.reader.join(0.2)  # its last words
         if self.ended_as is not None:
             return self.ended_as
         code = self.process.returncode
