@@ -4,10 +4,11 @@ from .config import Config
 from .errors import (ConfigError, DriverConnectionError, MessageTooLarge, ProtocolError,
                      RemoteTraceback, TaskFailed, ZschedError)
 from .local_cluster import LocalCluster
+from .progress_bar import progress
 from .ssh_cluster import SSHCluster
 
 __version__ = "0.1.0"
 
-__all__ = ["Client", "LocalCluster", "SSHCluster", "TaskFuture", "Config", "ConfigError",
+__all__ = ["Client", "LocalCluster", "SSHCluster", "progress", "TaskFuture", "Config", "ConfigError",
            "DriverConnectionError", "MessageTooLarge", "ProtocolError", "RemoteTraceback",
            "TaskFailed", "ZschedError", "__version__"]

@@ -21,6 +21,7 @@ import zmq
 from . import protocol as p
 from .config import Config
 from .errors import DriverConnectionError, MessageTooLarge, RemoteTraceback, TaskFailed
+from .progress_bar import ProgressBar
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
 from .wakeup import WakeupPipe
@@ -213,11 +214,12 @@ class Client(concurrent.futures.Executor):
                 self._wake()
         return future
 
-    def map(self, fn, *iterables, timeout=None, chunksize=1):
-        """Like ``Executor.map``: results in order; ``chunksize`` > 1 runs that many calls per task."""
-        return self._map(self.retries, fn, iterables, timeout, chunksize)
+    def map(self, fn, *iterables, timeout=None, chunksize=1, progress=False):
+        """Like ``Executor.map``: results in order; ``chunksize`` > 1 runs that many calls per
+        task; ``progress=True`` shows a live progress bar of the tasks (``zsched.progress``)."""
+        return self._map(self.retries, fn, iterables, timeout, chunksize, progress)
 
-    def _map(self, retries, fn, iterables, timeout, chunksize):
+    def _map(self, retries, fn, iterables, timeout, chunksize, progress=False):
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1")
         end_time = None if timeout is None else timeout + time.monotonic()
@@ -241,6 +243,10 @@ class Client(concurrent.futures.Executor):
                     batch = []
             self._outbox.extend(batch)
             self._wake()
+        if progress:
+            bar = ProgressBar(len(futures), desc="map")
+            for future in futures:
+                bar.watch(future)
         return self._results_in_order(futures, end_time, chunksize > 1)
 
     @staticmethod
@@ -541,5 +547,5 @@ class ClientOptions:
     def submit(self, fn, /, *args, **kwargs):
         return self.client._submit(self.retries, fn, args, kwargs)
 
-    def map(self, fn, *iterables, timeout=None, chunksize=1):
-        return self.client._map(self.retries, fn, iterables, timeout, chunksize)
+    def map(self, fn, *iterables, timeout=None, chunksize=1, progress=False):
+        return self.client._map(self.retries, fn, iterables, timeout, chunksize, progress)

@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 
 import zmq
 
@@ -25,6 +26,7 @@ from .config import Config
 from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import ConfigError, ProtocolError
 from .fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
+from .latency import LatencyHistogram
 from .protocol import MsgType, TaskState
 from .scheduler import ClientData, TaskScheduler
 from .security import ZapHandler, create_secret_file, default_secret_path, load_keys, make_server
@@ -34,6 +36,8 @@ log = logging.getLogger("zsched.driver")  # also when run as __main__
 
 _RECV_BATCH = 1024          # messages handled per wake-up before timers and sends run
 _WARNED_PEERS_LIMIT = 10000
+_HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
+_HISTORY_POINTS = 1200       # snapshots charted: 10 minutes
 
 
 class Driver:
@@ -41,7 +45,7 @@ class Driver:
 
     def __init__(self, config=None, *, host="127.0.0.1", port=0, app_id=None, keys=None,
                  cluster_manager=None, initial_executors=0, dynamic_allocation=None,
-                 secret_file=None, stop_on_eof_fd=None, report=None,
+                 secret_file=None, stop_on_eof_fd=None, report=None, dashboard_port=None,
                  clock=time.monotonic):
         self.config = config or Config()
         self.host = host
@@ -54,7 +58,7 @@ class Driver:
         self.clock = clock
         self.stop_on_eof_fd = stop_on_eof_fd  # the driver stops when this fd reaches end of file
         self.incarnation = secrets.randbits(62)
-        self.scheduler = TaskScheduler(self.config)
+        self.scheduler = TaskScheduler(self.config, clock)
         self.executors = {}           # executor id -> ExecutorData
         self.executors_by_rid = {}    # routing id -> ExecutorData
         self.clients = {}             # routing id -> ClientData
@@ -70,6 +74,14 @@ class Driver:
         self._thread = None
         self._losses = []             # recent (executor id, host, reason, time)
         self._late = set()            # executors reported late with their heartbeats
+        # what the dashboard and /metrics show: traffic, losses, scheduling latency, history
+        self.counters = {"bytes_in": 0, "bytes_out": 0, "messages_in": 0, "messages_out": 0,
+                         "executors_lost": 0}
+        self.scheduling_latency = LatencyHistogram()
+        self.dashboard_port = dashboard_port  # None: no dashboard
+        self.dashboard = None
+        self._history = deque(maxlen=_HISTORY_POINTS)
+        self._snapshot = None
         self._probe_at = None         # when to probe the peers again after a disconnect
         self.allocator = None
         if cluster_manager is not None:
@@ -113,6 +125,13 @@ class Driver:
         if advertised in ("0.0.0.0", "*", ""):
             advertised = socket.gethostname()
         self.url = f"tcp://{advertised}:{port}"
+        if self.dashboard_port is not None:
+            from .dashboard import DashboardServer, dashboard_token
+            # with a secure bus the page needs a token, which whoever holds the secret can derive
+            token = dashboard_token(self.keys.client_secret) if self.keys is not None else None
+            self.dashboard = DashboardServer(self.host, self.dashboard_port, lambda: self._snapshot, token)
+            self.dashboard.start()
+            self._publish_snapshot()
 
     # ------------------------------------------------------------ running
 
@@ -167,6 +186,8 @@ class Driver:
         ]
         if self.dynamic_allocation is not None and self.allocator is not None:
             timers.append([0.25, self._allocate_dynamically])
+        if self.dashboard is not None:
+            timers.append([_HISTORY_INTERVAL, self._publish_snapshot])
         now = self.clock()
         for timer in timers:
             timer.append(now + timer[0])
@@ -199,12 +220,15 @@ class Driver:
         """Handle up to ``_RECV_BATCH`` waiting messages; True if more may wait."""
         router = self.router
         handlers = self._handlers
+        counters = self.counters
         for _ in range(_RECV_BATCH):
             try:
                 frames = router.recv_multipart(zmq.NOBLOCK, copy=True)
             except zmq.Again:
                 return False
             rid = frames[0]
+            counters["messages_in"] += 1
+            counters["bytes_in"] += sum(map(len, frames))
             if len(frames) != 2:
                 self._warn_peer(rid, f"message of {len(frames) - 1} frames, expected 1")
                 continue
@@ -324,6 +348,7 @@ class Driver:
                 "Removed executor %s on %s: %s (%d task(s) were running)",
                 executor_id, executor.hostname, reason, len(executor.running))
         self._losses.append((executor_id, executor.hostname, reason, time.time()))
+        self.counters["executors_lost"] += 1
         del self._losses[:-100]
         self.scheduler.remove_executor(executor, reason, count_failure)
         if self.cluster_manager is not None:
@@ -425,6 +450,7 @@ class Driver:
         return {
             "app_id": self.app_id,
             "url": self.url,
+            "fast_path": FASTPATH_IMPLEMENTATION,
             "ready": self.is_ready(),
             "executors": [
                 {**e.metrics,  # rss, cpu, busy threads: from its last heartbeat
@@ -446,6 +472,19 @@ class Driver:
                 "dynamic": self.dynamic_allocation is not None},
             "losses": [{"id": i, "host": h, "reason": r, "time": t} for i, h, r, t in self._losses],
         }
+
+    def _publish_snapshot(self):
+        """What the dashboard shows: ``status()`` with the history of the figures charted,
+        traffic counters and scheduling latency. A new dict each time (the dashboard's
+        threads read the last one published, never one being built)."""
+        status = self.status()
+        tasks = status["tasks"]
+        now = time.time()
+        self._history.append([now, tasks["finished"], tasks["failed"], tasks["queued"],
+                              tasks["running"], len(status["executors"])])
+        self._snapshot = {**status, "time": now, "history": list(self._history),
+                          "counters": dict(self.counters),
+                          "scheduling_latency": self.scheduling_latency.snapshot()}
 
     def is_executor_active(self, executor_id):
         executor = self.executors.get(executor_id)
@@ -589,7 +628,9 @@ class Driver:
         if self.scheduler.n_pending == 0 or not self.is_ready():
             return
         limit = self.config.max_message_size
+        now = self.clock()
         for executor, tasks in self.scheduler.resource_offers():
+            self.scheduling_latency.observe_many(now, [task.queued_at for task in tasks])
             rows = [[task.task_id, task.attempt, task.function, task.args] for task in tasks]
             for functions, batch in p.batch_tasks(rows, 2, 3, self.functions, executor.functions, limit):
                 self._send(executor.routing_id, p.LaunchTasks(functions, batch))
@@ -606,8 +647,11 @@ class Driver:
 
     def _send(self, rid, msg, quiet=False):
         """Send without blocking; a peer that is gone or not reading is dealt with here."""
+        frame = p.encode(msg)
         try:
-            self.router.send_multipart((rid, p.encode(msg)), zmq.NOBLOCK)
+            self.router.send_multipart((rid, frame), zmq.NOBLOCK)
+            self.counters["messages_out"] += 1
+            self.counters["bytes_out"] += len(rid) + len(frame)
             return True
         except zmq.Again:
             problem = "not reading (its queue is full)"
@@ -735,6 +779,8 @@ class Driver:
             self.cluster_manager.stop(self.config.shutdown_timeout)
         if self.zap is not None:
             self.zap.close()
+        if self.dashboard is not None:
+            self.dashboard.close()
         self.router.disable_monitor()
         self.monitor.close(linger=0)
         self.router.close(linger=1000)
@@ -761,6 +807,9 @@ def build_parser():
     parser.add_argument("--insecure", action="store_true",
                         help="no authentication or encryption (anyone reaching the port can run code)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--dashboard-port", type=int, default=None, metavar="P",
+                        help="serve a live dashboard and Prometheus /metrics on this port of "
+                             "--host (0 picks a free one); off unless given")
     managers = parser.add_mutually_exclusive_group()
     managers.add_argument("--local", type=int, default=None, metavar="N",
                           help="start N executor processes on this host")
@@ -825,6 +874,8 @@ def main(argv=None):
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = Config.from_conf_pairs(args.conf)
+        if args.dashboard_port is not None and not 0 <= args.dashboard_port < 65536:
+            raise ConfigError(f"--dashboard-port must be 0 to 65535, got {args.dashboard_port}")
         manager = _cluster_manager(args)
         keys = secret_file = None
         if not args.insecure:
@@ -846,15 +897,22 @@ def main(argv=None):
             parser.error("--dynamic-allocation needs a cluster manager: --local N or --hosts FILE")
         initial = policy.clamp(args.initial_executors if args.initial_executors is not None
                                else initial)
-    driver = Driver(config, host=args.host, port=args.port, app_id=args.app_id, keys=keys,
-                    cluster_manager=manager, initial_executors=initial,
-                    dynamic_allocation=policy, secret_file=secret_file, report=_report,
-                    stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None)
+    try:
+        driver = Driver(config, host=args.host, port=args.port, app_id=args.app_id, keys=keys,
+                        cluster_manager=manager, initial_executors=initial,
+                        dynamic_allocation=policy, secret_file=secret_file, report=_report,
+                        dashboard_port=args.dashboard_port,
+                        stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None)
+    except (OSError, zmq.ZMQError) as exc:
+        parser.exit(1, f"{parser.prog}: cannot listen on {args.host}: {exc}\n")
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: driver.request_stop())
     print(f"zsched driver listening on {driver.url}", flush=True)
     if secret_file:
         print(f"zsched secret file: {secret_file}", flush=True)
+    if driver.dashboard is not None:
+        host = args.host if args.host not in ("0.0.0.0", "*", "") else socket.gethostname()
+        print(f"zsched dashboard at {driver.dashboard.url.replace(args.host, host, 1)}", flush=True)
     driver.run()
     return 0
 

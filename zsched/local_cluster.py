@@ -47,13 +47,15 @@ class LocalCluster:
     ``dynamic_allocation=True`` (with ``min_executors``, ``max_executors``,
     ``initial_executors``, ``backlog_timeout``, ``executor_idle_timeout``) grows the cluster
     with the backlog and shrinks it when idle, as ``bin/driver --dynamic-allocation``.
+    ``dashboard=True`` serves the live dashboard and Prometheus ``/metrics`` on a free port
+    of ``host``; ``dashboard_url`` is its address (with the token it needs).
     """
 
     def __init__(self, n_executors=2, cores_per_executor=1, *, host="127.0.0.1", port=0,
                  secret_file=None, insecure=False, app_id=None, conf=None, wait=True,
                  log_level="WARNING", dynamic_allocation=False, min_executors=0,
                  max_executors=None, initial_executors=None, backlog_timeout=1.0,
-                 executor_idle_timeout=60.0, **settings):
+                 executor_idle_timeout=60.0, dashboard=False, **settings):
         if n_executors < 0:
             raise ValueError(f"n_executors must be >= 0, got {n_executors}")
         if cores_per_executor < 1:
@@ -70,6 +72,8 @@ class LocalCluster:
                    "--app-id", self.app_id, *self._manager_arguments(n_executors),
                    "--cores-per-executor", str(cores_per_executor), "--log-level", log_level,
                    "--exit-on-stdin-close"]
+        if dashboard:
+            command += ["--dashboard-port", "0"]
         if dynamic_allocation:
             policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
                                              executor_idle_timeout)  # bad bounds fail here
@@ -102,6 +106,14 @@ class LocalCluster:
                     f"the cluster's driver did not start (exit status {self._process.wait(10)}); "
                     f"see its log above")
             self.address = match.group(1)
+            self.dashboard_url = None
+            while dashboard and self.dashboard_url is None:
+                line = self._process.stdout.readline()
+                if not line:
+                    raise DriverConnectionError("the cluster's driver stopped while starting "
+                                                "(see its log above)")
+                if line.startswith("zsched dashboard at "):
+                    self.dashboard_url = line[len("zsched dashboard at "):].strip()
             # what the driver and the executors print later (tasks' output) goes to our stdout
             threading.Thread(target=self._forward_output, name="zsched-cluster-output",
                              daemon=True).start()

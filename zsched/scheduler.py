@@ -6,6 +6,7 @@ Task payloads are opaque bytes here.
 """
 import logging
 import math
+import time
 from collections import deque
 
 from .fastpath import SlotTable
@@ -61,9 +62,9 @@ class ExecutorData:
 
 class Task:
     __slots__ = ("task_id", "client", "client_task_id", "function", "args", "retries",
-                 "attempt", "executor", "failures", "loss", "cancelled")
+                 "attempt", "executor", "failures", "loss", "cancelled", "queued_at")
 
-    def __init__(self, task_id, client, client_task_id, function, args, retries):
+    def __init__(self, task_id, client, client_task_id, function, args, retries, queued_at=0.0):
         self.task_id = task_id
         self.client = client
         self.client_task_id = client_task_id
@@ -75,6 +76,7 @@ class Task:
         self.failures = []        # (attempt, executor id, reason) of each system failure
         self.loss = None          # id of the latest executor loss charged to it
         self.cancelled = False
+        self.queued_at = queued_at  # when it last joined the queue (scheduler clock)
 
 
 class TaskScheduler:
@@ -91,8 +93,9 @@ class TaskScheduler:
     a flood of short tasks.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, clock=time.monotonic):
         self.config = config
+        self.clock = clock
         self.slots = SlotTable()
         self.executors_by_slot = {}
         self.pending = deque()       # Tasks waiting for a slot, oldest first
@@ -177,6 +180,7 @@ class TaskScheduler:
         executor.suspect_losses.clear()
 
     def _requeue(self, task):
+        task.queued_at = self.clock()
         if task.failures:
             self.suspects.setdefault(task.loss, deque()).appendleft(task)
         else:
@@ -193,8 +197,9 @@ class TaskScheduler:
         next_id = self._next_task_id
         pending_append = self.pending.append
         client_tasks = client.tasks
+        now = self.clock()
         for client_task_id, digest, args, retries in tasks:
-            task = Task(next_id, client, client_task_id, digest, args, retries)
+            task = Task(next_id, client, client_task_id, digest, args, retries, now)
             next_id += 1
             client_tasks[client_task_id] = task
             pending_append(task)
@@ -322,6 +327,7 @@ class TaskScheduler:
             if state == TaskState.FAILED and task.retries > 0:
                 task.retries -= 1
                 self.counts["retried"] += 1
+                task.queued_at = self.clock()
                 self.pending.appendleft(task)
                 self.n_pending += 1
                 continue
