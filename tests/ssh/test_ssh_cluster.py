@@ -178,16 +178,18 @@ def test_driver_sigkill_leaves_nothing_on_any_host(ssh_hosts, remote_python, tmp
     driver.stop()
 
 
-def test_a_killed_ssh_client_ends_its_executor_which_is_replaced(ssh_hosts, remote_python, tmp_path):
+@pytest.mark.parametrize("ending", ["ssh client SIGKILLed", "remote end hung up"])
+def test_an_ended_session_ends_its_executor_which_is_replaced(ssh_hosts, remote_python, tmp_path, ending):
     h1 = ssh_hosts.hosts[0]
     driver = start_driver(ssh_hosts, remote_python, tmp_path, [f"{h1.name} 2"])
     app_id = f"ssh-{tmp_path.name}"
     try:
         with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
             wait_for_executors(client, 2)
-            (victim,) = [pid for pid, cmd in processes_of(app_id).items()
-                         if cmd.startswith("ssh ") and "--executor-id 1 " in cmd]
-            os.kill(victim, signal.SIGKILL)
+            ssh_client = ending == "ssh client SIGKILLed"  # else: its remote end
+            (pid,) = [pid for pid, cmd in processes_of(app_id).items() if "--executor-id 1 " in cmd
+                      and "-m zsched.cluster.ssh_remote" in cmd and cmd.startswith("ssh ") == ssh_client]
+            os.kill(pid, signal.SIGKILL if ssh_client else signal.SIGHUP)
             wait_for(lambda: not any("--executor-id 1 " in cmd for cmd in processes_of(app_id).values()),
                      20, message="executor 1 gone from its host")
             wait_for(lambda: client.executor_ids() == ["2", "3"], 30, message="executor 1 replaced")
@@ -233,22 +235,6 @@ def test_a_partitioned_host_is_lost_its_tasks_rerun_and_its_executors_exit(ssh_h
     finally:
         assert driver.stop() == 0
     wait_for(lambda: not processes_of(app_id), 20, message="nothing left on the hosts")
-
-
-def test_a_hung_up_remote_end_stops_its_executor_which_is_replaced(ssh_hosts, remote_python, tmp_path):
-    h2 = ssh_hosts.hosts[1]
-    driver = start_driver(ssh_hosts, remote_python, tmp_path, [f"{h2.name} 1"])
-    app_id = f"ssh-{tmp_path.name}"
-    try:
-        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
-            wait_for_executors(client, 1)
-            (remote_end,) = [pid for pid, cmd in processes_of(app_id).items()
-                             if "-m zsched.cluster.ssh_remote" in cmd and not cmd.startswith("ssh ")]
-            os.kill(remote_end, signal.SIGHUP)
-            wait_for(lambda: client.executor_ids() == ["2"], 30, message="executor 1 replaced")
-            assert not any("--executor-id 1 " in cmd for cmd in processes_of(app_id).values())
-    finally:
-        assert driver.stop() == 0
 
 
 def test_executors_leave_a_driver_silent_past_the_heartbeat_timeout(ssh_hosts, remote_python, tmp_path):

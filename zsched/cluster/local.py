@@ -12,6 +12,16 @@ from .base import ClusterManager
 log = logging.getLogger(__name__)
 
 
+def wait_all(processes, seconds):
+    """Wait for the processes to exit, ``seconds`` at most in all."""
+    deadline = time.monotonic() + seconds
+    for process in processes:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+
+
 def describe_exit(returncode):
     if returncode < 0:
         try:
@@ -126,12 +136,7 @@ class LocalClusterManager(ClusterManager):
     def stop(self, timeout):
         """Wait up to ``timeout`` for executors told to stop, then terminate, then kill."""
         processes = list(self._processes.values()) + list(self._leaving.values())
-        deadline = time.monotonic() + timeout
-        for process in processes:
-            try:
-                process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+        wait_all(processes, timeout)
         for sig_name, grace in (("terminate", 2.0), ("kill", 5.0)):
             alive = [p for p in processes if p.poll() is None]
             if not alive:
@@ -139,10 +144,6 @@ class LocalClusterManager(ClusterManager):
             log.warning("%d executor(s) still running at stop: %s", len(alive), sig_name)
             for process in alive:
                 getattr(process, sig_name)()
-            for process in alive:
-                try:
-                    process.wait(grace)
-                except subprocess.TimeoutExpired:
-                    pass
+            wait_all(alive, grace)
         self._processes.clear()
         self._leaving.clear()

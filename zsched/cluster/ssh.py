@@ -21,7 +21,7 @@ from collections import Counter, deque
 
 from ..security import read_secret
 from .base import ClusterManager
-from .local import describe_exit
+from .local import describe_exit, wait_all
 
 log = logging.getLogger(__name__)
 
@@ -246,28 +246,19 @@ class SSHClusterManager(ClusterManager):
         """Wait up to ``timeout`` for executors told to stop; then close every session, and
         terminate, then kill, ssh clients still there."""
         remotes = list(self._running.values()) + list(self._leaving.values())
-        deadline = time.monotonic() + timeout
+        processes = [remote.process for remote in remotes]
+        wait_all(processes, timeout)
         for remote in remotes:
-            try:
-                remote.process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for remote in remotes:
-            remote.close_session()
-        for step, grace in (("close", KILL_GRACE), ("terminate", 2.0), ("kill", 5.0)):
-            if step != "close":
-                alive = [r for r in remotes if r.process.poll() is None]
-                if not alive:
-                    break
-                log.warning("%d ssh client(s) still running at stop: %s", len(alive), step)
-                for remote in alive:
-                    getattr(remote.process, step)()
-            wait_until = time.monotonic() + grace
-            for remote in remotes:
-                try:
-                    remote.process.wait(max(0.0, wait_until - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
+            remote.close_session()  # the remote ends stop their executors
+        wait_all(processes, KILL_GRACE)
+        for step, grace in (("terminate", 2.0), ("kill", 5.0)):
+            alive = [process for process in processes if process.poll() is None]
+            if not alive:
+                break
+            log.warning("%d ssh client(s) still running at stop: %s", len(alive), step)
+            for process in alive:
+                getattr(process, step)()
+            wait_all(alive, grace)
         for remote in remotes:
             remote.reader.join(1.0)
         self._running.clear()
