@@ -245,3 +245,50 @@ def test_the_page_says_when_the_driver_is_unreachable(page, dashboard):
     page.wait_for_function(
         "() => document.querySelector('#status').textContent.startsWith('driver unreachable')", timeout=WAIT_MS)
     assert page.eval_on_selector("#status", "s => s.className") == "status unreachable"
+
+
+def test_a_live_cluster_on_the_page(page, tmp_path):
+    """A real LocalCluster with its dashboard, under a workload: the page shows its
+    executors and its charts move. ZSCHED_DASHBOARD_SCREENSHOT=PATH saves a picture."""
+    import zsched
+    with zsched.LocalCluster(2, dashboard=True) as cluster:
+        origin = re.match(r"(http://[^/]+)/", cluster.dashboard_url).group(1)
+        client = cluster.client()
+        stop = threading.Event()
+
+        def workload():  # rounds of uneven size: the rate moves, the queue fills and drains
+            size = 200
+            while not stop.is_set():
+                futures = [client.submit(time.sleep, 0.002) for _ in range(size)]
+                for future in futures:
+                    future.result(60)
+                size = 2200 - size
+
+        worker = threading.Thread(target=workload, daemon=True)
+        worker.start()
+        try:
+            page.goto(cluster.dashboard_url)
+            page.wait_for_function("() => document.querySelectorAll('#executors tbody tr').length === 2",
+                                   timeout=WAIT_MS)
+            rows = page.locator("#executors tbody tr")
+            assert [rows.nth(i).get_attribute("data-executor-id") for i in range(2)] == ["1", "2"]
+            assert rows.nth(0).locator("td").all_inner_texts()[1:3] == ["127.0.0.1", "active"]
+            page.wait_for_function("() => document.querySelector('#chart-throughput').dataset.points > 2",
+                                   timeout=WAIT_MS)
+            points, last = chart_state(page, "#chart-throughput")
+            page.wait_for_function(
+                "([points, last]) => { const c = document.querySelector('#chart-throughput');"
+                " return c.dataset.points !== points && c.dataset.last !== last; }",
+                arg=[points, last], timeout=WAIT_MS)
+            finished = lambda: int(page.inner_text("#summary-finished").replace(",", "") or 0)
+            first = finished()
+            page.wait_for_function(
+                "(first) => Number(document.querySelector('#summary-finished').textContent"
+                ".replace(/,/g, '')) > first", arg=first, timeout=WAIT_MS)
+            if os.environ.get("ZSCHED_DASHBOARD_SCREENSHOT"):
+                time.sleep(8)  # some history on the charts
+                page.screenshot(path=os.environ["ZSCHED_DASHBOARD_SCREENSHOT"], full_page=True)
+            page.record.assert_clean(origin)
+        finally:
+            stop.set()
+            worker.join(60)

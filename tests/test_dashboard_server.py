@@ -121,7 +121,7 @@ def expected_samples(snapshot):
     for state in ("submitted", "finished", "failed", "cancelled", "retried"):
         expected[("zsched_tasks_total", (("state", state),))] = tasks[state]
     for state in ("queued", "running"):
-        expected[("zsched_tasks", (("state", state),))] = tasks[state]
+        expected[("zsched_tasks_active", (("state", state),))] = tasks[state]
     expected[("zsched_queue_depth", ())] = tasks["queued"]
     for state in ("active", "late", "decommissioning"):
         expected[("zsched_executors", (("state", state),))] = sum(e["state"] == state for e in executors)
@@ -185,7 +185,7 @@ def test_metrics_hold_exactly_the_snapshots_figures(server, source):
     assert status == 200 and headers["Content-Type"] == CONTENT_TYPE_LATEST
     text = body.decode()
     assert metric_samples(text) == expected_samples(SNAPSHOT)
-    assert "# TYPE zsched_tasks_total counter" in text and "# TYPE zsched_tasks gauge" in text
+    assert "# TYPE zsched_tasks_total counter" in text and "# TYPE zsched_tasks_active gauge" in text
     assert "# TYPE zsched_scheduling_latency_seconds histogram" in text
     for line in text.splitlines():
         if line.startswith("# HELP"):

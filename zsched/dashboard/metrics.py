@@ -43,7 +43,7 @@ class SnapshotCollector:
             tasks_total.add_metric([state], tasks.get(state, 0))
         yield tasks_total
 
-        tasks_now = GaugeMetricFamily("zsched_tasks", "Tasks queued or running now.", labels=["state"])
+        tasks_now = GaugeMetricFamily("zsched_tasks_active", "Tasks queued or running now.", labels=["state"])
         for state in TASK_GAUGE_STATES:
             tasks_now.add_metric([state], tasks.get(state, 0))
         yield tasks_now
