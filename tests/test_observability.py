@@ -4,6 +4,9 @@ import io
 import os
 import re
 import signal
+import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -11,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import zsched
-from conftest import DriverProcess, wait_for
+from conftest import BIN, DriverProcess, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -117,3 +120,27 @@ def test_progress_bar_counts_done_and_failed_and_returns_the_futures_in_order(ca
         seen = []
         wait_for(lambda: seen.append(capsys.readouterr().err) or "50/50" in "".join(seen), 10,
                  message="the map's bar at 50/50")
+
+
+def test_an_insecure_driver_serves_its_dashboard_without_a_token():
+    driver = DriverProcess("--insecure", "--dashboard-port", "0")
+    try:
+        line = wait_for(lambda: re.search(r"zsched dashboard at (http://127\.0\.0\.1:\d+/)\n",
+                                          driver.stdout_so_far()), 10, message="the dashboard line")
+        status, body = get(line.group(1) + "api/status")
+        assert status == 200 and '"executors": []' in body
+    finally:
+        assert driver.stop() == 0
+
+
+def test_a_dashboard_port_in_use_is_a_clear_error(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, os.path.join(BIN, "driver"), "--insecure",
+                                 "--dashboard-port", str(port)],
+                                capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert "cannot listen on 127.0.0.1" in result.stderr and "Address already in use" in result.stderr
+    assert "Traceback" not in result.stderr
