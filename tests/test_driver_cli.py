@@ -293,7 +293,7 @@ def test_good_conf_is_accepted_and_reaches_clients(driver_factory):
     (["--hosts", "no-such-file"], "cannot read hosts file no-such-file"),
     (["--ssh-option", "Port=22"], "--ssh-option needs --hosts FILE"),
     (["--hosts", "bad-hosts"], "hosts file bad-hosts, line 2: the number of executors must be"),
-    (["--dynamic-allocation"], "needs a cluster manager: --local N or --hosts FILE"),
+    (["--dynamic-allocation"], "needs a cluster manager: --local N, --hosts FILE or --slurm"),
     (["--dashboard-port", "70000"], "--dashboard-port must be 0 to 65535, got 70000"),
 ])
 def test_bad_option_exits_nonzero(args, named, tmp_path):

@@ -96,8 +96,11 @@ class ExecutorAllocator:
     def round(self):
         now = self.clock()
         timeout = self.config.executor_start_timeout
+        queued = set(self.manager.queued_ids())
         for executor_id, (started, host) in list(self._starting.items()):
-            if now - started > timeout:
+            if executor_id in queued:  # waiting for room in a batch queue: its clock starts later
+                self._starting[executor_id] = (now, host)
+            elif now - started > timeout:
                 del self._starting[executor_id]
                 self.manager.kill([executor_id])
                 self._start_failed(host, f"executor {executor_id} did not register within "

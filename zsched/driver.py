@@ -20,7 +20,7 @@ import zmq
 
 from . import protocol as p
 from .allocation import ExecutorAllocator
-from .cluster import LocalClusterManager, SSHClusterManager
+from .cluster import LocalClusterManager, SlurmClusterManager, SSHClusterManager
 from .cluster.hosts_file import read_hosts_file
 from .config import Config
 from .dynamic_allocation import DynamicAllocationPolicy
@@ -468,6 +468,7 @@ class Driver:
             "allocation": None if self.allocator is None else {
                 "target": self.allocator.target, "starting": self.allocator.pending(),
                 "capacity": self.cluster_manager.capacity(),
+                "queued": len(self.cluster_manager.queued_ids()),
                 "backoff": {str(h): s for h, s in self.allocator.backoff().items()},
                 "dynamic": self.dynamic_allocation is not None},
             "losses": [{"id": i, "host": h, "reason": r, "time": t} for i, h, r, t in self._losses],
@@ -722,8 +723,21 @@ class Driver:
             return
         for executor_id, reason in self.cluster_manager.poll_exits():
             self.allocator.ended(executor_id, reason)
-            self.remove_executor(executor_id, reason, notify=False)
+            removed = self.remove_executor(executor_id, reason, notify=False)
+            if not removed and self.cluster_manager.explains_losses_later:
+                self._add_to_loss_reason(executor_id, reason)
         self.allocator.tick()
+
+    def _add_to_loss_reason(self, executor_id, reason):
+        """What the cluster manager learned later of a loss already recorded (a batch system
+        says why it ended a job after its executors said they got SIGTERM)."""
+        for i in range(len(self._losses) - 1, -1, -1):
+            lost_id, host, known, when = self._losses[i]
+            if lost_id == executor_id:
+                if reason not in known:
+                    self._losses[i] = (lost_id, host, f"{known}; {reason}", when)
+                    log.info("executor %s: %s", executor_id, reason)
+                return
 
     def _on_disconnects(self):
         """A connection was lost: find whose by probing every peer now, and again shortly
@@ -816,20 +830,29 @@ def build_parser():
     managers.add_argument("--hosts", default=None, metavar="FILE",
                           help="start executors over SSH on the hosts in FILE, one "
                                "'[user@]host[:port] [executors]' per line")
+    managers.add_argument("--slurm", action="store_true",
+                          help="run executors as Slurm jobs (sbatch), watched with squeue")
     parser.add_argument("--cores-per-executor", type=int, default=1, metavar="C")
     ssh = parser.add_argument_group("executors over SSH (with --hosts)")
     ssh.add_argument("--ssh-option", action="append", default=[], metavar="OPT",
                      help="passed to ssh as -o OPT (repeatable)")
-    ssh.add_argument("--remote-python", default="python3", metavar="PATH",
-                     help="the Python on the hosts, with zsched installed (default python3)")
-    dynamic = parser.add_argument_group("dynamic allocation (with --local or --hosts)")
+    ssh.add_argument("--remote-python", default=None, metavar="PATH",
+                     help="the Python on the hosts, with zsched installed (default python3; "
+                          "with --slurm this driver's own interpreter)")
+    slurm = parser.add_argument_group("executors as Slurm jobs (with --slurm)")
+    slurm.add_argument("--partition", default=None, metavar="P", help="Slurm partition (default: Slurm's)")
+    slurm.add_argument("--slurm-option", action="append", default=[], metavar="OPT",
+                       help="passed to sbatch, e.g. --slurm-option=--time=60 (repeatable)")
+    slurm.add_argument("--executors-per-job", type=int, default=1, metavar="N",
+                       help="executors each job runs (default 1)")
+    dynamic = parser.add_argument_group("dynamic allocation (with --local, --hosts or --slurm)")
     dynamic.add_argument("--dynamic-allocation", action="store_true",
                          help="grow the executors with the backlog, shrink them when idle")
     dynamic.add_argument("--min-executors", type=int, default=0, metavar="N")
     dynamic.add_argument("--max-executors", type=int, default=None, metavar="N")
     dynamic.add_argument("--initial-executors", type=int, default=None, metavar="N",
-                         help="executors at start (default: --local N or all the hosts' "
-                              "executors, else --min-executors)")
+                         help="executors at start, also without dynamic allocation (default: "
+                              "--local N, all the hosts' executors, or one Slurm job)")
     dynamic.add_argument("--backlog-timeout", type=float, default=1.0, metavar="S",
                          help="add executors while tasks have waited this long (default 1)")
     dynamic.add_argument("--executor-idle-timeout", type=float, default=60.0, metavar="S",
@@ -854,11 +877,36 @@ def _cluster_manager(args):
                                    log_level=args.log_level)
     if args.hosts is not None:
         return SSHClusterManager(read_hosts_file(args.hosts), args.cores_per_executor,
-                                 ssh_options=args.ssh_option, remote_python=args.remote_python,
+                                 ssh_options=args.ssh_option,
+                                 remote_python=args.remote_python or "python3",
                                  driver_host=args.host, log_level=args.log_level)
     if args.ssh_option:
         raise ConfigError("--ssh-option needs --hosts FILE")
+    if args.slurm:
+        if args.executors_per_job < 1:
+            raise ConfigError(f"--executors-per-job must be >= 1, got {args.executors_per_job}")
+        return SlurmClusterManager(args.cores_per_executor, partition=args.partition,
+                                   slurm_options=args.slurm_option,
+                                   executors_per_job=args.executors_per_job,
+                                   python=args.remote_python or sys.executable,
+                                   log_level=args.log_level)
+    for option in ("partition", "slurm_option"):
+        if getattr(args, option):
+            raise ConfigError(f"--{option.replace('_', '-')} needs --slurm")
     return None
+
+
+def _initial_executors(args, manager):
+    """Executors at start: ``--local N``, else ``--initial-executors``, else all the hosts
+    hold, else one Slurm job."""
+    if manager is None:
+        return 0
+    if args.local is not None:
+        return args.local
+    if args.initial_executors is not None:
+        return args.initial_executors
+    capacity = manager.capacity()
+    return capacity if capacity is not None else args.executors_per_job
 
 
 def _report(text):
@@ -869,13 +917,15 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.host is None:
-        args.host = "0.0.0.0" if args.hosts is not None else "127.0.0.1"
+        args.host = "0.0.0.0" if args.hosts is not None or args.slurm else "127.0.0.1"
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = Config.from_conf_pairs(args.conf)
         if args.dashboard_port is not None and not 0 <= args.dashboard_port < 65536:
             raise ConfigError(f"--dashboard-port must be 0 to 65535, got {args.dashboard_port}")
+        if args.initial_executors is not None and args.initial_executors < 0:
+            raise ConfigError(f"--initial-executors must be >= 0, got {args.initial_executors}")
         manager = _cluster_manager(args)
         keys = secret_file = None
         if not args.insecure:
@@ -886,7 +936,7 @@ def main(argv=None):
     except ConfigError as exc:
         parser.error(str(exc))
     policy = None
-    initial = 0 if manager is None else args.local if args.local is not None else manager.capacity()
+    initial = _initial_executors(args, manager)
     if args.dynamic_allocation:
         try:
             policy = DynamicAllocationPolicy(args.min_executors, args.max_executors,
@@ -894,7 +944,7 @@ def main(argv=None):
         except ValueError as exc:
             parser.error(str(exc))
         if manager is None:
-            parser.error("--dynamic-allocation needs a cluster manager: --local N or --hosts FILE")
+            parser.error("--dynamic-allocation needs a cluster manager: --local N, --hosts FILE or --slurm")
         initial = policy.clamp(args.initial_executors if args.initial_executors is not None
                                else initial)
     try:

@@ -5,7 +5,8 @@ Every manager has the same small interface:
 - ``attach(driver_url, app_id, secret_file)``: called once, when the driver is bound.
 - ``request_total(n, avoid_hosts)``: have ``n`` executors (starting new ones as needed,
   never killing), none on ``avoid_hosts`` (hosts backing off after failed starts).
-- ``host_of(executor_id)``: the host it runs on; ``capacity()``: the most it can run (or None).
+- ``host_of(executor_id)``: the host it runs on; ``capacity()``: the most it can run (or None);
+  ``queued_ids()``: executors waiting in a batch system's queue (not timed out meanwhile).
 - ``kill(executor_ids)``: stop these executors; they no longer count toward the target.
 - ``launched_ids()``: ids of the executors it started that have neither exited nor been killed.
 - ``exit_reason(executor_id, wait)``: how an executor ended, or None while it runs.
@@ -17,6 +18,7 @@ The driver's ``ExecutorAllocator`` (``zsched/allocation.py``) decides how many t
 """
 from .base import ClusterManager
 from .local import LocalClusterManager
+from .slurm import SlurmClusterManager
 from .ssh import SSHClusterManager
 
-__all__ = ["ClusterManager", "LocalClusterManager", "SSHClusterManager"]
+__all__ = ["ClusterManager", "LocalClusterManager", "SlurmClusterManager", "SSHClusterManager"]

@@ -8,6 +8,9 @@ class ClusterManager:
     starts nothing needs, so a driver can work with it unchanged."""
 
     cores_per_executor = 1
+    # True when how an executor ended is known only after the executor itself said why it
+    # left (a batch system ends a job with SIGTERM, then says why): the driver adds it then
+    explains_losses_later = False
 
     def attach(self, driver_url, app_id, secret_file):
         self.driver_url, self.app_id, self.secret_file = driver_url, app_id, secret_file
@@ -18,6 +21,11 @@ class ClusterManager:
     def host_of(self, executor_id):
         """The host an executor it started runs on (None: it has no hosts to choose from)."""
         return None
+
+    def queued_ids(self):
+        """Executors waiting for resources in a queue outside zsched (a batch system's): they
+        are not timed out for not registering while they wait."""
+        return []
 
     def capacity(self):
         """How many executors it can run at most (None: no limit)."""
