@@ -47,6 +47,7 @@ class LocalCluster:
     ``dynamic_allocation=True`` (with ``min_executors``, ``max_executors``,
     ``initial_executors``, ``backlog_timeout``, ``executor_idle_timeout``) grows the cluster
     with the backlog and shrinks it when idle, as ``bin/driver --dynamic-allocation``.
+    ``wait=True`` returns once every executor registered, ``wait=N`` once N have.
     ``dashboard=True`` serves the live dashboard and Prometheus ``/metrics`` on a free port
     of ``host``; ``dashboard_url`` is its address (with the token it needs).
     """
@@ -61,7 +62,7 @@ class LocalCluster:
         if cores_per_executor < 1:
             raise ValueError(f"cores_per_executor must be >= 1, got {cores_per_executor}")
         values = {**(conf or {}), **settings}
-        config = self._config = Config.from_mapping(values)  # a bad setting fails here, naming it
+        config = Config.from_mapping(values)  # a bad setting fails here, naming it
         self.n_executors = n_executors
         self.app_id = app_id or f"local-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
         self._closed = False
@@ -117,8 +118,9 @@ class LocalCluster:
             # what the driver and the executors print later (tasks' output) goes to our stdout
             threading.Thread(target=self._forward_output, name="zsched-cluster-output",
                              daemon=True).start()
-            if wait:
-                self.wait_for_executors(n_executors, config.registration_timeout)
+            if wait:  # True: all of them; a number: that many
+                count = n_executors if wait is True else min(int(wait), n_executors)
+                self.wait_for_executors(count, config.registration_timeout)
         except BaseException:
             self.close()
             raise

@@ -30,14 +30,7 @@ class SSHCluster(LocalCluster):
         self._ssh_options = list(ssh_options)
         self._remote_python = remote_python
         capacity = sum(h.executors for h in self.hosts)
-        super().__init__(capacity, cores_per_executor, host=host, wait=False, **kwargs)
-        if wait_for_executors:
-            try:
-                self.wait_for_executors(min(wait_for_executors, capacity),
-                                        self._config.registration_timeout)
-            except BaseException:
-                self.close()
-                raise
+        super().__init__(capacity, cores_per_executor, host=host, wait=wait_for_executors, **kwargs)
 
     def _manager_arguments(self, n_executors):
         if self.hosts_file is None:
