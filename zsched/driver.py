@@ -285,6 +285,7 @@ class Driver:
                  executor_id, msg.hostname, msg.pid, msg.cores)
         if self.cluster_manager is not None:
             self.allocator.registered(executor_id)
+            self.cluster_manager.registered(executor_id)
         self._send(rid, p.RegisteredExecutor(self.incarnation, self.config.to_settings()))
         self._offers_needed = True
 

@@ -34,6 +34,9 @@ class ClusterManager:
     def launched_ids(self):
         return []
 
+    def registered(self, executor_id):
+        """An executor it started registered with the driver (so it runs)."""
+
     def kill(self, executor_ids):
         pass
 

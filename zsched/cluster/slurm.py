@@ -155,6 +155,12 @@ class SlurmClusterManager(ClusterManager):
     def host_of(self, executor_id):
         return None  # a failed job is no host's fault here: Slurm places jobs
 
+    def registered(self, executor_id):
+        with self._lock:  # its job runs, whatever squeue said last
+            job = self._job_of.get(executor_id)
+            if job is not None and job.waiting:
+                job.state = "RUNNING"
+
     def kill(self, executor_ids):
         """Cancel the jobs of these executors once all of a job's executors are killed, or at
         once while it still waits (its other executors are then replaced by a new job).
@@ -232,17 +238,18 @@ class SlurmClusterManager(ClusterManager):
                 log.exception("error while talking to Slurm (retried)")
 
     def job_script(self, job):
-        """The batch script of ``job``: its executors, started side by side, waited for."""
+        """The batch script of ``job``: its executors, started side by side and waited for;
+        the job fails (with its status) if one of them does."""
         lines = ["#!/bin/sh", f"# zsched executors {', '.join(job.executor_ids)} of {self.app_id}",
-                 'host="${SLURMD_NODENAME:-$(hostname)}"']
+                 'host="${SLURMD_NODENAME:-$(hostname)}"', 'pids=""']
         for executor_id in job.executor_ids:
             command = module_command("zsched.executor", self.python) + [
                 "--driver-url", self.driver_url, "--executor-id", executor_id,
                 "--cores", str(self.cores_per_executor), "--app-id", self.app_id]
             if self.log_level:
                 command += ["--log-level", self.log_level]
-            lines.append(f'{shlex.join(command)} --hostname "$host" &')
-        lines.append("wait")
+            lines.append(f'{shlex.join(command)} --hostname "$host" & pids="$pids $!"')
+        lines += ["status=0", 'for pid in $pids; do wait "$pid" || status=$?; done', "exit $status"]
         return "\n".join(lines) + "\n"
 
     def sbatch_arguments(self, job):

@@ -1,0 +1,176 @@
+"""Executors as jobs of a real single-node Slurm of 2 CPUs (see slurmcluster.py): tasks on
+them, scaling up and down, kills, jobs cancelled from outside, a partition with no room,
+executors sharing a job, dynamic allocation, and the jobs of a stopped or killed driver."""
+import os
+import signal
+
+import psutil
+import pytest
+
+import zsched
+from conftest import DriverProcess, wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def start_driver(slurm, tmp_path, *args, env=None):
+    app_id = f"slurm-{tmp_path.name}"[:40]
+    driver = DriverProcess("--slurm", "--secret-file", str(tmp_path / "secret"), "--app-id", app_id,
+                           f"--slurm-option=--output={slurm.jobs_dir}/%j.out", *args, env=env)
+    driver.app_id = app_id
+    return driver
+
+
+def our_jobs(slurm, driver):
+    return [job for job in slurm.jobs() if job["name"] == f"zsched-{driver.app_id}"]
+
+
+def running(slurm, driver):
+    return sorted(job["id"] for job in our_jobs(slurm, driver) if job["state"] == "RUNNING")
+
+
+def test_executors_run_as_jobs_and_the_secret_is_on_no_command_line(slurm, tmp_path):
+    driver = start_driver(slurm, tmp_path, "--initial-executors", "2")
+    try:
+        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+            wait_for(lambda: len(client.executor_ids()) == 2, 60, message="2 executors")
+            assert sorted(client.map(abs, range(-50, 50))) == sorted(abs(i) for i in range(-50, 50))
+            status = client.status()
+            assert {e["host"] for e in status["executors"]} == {slurm.node}
+            assert len(running(slurm, driver)) == 2
+            with open(driver.secret_file) as f:
+                secret = f.read().strip()
+            executors = []
+            for proc in psutil.process_iter(["cmdline"]):
+                cmdline = " ".join(proc.info["cmdline"] or [])
+                assert secret not in cmdline
+                if "zsched.executor" in cmdline and driver.app_id in cmdline:
+                    executors.append(proc)
+            assert len(executors) == 2
+            assert all(proc.environ()["ZSCHED_SECRET"] == secret for proc in executors)
+    finally:
+        assert driver.stop() == 0
+    wait_for(lambda: not our_jobs(slurm, driver), 30, message="the jobs ended")
+
+
+def test_scale_up_and_down_kill_and_no_room(slurm, tmp_path):
+    driver = start_driver(slurm, tmp_path, "--initial-executors", "1",
+                          "--conf", "executor_start_timeout=3", "--conf", "allocation_batch_delay=0.2")
+    try:
+        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+            wait_for(lambda: client.executor_ids() == ["1"], 60, message="executor 1")
+            # 3 executors of 1 core on a node of 2 CPUs: the third job waits, without error
+            # and without being timed out, however long it waits
+            assert client.request_total_executors(3) is True
+            wait_for(lambda: len(client.executor_ids()) == 2, 60, message="2 executors")
+            wait_for(lambda: client.status()["allocation"]["queued"] == 1, 30, message="1 queued")
+            pending = [job for job in our_jobs(slurm, driver) if job["state"] == "PENDING"]
+            assert len(pending) == 1
+            waited = client.status()["allocation"]
+            assert waited["target"] == 3 and waited["starting"] == 1
+            # kill one: its job is cancelled, not replaced; the waiting one gets its room
+            first = client.executor_ids()[0]
+            assert client.kill_executors([first]) == [first]
+            wait_for(lambda: first not in client.executor_ids() and len(client.executor_ids()) == 2,
+                     60, message="the waiting executor in its place")
+            assert "did not register" not in driver.stderr_so_far()
+            assert client.status()["allocation"]["target"] == 2
+            assert len(our_jobs(slurm, driver)) == 2
+            # down to one: request_total never kills; kill without replace does
+            victim = client.executor_ids()[0]
+            assert client.kill_executors([victim]) == [victim]
+            wait_for(lambda: len(our_jobs(slurm, driver)) == 1, 30, message="one job left")
+            assert client.status()["allocation"]["target"] == 1
+    finally:
+        assert driver.stop() == 0
+    wait_for(lambda: not our_jobs(slurm, driver), 30, message="the jobs ended")
+
+
+def test_a_job_cancelled_from_outside_is_a_loss_with_slurms_reason_and_replaced(slurm, tmp_path):
+    driver = start_driver(slurm, tmp_path, "--initial-executors", "1")
+    try:
+        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+            wait_for(lambda: client.executor_ids() == ["1"], 60, message="executor 1")
+            (job,) = our_jobs(slurm, driver)
+            assert slurm.run("scancel", job["id"]).returncode == 0
+            wait_for(lambda: client.executor_ids() == ["2"], 60, message="executor 1 replaced")
+            wait_for(lambda: "CANCELLED" in client.status()["losses"][0]["reason"], 30,
+                     message="Slurm's reason in the loss")
+            (loss,) = client.status()["losses"]
+            assert loss["id"] == "1" and f"Slurm job {job['id']} CANCELLED" in loss["reason"]
+    finally:
+        assert driver.stop() == 0
+
+
+def test_a_failing_job_is_reported_and_retried_with_backoff(slurm, tmp_path):
+    driver = start_driver(slurm, tmp_path, "--initial-executors", "1", "--remote-python", "/nonexistent/python3")
+    try:
+        wait_for(lambda: "ended before registering: Slurm job" in driver.stdout_so_far(), 60,
+                 message="the failed job reported")
+        line = next(l for l in driver.stdout_so_far().splitlines() if "ended before registering" in l)
+        assert "FAILED" in line and "exit code 127:0" in line and "next start in 0.5 s" in line
+    finally:
+        assert driver.stop() == 0
+
+
+def test_executors_sharing_a_job(slurm, tmp_path):
+    driver = start_driver(slurm, tmp_path, "--initial-executors", "2", "--executors-per-job", "2")
+    try:
+        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+            wait_for(lambda: client.executor_ids() == ["1", "2"], 60, message="2 executors")
+            assert len(our_jobs(slurm, driver)) == 1
+            assert client.kill_executors(["1"]) == ["1"]   # stopped inside the job
+            wait_for(lambda: client.executor_ids() == ["2"], 30, message="executor 1 gone")
+            assert len(our_jobs(slurm, driver)) == 1
+            assert client.submit(abs, -4).result(30) == 4
+            assert client.kill_executors(["2"]) == ["2"], driver.stderr_so_far()[-3000:]  # the last one: the job is cancelled
+            wait_for(lambda: not our_jobs(slurm, driver), 30, message="the job ended")
+    finally:
+        assert driver.stop() == 0
+
+
+def test_dynamic_allocation_on_slurm(slurm, tmp_path):
+    driver = start_driver(slurm, tmp_path, "--dynamic-allocation", "--min-executors", "0",
+                          "--initial-executors", "0", "--max-executors", "2",
+                          "--backlog-timeout", "0.2", "--executor-idle-timeout", "1")
+    try:
+        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+            assert client.executor_ids() == [] and our_jobs(slurm, driver) == []
+            futures = [client.submit(pow, 2, i) for i in range(200)]
+            assert [f.result(90) for f in futures] == [2 ** i for i in range(200)]
+            assert client.status()["executors"], "grown from none"
+            wait_for(lambda: client.executor_ids() == [] and not our_jobs(slurm, driver), 60,
+                     message="shrunk to none when idle, jobs ended")
+    finally:
+        assert driver.stop() == 0
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_the_jobs_of_a_stopped_or_killed_driver_end(slurm, tmp_path, how):
+    # two jobs run and one waits for room; a waiting job starts only after the driver is
+    # gone, so its executor finds no driver: it gives up after the registration timeout
+    driver = start_driver(slurm, tmp_path, "--initial-executors", "3",
+                          env={"ZSCHED_REGISTRATION_TIMEOUT": "3"})
+    with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+        wait_for(lambda: len(client.executor_ids()) == 2, 60, message="2 executors")
+        wait_for(lambda: len(our_jobs(slurm, driver)) == 3, 30, message="3 jobs")
+        if how == "SIGKILL":
+            driver.proc.send_signal(signal.SIGKILL)
+        else:
+            assert driver.stop() == 0
+    wait_for(lambda: not our_jobs(slurm, driver), 90, message="every job of the driver ended")
+    if how == "SIGKILL":
+        driver.stop()
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if driver.app_id in " ".join(p.info["cmdline"] or []) and "zsched.executor" in " ".join(p.info["cmdline"] or [])]
+
+
+def test_python_api(slurm, tmp_path):
+    with zsched.SlurmCluster(2, wait_for_executors=2, slurm_options=[f"--output={slurm.jobs_dir}/%j.out"]) as cluster:
+        client = cluster.client()
+        assert sum(client.map(abs, range(-10, 10))) == 100
+        assert len(client.executor_ids()) == 2
+        app_id = cluster.app_id
+    wait_for(lambda: not [j for j in slurm.jobs() if j["name"] == f"zsched-{app_id}"], 30,
+             message="the jobs ended")
+    assert os.environ["SLURM_CONF"]
