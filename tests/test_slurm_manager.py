@@ -17,10 +17,11 @@ def test_a_job_script_starts_its_executors_side_by_side_and_waits_for_them(tmp_p
     manager = make(cores_per_executor=2, python="/opt/py 3/bin/python", log_level="INFO")
     script = manager.job_script(SlurmJob(["7", "8"]))
     lines = script.splitlines()
-    assert lines[0] == "#!/bin/sh" and lines[-1] == "wait"
-    starts = [line for line in lines if line.endswith(' --hostname "$host" &')]
+    assert lines[0] == "#!/bin/sh" and lines[-1] == "exit $status"
+    end = ' --hostname "$host" & pids="$pids $!"'
+    starts = [line for line in lines if line.endswith(end)]
     assert len(starts) == 2
-    words = shlex.split(starts[1][:-len(' --hostname "$host" &')])
+    words = shlex.split(starts[1][:-len(end)])
     assert words[0] == "/opt/py 3/bin/python" and "zsched.executor" in words[2]
     assert words[3:] == ["--driver-url", "tcp://head:7077", "--executor-id", "8", "--cores", "2",
                          "--app-id", "app-1", "--log-level", "INFO"]
@@ -29,6 +30,9 @@ def test_a_job_script_starts_its_executors_side_by_side_and_waits_for_them(tmp_p
     run = subprocess.run(["sh", "-c", echo], capture_output=True, text=True,
                          env={"SLURMD_NODENAME": "node7", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0 and run.stdout.rstrip().endswith("--hostname node7")
+    # an executor that fails fails the job, with its status
+    missing = make(python="/nonexistent/python3").job_script(SlurmJob(["1", "2"]))
+    assert subprocess.run(["sh", "-c", missing], capture_output=True).returncode == 127
 
 
 def test_sbatch_asks_for_the_cores_of_all_its_executors_and_user_options_come_last():
