@@ -3,6 +3,7 @@ them, scaling up and down, kills, jobs cancelled from outside, a partition with 
 executors sharing a job, dynamic allocation, and the jobs of a stopped or killed driver."""
 import os
 import signal
+import time
 
 import psutil
 import pytest
@@ -174,3 +175,26 @@ def test_python_api(slurm, tmp_path):
     wait_for(lambda: not [j for j in slurm.jobs() if j["name"] == f"zsched-{app_id}"], 30,
              message="the jobs ended")
     assert os.environ["SLURM_CONF"]
+
+
+def test_a_partition_with_no_room_leaves_requests_pending_without_error(slurm, tmp_path):
+    # "tiny" allows 1 CPU per node: a job for an executor of 2 cores waits forever
+    driver = start_driver(slurm, tmp_path, "--partition", "tiny", "--cores-per-executor", "2",
+                          "--initial-executors", "1", "--conf", "executor_start_timeout=2")
+    try:
+        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
+            wait_for(lambda: [j["state"] for j in our_jobs(slurm, driver)] == ["PENDING"], 30,
+                     message="the job pending")
+            wait_for(lambda: client.status()["allocation"]["queued"] == 1, 10, message="1 queued")
+            (job,) = our_jobs(slurm, driver)
+            wait_for(lambda: slurm.job_state(job["id"])[1] == "PartitionConfig", 10,
+                     message="Slurm's reason")
+            time.sleep(5)  # more than executor_start_timeout: a queued job is not given up
+            assert [j["id"] for j in our_jobs(slurm, driver)] == [job["id"]]
+            allocation = client.status()["allocation"]
+            assert (allocation["target"], allocation["queued"], allocation["starting"]) == (1, 1, 1)
+            assert client.executor_ids() == []
+            assert "WARNING" not in driver.stderr_so_far() and "zsched:" not in driver.stdout_so_far()
+    finally:
+        assert driver.stop() == 0
+    wait_for(lambda: not our_jobs(slurm, driver), 30, message="the waiting job cancelled at stop")
