@@ -71,6 +71,28 @@ def test_map_in_order_with_chunks(client):
         client.map(add, xs, chunksize=0)
 
 
+def fail_on_7(x):
+    if x % 1000 == 7:
+        raise ValueError(f"no {x}")
+    return x
+
+
+def test_a_large_map_makes_chunks_itself_and_raises_each_calls_exception_at_its_place(client):
+    before = client.status()["tasks"]["submitted"]
+    xs = list(range(20_000))
+    assert list(client.map(abs, xs)) == xs
+    tasks = client.status()["tasks"]["submitted"] - before
+    assert tasks == 20_000 // 78 + 1       # 20,000 // 256 = 78 calls per task
+    results = client.map(fail_on_7, range(10_000))
+    assert [next(results) for _ in range(7)] == list(range(7))
+    with pytest.raises(ValueError, match="no 7") as raised:
+        next(results)
+    assert "fail_on_7" in str(raised.value.__cause__)  # the remote traceback
+    small = client.status()["tasks"]["submitted"]
+    assert list(client.map(abs, range(-256, 0))) == list(range(256, 0, -1))
+    assert client.status()["tasks"]["submitted"] - small == 256  # small maps: a task per call
+
+
 def test_map_timeout(client):
     results = client.map(time.sleep, [5, 5], timeout=0.5)
     with pytest.raises(concurrent.futures.TimeoutError):

@@ -120,6 +120,11 @@ def test_progress_bar_counts_done_and_failed_and_returns_the_futures_in_order(ca
         seen = []
         wait_for(lambda: seen.append(capsys.readouterr().err) or "50/50" in "".join(seen), 10,
                  message="the map's bar at 50/50")
+        # a large map runs chunks of calls: the bar still counts calls
+        assert list(client.map(abs, range(-5000, 0), progress=True)) == list(range(5000, 0, -1))
+        wait_for(lambda: seen.append(capsys.readouterr().err) or "5000/5000" in "".join(seen), 10,
+                 message="the map's bar at 5000/5000")
+        assert "done=5000, failed=0" in "".join(seen)
 
 
 def test_an_insecure_driver_serves_its_dashboard_without_a_token():

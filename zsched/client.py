@@ -20,7 +20,7 @@ import zmq
 
 from . import protocol as p
 from .config import Config
-from .errors import DriverConnectionError, MessageTooLarge, RemoteTraceback, TaskFailed
+from .errors import DriverConnectionError, MessageTooLarge, RemoteTraceback, TaskFailed, exception_payload
 from .progress_bar import ProgressBar
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 
 _FUNCTION_CACHE_SIZE = 1024
 _MAP_BATCH = 4096  # map hands tasks to the I/O thread in groups of this many
+# map without a chunksize: once it has more calls than _AUTO_TASKS, it makes tasks of
+# several calls each (at most _AUTO_CHUNK_MAX), so that a flood costs one future and one
+# task per chunk while small maps keep one task per call (balance, latency)
+_AUTO_TASKS = 256
+_AUTO_CHUNK_MAX = 256
 
 
 class TaskFuture(concurrent.futures.Future):
@@ -56,6 +61,30 @@ class _ChunkRunner:
     def __call__(self, *chunk):
         fn = self.fn
         return [fn(*args) for args in chunk]
+
+
+class _CallsRunner(_ChunkRunner):
+    """Runs one function over ``map``'s automatic chunk of calls: ``[(True, result) or
+    (False, pickled exception and traceback), ...]``, so that each call's exception reaches
+    the caller at its own place, as with one task per call."""
+
+    def __call__(self, *chunk):
+        fn = self.fn
+        outcomes = []
+        for args in chunk:
+            try:
+                outcomes.append((True, fn(*args)))
+            except Exception as exc:
+                outcomes.append((False, exception_payload(exc)))
+        return outcomes
+
+    @staticmethod
+    def count(future, calls):
+        """(done, failed) calls of an ended chunk, for progress bars."""
+        if future.cancelled() or future.exception() is not None:
+            return 0, calls
+        failed = sum(1 for ok, _ in future.result() if not ok)
+        return calls - failed, failed
 
 
 def _load_exception(payload):
@@ -214,20 +243,28 @@ class Client(concurrent.futures.Executor):
                 self._wake()
         return future
 
-    def map(self, fn, *iterables, timeout=None, chunksize=1, progress=False):
-        """Like ``Executor.map``: results in order; ``chunksize`` > 1 runs that many calls per
-        task; ``progress=True`` shows a live progress bar of the tasks (``zsched.progress``)."""
+    def map(self, fn, *iterables, timeout=None, chunksize=None, progress=False):
+        """Like ``Executor.map``: results in order, each call's exception raised at its place.
+        ``chunksize`` runs that many calls per task; by default a large map makes tasks of
+        up to 256 calls by itself (one task per call up to 256 calls). ``progress=True``
+        shows a live progress bar of the calls (``zsched.progress``)."""
         return self._map(self.retries, fn, iterables, timeout, chunksize, progress)
 
     def _map(self, retries, fn, iterables, timeout, chunksize, progress=False):
-        if chunksize < 1:
+        if chunksize is not None and chunksize < 1:
             raise ValueError("chunksize must be >= 1")
         end_time = None if timeout is None else timeout + time.monotonic()
         arg_tuples = zip(*iterables)
+        runner = _ChunkRunner
+        if chunksize is None:
+            arg_tuples = list(arg_tuples)
+            chunksize = max(1, min(_AUTO_CHUNK_MAX, len(arg_tuples) // _AUTO_TASKS))
+            arg_tuples, runner = iter(arg_tuples), _CallsRunner
         if chunksize > 1:
-            fn = _ChunkRunner(fn)
+            fn = runner(fn)
             arg_tuples = iter(lambda it=arg_tuples: tuple(itertools.islice(it, chunksize)), ())
         futures = []
+        calls = []  # calls per task, for the progress bar
         with self._shutdown_lock:
             self._check_open()
             digest, fn_size = self._function_digest(fn)
@@ -235,6 +272,7 @@ class Client(concurrent.futures.Executor):
             for args in arg_tuples:
                 future, item = self._new_future(digest, fn_size, args, {}, retries)
                 futures.append(future)
+                calls.append(len(args) if chunksize > 1 else 1)
                 if item is not None:
                     batch.append(item)
                 if len(batch) >= _MAP_BATCH:
@@ -244,13 +282,14 @@ class Client(concurrent.futures.Executor):
             self._outbox.extend(batch)
             self._wake()
         if progress:
-            bar = ProgressBar(len(futures), desc="map")
-            for future in futures:
-                bar.watch(future)
-        return self._results_in_order(futures, end_time, chunksize > 1)
+            bar = ProgressBar(sum(calls), desc="map")
+            count = _CallsRunner.count if isinstance(fn, _CallsRunner) else None
+            for future, n in zip(futures, calls):
+                bar.watch(future, n, count)
+        return self._results_in_order(futures, end_time, type(fn) if chunksize > 1 else None)
 
     @staticmethod
-    def _results_in_order(futures, end_time, chunked):
+    def _results_in_order(futures, end_time, runner):
         futures.reverse()
         try:
             while futures:
@@ -260,10 +299,15 @@ class Client(concurrent.futures.Executor):
                 else:
                     result = future.result(end_time - time.monotonic())
                 futures.pop()
-                if chunked:
+                if runner is None:
+                    yield result
+                elif runner is _ChunkRunner:
                     yield from result
                 else:
-                    yield result
+                    for ok, value in result:
+                        if not ok:
+                            raise _load_exception(value)
+                        yield value
         finally:
             for future in futures:
                 future.cancel()
@@ -547,5 +591,5 @@ class ClientOptions:
     def submit(self, fn, /, *args, **kwargs):
         return self.client._submit(self.retries, fn, args, kwargs)
 
-    def map(self, fn, *iterables, timeout=None, chunksize=1, progress=False):
+    def map(self, fn, *iterables, timeout=None, chunksize=None, progress=False):
         return self.client._map(self.retries, fn, iterables, timeout, chunksize, progress)

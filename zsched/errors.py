@@ -1,4 +1,9 @@
-"""Exceptions that zsched raises, each carrying the facts that explain it."""
+"""Exceptions that zsched raises, each carrying the facts that explain it, and how a
+task's exception travels from an executor (``exception_payload``)."""
+import pickle
+import traceback
+
+import cloudpickle
 
 
 class ZschedError(Exception):
@@ -46,3 +51,16 @@ class RemoteTraceback(Exception):
 
 class DriverConnectionError(ZschedError, ConnectionError):
     """The driver could not be reached, refused us, or failed authentication."""
+
+
+def exception_payload(exc):
+    """Pickled (exception, traceback text); a stand-in when the exception does not pickle."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    exc.__traceback__ = None
+    try:
+        payload = cloudpickle.dumps((exc, text))
+        pickle.loads(payload)
+        return payload
+    except Exception:
+        stand_in = RuntimeError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
+        return cloudpickle.dumps((stand_in, text))

@@ -14,7 +14,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from collections import deque
 
 import cloudpickle
@@ -24,7 +23,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from . import protocol as p
 from .config import Config
-from .errors import ConfigError, MessageTooLarge
+from .errors import ConfigError, MessageTooLarge, exception_payload
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
 from .wakeup import WakeupPipe
@@ -61,19 +60,6 @@ def dumps_value(value):
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def exception_payload(exc):
-    """Pickled (exception, traceback text); a stand-in when the exception does not pickle."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    exc.__traceback__ = None
-    try:
-        payload = cloudpickle.dumps((exc, text))
-        pickle.loads(payload)
-        return payload
-    except Exception:
-        stand_in = RuntimeError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
-        return cloudpickle.dumps((stand_in, text))
 
 
 class ExecutorBackend:

@@ -18,20 +18,26 @@ class ProgressBar:
         self._bar = tqdm(total=total, desc=desc, unit="task", file=file, leave=leave,
                          dynamic_ncols=True)
 
-    def watch(self, future):
-        future.add_done_callback(self._ended)
+    def watch(self, future, calls=1, count=None):
+        """Count ``future`` when it ends, as ``calls`` calls; ``count(future, calls)`` says
+        how many of them were done and failed (default: all done, or all failed if the
+        future raised or was cancelled)."""
+        future.add_done_callback(lambda f: self._ended(f, calls, count))
 
-    def _ended(self, future):  # runs in whichever thread ended the future
-        failed = future.cancelled() or future.exception() is not None
+    def _ended(self, future, calls, count):  # runs in whichever thread ended the future
+        if count is not None:
+            done, failed = count(future, calls)
+        elif future.cancelled() or future.exception() is not None:
+            done, failed = 0, calls
+        else:
+            done, failed = calls, 0
         with self._lock:
             if self._bar is None:
                 return
-            if failed:
-                self.failed += 1
-            else:
-                self.done += 1
+            self.done += done
+            self.failed += failed
             self._bar.set_postfix(done=self.done, failed=self.failed, refresh=False)
-            self._bar.update(1)
+            self._bar.update(calls)
             if self.done + self.failed >= self.total:
                 self._close()
 
