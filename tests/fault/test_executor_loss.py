@@ -153,7 +153,8 @@ def test_sigkill_during_map_results_right_and_executor_replaced(tmp_path):
         assert len(before) == 3
         earlier_ids = {e["id"] for e in before}
         victim = before[1]
-        results = client.map(gated_square, range(n), [gate] * n, [hold_from] * n, timeout=60)
+        results = client.map(gated_square, range(n), [gate] * n, [hold_from] * n, timeout=60,
+                             chunksize=1)  # a task per call: counted in status()
 
         def victim_holds_gated_tasks():
             # every task before hold_from has finished and the rest cannot until the gate
@@ -415,7 +416,7 @@ def test_chaos_random_sigkills_lose_and_duplicate_nothing():
             got = []
             deadline = time.monotonic() + 75  # a run that loses tasks fails in bounded time
             try:
-                for value in client.map(chaos_square, range(n_map), timeout=60):
+                for value in client.map(chaos_square, range(n_map), timeout=60, chunksize=1):
                     got.append(value)
             except concurrent.futures.TimeoutError:
                 pass

@@ -325,7 +325,8 @@ def test_decommission_under_load(tmp_path):
         before = executors_by_id(client)
         assert len(before) == 3
         results = client.map(load_task, range(n), itertools.repeat(gate_index),
-                             itertools.repeat(started), itertools.repeat(release), timeout=120)
+                             itertools.repeat(started), itertools.repeat(release), timeout=120,
+                             chunksize=1)  # a task per call: the gated one alone
 
         # mid-way, the executor running the gated task is decommissioned
         gated_pid = int(wait_for(lambda: read_lines(started), timeout=45,
