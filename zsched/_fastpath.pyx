@@ -14,14 +14,19 @@ cdef struct Ring:
     Py_ssize_t length
 
 
-cdef inline void ring_push(Ring *ring, Py_ssize_t index, Py_ssize_t capacity):
-    ring.items[(ring.head + ring.length) % capacity] = index
+cdef inline void ring_push(Ring *ring, Py_ssize_t index, Py_ssize_t capacity) noexcept:
+    cdef Py_ssize_t tail = ring.head + ring.length  # below 2 * capacity: no division needed
+    if tail >= capacity:
+        tail -= capacity
+    ring.items[tail] = index
     ring.length += 1
 
 
-cdef inline Py_ssize_t ring_pop(Ring *ring, Py_ssize_t capacity):
+cdef inline Py_ssize_t ring_pop(Ring *ring, Py_ssize_t capacity) noexcept:
     cdef Py_ssize_t index = ring.items[ring.head]
-    ring.head = (ring.head + 1) % capacity
+    ring.head += 1
+    if ring.head == capacity:
+        ring.head = 0
     ring.length -= 1
     return index
 
@@ -88,7 +93,7 @@ cdef class SlotTable:
             self._active[i] = self._in_idle[i] = self._in_ring[i] = 0
         self._capacity = capacity
 
-    cdef inline void _enqueue(self, Py_ssize_t index):
+    cdef inline void _enqueue(self, Py_ssize_t index) noexcept:
         cdef long held = self._held[index]
         if held < self._cores[index] and held < self._total[index] and not self._in_idle[index]:
             self._in_idle[index] = 1

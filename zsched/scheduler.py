@@ -14,6 +14,11 @@ from .protocol import TaskState
 
 log = logging.getLogger(__name__)
 
+# Plain ints for the per-task comparisons: on Python 3.11 reading a member of an Enum class
+# (TaskState.FINISHED) goes through EnumType.__getattr__ and costs about 0.2 us.
+_FINISHED, _FAILED, _RETURNED = (int(TaskState.FINISHED), int(TaskState.FAILED),
+                                 int(TaskState.RETURNED))
+
 
 class ClientData:
     """A connected client: its tasks in flight and the functions it has sent."""
@@ -262,15 +267,23 @@ class TaskScheduler:
         if self.suspects and not self.clamped:
             self._set_clamped(True)
         launches = []
-        next_queued = self._next_queued
+        pending = self.pending
+        suspects = self.suspects  # _next_queued empties it in place; nothing is added meanwhile
         for slot, count in self.slots.offer(self.n_pending):
             executor = self.executors_by_slot[slot]
             batch = []
             running = executor.running
             avoid = executor.suspect_losses  # suspects lost together never run together again
             while len(batch) < count:
-                task = next_queued(avoid)
-                if task is None:
+                if suspects:
+                    task = self._next_queued(avoid)
+                    if task is None:
+                        break
+                elif pending:  # no suspects: _next_queued without the call
+                    task = pending.popleft()
+                    if task.cancelled:
+                        continue
+                else:
                     break
                 if task.failures:
                     avoid[task.loss] = avoid.get(task.loss, 0) + 1
@@ -297,7 +310,10 @@ class TaskScheduler:
         running = executor.running
         stale = 0
         freed = 0
-        ran = 0
+        ran_finished = 0  # ran, and FINISHED
+        ran_failed = 0    # ran, and FAILED, KILLED or ERROR
+        finished = 0      # reported to their client as FINISHED (as _finish does) ...
+        failed = 0        # ... or as failed
         returned = []
         for task_id, attempt, state, payload in updates:
             task = running.get(task_id)
@@ -313,29 +329,39 @@ class TaskScheduler:
                     executor.suspect_losses[task.loss] = left
                 else:
                     del executor.suspect_losses[task.loss]
-            if state == TaskState.RETURNED:  # given back unstarted: not the task's failure
+            if state == _FINISHED:
+                ran_finished += 1
+                if task.cancelled:
+                    continue
+                finished += 1
+            elif state == _RETURNED:  # given back unstarted: not the task's failure
                 if not task.cancelled:
                     returned.append(task)
                 continue
-            ran += 1
-            if state == TaskState.FINISHED:
-                executor.tasks_done += 1
             else:
-                executor.tasks_failed += 1
-            if task.cancelled:
-                continue
-            if state == TaskState.FAILED and task.retries > 0:
-                task.retries -= 1
-                self.counts["retried"] += 1
-                task.queued_at = self.clock()
-                self.pending.appendleft(task)
-                self.n_pending += 1
-                continue
-            self._finish(task, state, payload)
+                ran_failed += 1
+                if task.cancelled:
+                    continue
+                if state == _FAILED and task.retries > 0:
+                    task.retries -= 1
+                    self.counts["retried"] += 1
+                    task.queued_at = self.clock()
+                    self.pending.appendleft(task)
+                    self.n_pending += 1
+                    continue
+                failed += 1
+            client = task.client
+            client.tasks.pop(task.client_task_id, None)
+            client.results.append([task.client_task_id, state, payload])
+        executor.tasks_done += ran_finished
+        executor.tasks_failed += ran_failed
+        self.counts["finished"] += finished
+        self.counts["failed"] += failed
         for task in reversed(returned):  # first in the queue, in their order
             self._requeue(task)
         if freed:
             self.slots.release(executor.slot, freed)
+            ran = ran_finished + ran_failed
             if ran:
                 self._adapt_window(executor, busy, ran)
             else:

@@ -1,0 +1,296 @@
+"""The driver's scheduling fast path alone: ns per task of offers and of status updates,
+with simulated executors (no sockets, no processes).
+
+    python bench/offers.py           # 10, 100, 1,000, 10,000 executors of 8 cores, 10^6 tasks
+    python bench/offers.py --quick   # small numbers: a smoke run of a few seconds
+    python bench/offers.py --executors 10,100,1000,10000 --cores 8 --tasks 1000000 --rounds 3
+
+For each size, a ``TaskScheduler`` gets that many executors and the queued tasks, then runs
+them as the driver's loop would. Each wake-up makes a resource offer (``resource_offers``:
+the slot table's deal and the per-executor batches of tasks) and handles one StatusUpdates
+from each executor holding tasks, at most ``RECV_BATCH`` of them (``status_updates``: the
+tasks found, finished and reported, the slots freed, the window adapted); an executor
+reports its oldest ``--batch`` tasks FINISHED. Only those two calls are timed, in CPU time
+of the thread (steadier than wall time on a shared machine), and divided by the number of
+tasks. The rows of a StatusUpdates are built, as msgpack would decode them, just before it
+is handled (not timed) and are garbage after it; results for the client are dropped at the
+end of the wake-up, when the driver sends them. The garbage collector runs, as in the
+driver. ``slot table`` is the same sequence of offers and releases on the ``SlotTable``
+alone.
+
+Each executor's measured task run time is set to that of a no-op task (``TASK_SECONDS``),
+so its window is what the driver gives no-op tasks: ``cores * tasks_per_core`` (8 x 64).
+
+Each implementation (compiled, pure-Python reference) runs in its own subprocess, since
+``zsched.fastpath`` chooses at import time; sizes, rounds and implementations are
+interleaved and the figures are medians over rounds; ``speed-up`` is reference time over
+compiled time. Output: a table on stdout, then one line ``JSON {...}`` with every figure.
+The machine may be shared and noisy: compare ratios from one run, not absolute numbers
+across runs.
+"""
+import argparse
+import collections
+import gc
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+if importlib.util.find_spec("zsched") is None:
+    # not installed: use this checkout's zsched (built with `python setup.py build_ext --inplace`)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# A no-op task as an executor measures it (unpickle the arguments, call, pickle the result):
+# about 1 us on the project's VM; anything under prefetch_seconds / 63 (32 us by default)
+# gives the deepest window, tasks_per_core per core.
+TASK_SECONDS = 2e-6
+RESULT = b"\x80\x05N."  # a pickled None, as a no-op task returns it
+FINISHED = 1            # TaskState.FINISHED as msgpack decodes it: a plain int
+RECV_BATCH = 1024       # messages the driver handles per wake-up (driver._RECV_BATCH)
+
+IMPLEMENTATIONS = {"compiled": "0", "reference": "1"}  # -> ZSCHED_PUREPYTHON
+TARGET_RATIO = 10.0       # compiled at least this many times faster than the reference
+TARGET_NS_PER_TASK = 1000  # compiled, at the largest size
+FIGURES = ("offers_ns", "status_ns", "total_ns", "slot_table_ns")
+
+
+# ---------------------------------------------------------------- one run (in a subprocess)
+
+def run_once(n_executors, cores, n_tasks, batch):
+    """Schedule ``n_tasks`` on ``n_executors`` simulated executors; figures of the run."""
+    from zsched.config import Config
+    from zsched.scheduler import ClientData, TaskScheduler
+
+    scheduler = TaskScheduler(Config())
+    client = ClientData(b"client", 1)
+    executors = []
+    for i in range(n_executors):
+        executor = scheduler.add_executor(str(i), b"e%d" % i, "host", cores, 1000 + i, 0.0)
+        executor.task_seconds = TASK_SECONDS  # as after its first StatusUpdates
+        scheduler._apply_window(executor)
+        executors.append(executor)
+    scheduler.submit(client, [[i, b"digest", b"args", 0] for i in range(n_tasks)])
+    held = {executor: collections.deque() for executor in executors}  # launched, in order
+    reporting = collections.deque()  # executors holding tasks, in the order they report
+    busy = TASK_SECONDS * batch
+
+    offers_ns = status_ns = 0
+    n_offers = n_launches = n_messages = 0
+    done = 0
+    status_updates = scheduler.status_updates
+    clock = time.thread_time_ns
+    timer_ns = statistics.median(-clock() + clock() for _ in range(1001))  # off each timed call
+    gc.collect()
+    full_collections = gc.get_stats()[2]["collections"]
+    while done < n_tasks:  # one wake-up of the driver's loop
+        start = clock()
+        launches = scheduler.resource_offers()
+        offers_ns += clock() - start - timer_ns
+        n_offers += 1
+        n_launches += len(launches)
+        for executor, tasks in launches:
+            if not held[executor]:
+                reporting.append(executor)
+            held[executor].extend(tasks)
+        # one StatusUpdates per executor holding tasks, RECV_BATCH at most; each is handled
+        # as soon as it is decoded and its rows are garbage afterwards, as in the driver
+        n_reports = min(len(reporting), RECV_BATCH)
+        if not n_reports:
+            raise RuntimeError(f"stalled: {n_tasks - done} tasks neither launched nor held")
+        for _ in range(n_reports):
+            executor = reporting.popleft()
+            queue = held[executor]
+            rows = [[task.task_id, task.attempt, FINISHED, RESULT]
+                    for task in (queue.popleft() for _ in range(min(batch, len(queue))))]
+            start = clock()
+            status_updates(executor, rows, busy * len(rows) / batch)
+            status_ns += clock() - start - timer_ns
+            done += len(rows)
+            if queue:
+                reporting.append(executor)
+        n_messages += n_reports
+        client.results.clear()  # sent to the client at the end of the wake-up
+    assert scheduler.counts["finished"] == n_tasks and scheduler.n_pending == 0
+    return {"offers_ns": offers_ns / n_tasks, "status_ns": status_ns / n_tasks,
+            "total_ns": (offers_ns + status_ns) / n_tasks, "offers": n_offers,
+            "launches": n_launches, "messages": n_messages,
+            "full_collections": gc.get_stats()[2]["collections"] - full_collections,
+            "window": executors[0].slots}
+
+
+def run_slot_table(n_executors, cores, n_tasks, batch, window):
+    """The same offers and releases on the SlotTable alone: its ns per task."""
+    from zsched.fastpath import SlotTable
+
+    table = SlotTable()
+    for i in range(n_executors):
+        assert table.add(cores, window) == i
+    held = [0] * n_executors  # tasks each executor holds
+    reporting = collections.deque()
+    pending, done, elapsed = n_tasks, 0, 0
+    clock = time.thread_time_ns
+    timer_ns = statistics.median(-clock() + clock() for _ in range(1001))  # off each timed call
+    while done < n_tasks:
+        start = clock()
+        launches = table.offer(pending)
+        elapsed += clock() - start - timer_ns
+        for index, count in launches:
+            if not held[index]:
+                reporting.append(index)
+            held[index] += count
+            pending -= count
+        releases = []
+        for _ in range(min(len(reporting), RECV_BATCH)):
+            index = reporting.popleft()
+            n = min(batch, held[index])
+            releases.append((index, n))
+            held[index] -= n
+            done += n
+            if held[index]:
+                reporting.append(index)
+        release = table.release
+        start = clock()
+        for index, n in releases:
+            release(index, n)
+        elapsed += clock() - start - timer_ns
+    return elapsed / n_tasks
+
+
+def worker(args):
+    from zsched import fastpath
+    figures = run_once(args.executors[0], args.cores, args.tasks, args.batch)
+    figures["slot_table_ns"] = run_slot_table(args.executors[0], args.cores, args.tasks,
+                                              args.batch, figures["window"])
+    figures["implementation"] = fastpath.IMPLEMENTATION
+    figures["zsched"] = os.path.dirname(fastpath.__file__)
+    print(json.dumps(figures))
+
+
+# ---------------------------------------------------------------- driver of the runs
+
+def spawn(impl, n_executors, args):
+    env = dict(os.environ, ZSCHED_PUREPYTHON=IMPLEMENTATIONS[impl])
+    command = [sys.executable, os.path.abspath(__file__), "--worker",
+               "--executors", str(n_executors), "--cores", str(args.cores),
+               "--tasks", str(args.tasks), "--batch", str(args.batch)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{impl} run with {n_executors} executors failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(args):
+    """{size: {impl: {figure: median}}} and the raw runs."""
+    runs = {size: {impl: [] for impl in IMPLEMENTATIONS} for size in args.executors}
+    order = list(IMPLEMENTATIONS)
+    for round_ in range(args.rounds):
+        for size in args.executors:
+            for impl in order:
+                runs[size][impl].append(spawn(impl, size, args))
+                print(f"  round {round_ + 1}/{args.rounds} {size:>6,} executors {impl:<9} "
+                      f"{runs[size][impl][-1]['total_ns']:8,.0f} ns/task", file=sys.stderr)
+            order.reverse()
+    medians = {size: {impl: {key: statistics.median(run[key] for run in rs)
+                             for key in FIGURES}
+                      for impl, rs in by_impl.items()}
+               for size, by_impl in runs.items()}
+    return medians, runs
+
+
+def print_table(medians):
+    header = (f"{'executors':>9}  {'implementation':<14} {'offers ns/task':>14} "
+              f"{'status ns/task':>14} {'total ns/task':>13} {'speed-up':>8}"
+              f"  {'slot table ns/task':>18} {'speed-up':>8}")
+    print(header)
+    print("-" * len(header))
+    for size, by_impl in medians.items():
+        ref = by_impl["reference"]
+        for impl, m in by_impl.items():
+            ratio = slot_ratio = ""
+            if impl == "compiled":
+                ratio = f"{ref['total_ns'] / m['total_ns']:.2f}x"
+                slot_ratio = f"{ref['slot_table_ns'] / m['slot_table_ns']:.1f}x"
+            print(f"{size:>9,}  {impl:<14} {m['offers_ns']:>14,.0f} {m['status_ns']:>14,.0f} "
+                  f"{m['total_ns']:>13,.0f} {ratio:>8}  {m['slot_table_ns']:>18,.1f} "
+                  f"{slot_ratio:>8}")
+
+
+def verdict(medians):
+    largest = max(medians)
+    compiled = {size: m["compiled"]["total_ns"] for size, m in medians.items()}
+    ratios = {size: m["reference"]["total_ns"] / m["compiled"]["total_ns"]
+              for size, m in medians.items()}
+    return {
+        "compiled_vs_reference_min_ratio": min(ratios.values()),
+        "ratio_target_met": min(ratios.values()) >= TARGET_RATIO,
+        "compiled_ns_at_largest": compiled[largest],
+        "ns_target_met": compiled[largest] <= TARGET_NS_PER_TASK,
+        "compiled_largest_over_smallest": compiled[largest] / compiled[min(medians)],
+    }
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--executors", default=None, metavar="N,N,...",
+                        help="simulated executor counts (default 10,100,1000,10000)")
+    parser.add_argument("--cores", type=int, default=8, help="cores per executor (default 8)")
+    parser.add_argument("--tasks", type=int, default=None, metavar="N",
+                        help="queued tasks (default 1,000,000)")
+    parser.add_argument("--rounds", type=int, default=None, metavar="R",
+                        help="runs per size and implementation; medians (default 3)")
+    parser.add_argument("--batch", type=int, default=64, metavar="N",
+                        help="tasks an executor reports per StatusUpdates (default 64)")
+    parser.add_argument("--quick", action="store_true", help="small numbers, for a smoke run")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.executors = [int(n) for n in (args.executors or
+                                       ("10,100,1000" if args.quick else "10,100,1000,10000")
+                                       ).split(",")]
+    if args.tasks is None:
+        args.tasks = 100_000 if args.quick else 1_000_000
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.worker:
+        return worker(args)
+    print(f"offers and status updates: {args.tasks:,} no-op tasks, executors of {args.cores} "
+          f"cores, StatusUpdates of {args.batch} tasks, medians of {args.rounds} round(s)",
+          file=sys.stderr)
+    started = time.perf_counter()
+    medians, runs = measure(args)
+    print_table(medians)
+    result = verdict(medians)
+    print(f"\ntargets: compiled >= {TARGET_RATIO:.0f}x the reference "
+          f"(min {result['compiled_vs_reference_min_ratio']:.1f}x: "
+          f"{'met' if result['ratio_target_met'] else 'NOT met'}); "
+          f"<= {TARGET_NS_PER_TASK:,} ns/task at {max(medians):,} executors "
+          f"({result['compiled_ns_at_largest']:,.0f} ns: "
+          f"{'met' if result['ns_target_met'] else 'NOT met'}); "
+          f"largest/smallest size {result['compiled_largest_over_smallest']:.2f}x")
+    any_run = runs[args.executors[0]]["compiled"][0]
+    report = {
+        "settings": {"executors": args.executors, "cores": args.cores, "tasks": args.tasks,
+                     "rounds": args.rounds, "batch": args.batch, "task_seconds": TASK_SECONDS,
+                     "window": any_run["window"]},
+        "medians": {str(size): by_impl for size, by_impl in medians.items()},
+        "runs": {str(size): by_impl for size, by_impl in runs.items()},
+        "targets": result,
+        "zsched": any_run["zsched"],
+        "seconds": time.perf_counter() - started,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+    print("JSON " + json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
