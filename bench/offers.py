@@ -1,22 +1,24 @@
-"""The driver's scheduling fast path alone: ns per task of offers and of status updates,
+"""The driver's scheduling fast path alone: ns per task to queue, launch and finish tasks,
 with simulated executors (no sockets, no processes).
 
     python bench/offers.py           # 10, 100, 1,000, 10,000 executors of 8 cores, 10^6 tasks
     python bench/offers.py --quick   # small numbers: a smoke run of a few seconds
     python bench/offers.py --executors 10,100,1000,10000 --cores 8 --tasks 1000000 --rounds 3
 
-For each size, a ``TaskScheduler`` gets that many executors and the queued tasks, then runs
-them as the driver's loop would. Each wake-up makes a resource offer (``resource_offers``:
-the slot table's deal and the per-executor batches of tasks) and handles one StatusUpdates
-from each executor holding tasks, at most ``RECV_BATCH`` of them (``status_updates``: the
-tasks found, finished and reported, the slots freed, the window adapted); an executor
-reports its oldest ``--batch`` tasks FINISHED. Only those two calls are timed, in CPU time
-of the thread (steadier than wall time on a shared machine), and divided by the number of
-tasks. The rows of a StatusUpdates are built, as msgpack would decode them, just before it
-is handled (not timed) and are garbage after it; results for the client are dropped at the
-end of the wake-up, when the driver sends them. The garbage collector runs, as in the
-driver. ``slot table`` is the same sequence of offers and releases on the ``SlotTable``
-alone.
+For each size, a ``TaskScheduler`` gets that many executors and the tasks, in SubmitTasks
+of ``SUBMIT_BATCH`` rows (``submit``: Tasks made, queued, indexed for their client), then
+runs them as the driver's loop would. Each wake-up makes a resource offer
+(``resource_offers``: the slot table's deal, each task's launch, the LaunchTasks batches
+with their functions and size limit, the scheduling-latency histogram) and handles one
+StatusUpdates from each executor holding tasks, at most ``RECV_BATCH`` of them
+(``status_updates``: the tasks found, finished and queued as results for their client, the
+slots freed, the window adapted); an executor reports its oldest ``--batch`` tasks
+FINISHED. Only those three calls are timed, in CPU time of the thread (steadier than wall
+time on a shared machine), and divided by the number of tasks. The rows of a SubmitTasks
+and of a StatusUpdates are built, as msgpack would decode them, just before they are
+handled (not timed); results for the client are dropped at the end of the wake-up, when
+the driver sends them. The garbage collector runs, as in the driver. ``slot table`` is the
+same sequence of offers and releases on the ``SlotTable`` alone.
 
 Each executor's measured task run time is set to that of a no-op task (``TASK_SECONDS``),
 so its window is what the driver gives no-op tasks: ``cores * tasks_per_core`` (8 x 64).
@@ -50,12 +52,13 @@ if importlib.util.find_spec("zsched") is None:
 TASK_SECONDS = 2e-6
 RESULT = b"\x80\x05N."  # a pickled None, as a no-op task returns it
 FINISHED = 1            # TaskState.FINISHED as msgpack decodes it: a plain int
+SUBMIT_BATCH = 1024     # tasks per SubmitTasks
 RECV_BATCH = 1024       # messages the driver handles per wake-up (driver._RECV_BATCH)
 
 IMPLEMENTATIONS = {"compiled": "0", "reference": "1"}  # -> ZSCHED_PUREPYTHON
 TARGET_RATIO = 10.0       # compiled at least this many times faster than the reference
 TARGET_NS_PER_TASK = 1000  # compiled, at the largest size
-FIGURES = ("offers_ns", "status_ns", "total_ns", "slot_table_ns")
+FIGURES = ("submit_ns", "offers_ns", "status_ns", "total_ns", "slot_table_ns")
 
 
 # ---------------------------------------------------------------- one run (in a subprocess)
@@ -65,7 +68,7 @@ def run_once(n_executors, cores, n_tasks, batch):
     from zsched.config import Config
     from zsched.scheduler import ClientData, TaskScheduler
 
-    scheduler = TaskScheduler(Config())
+    scheduler = TaskScheduler(Config(), functions={b"digest": b"cloudpickled function"})
     client = ClientData(b"client", 1)
     executors = []
     for i in range(n_executors):
@@ -73,7 +76,14 @@ def run_once(n_executors, cores, n_tasks, batch):
         executor.task_seconds = TASK_SECONDS  # as after its first StatusUpdates
         scheduler._apply_window(executor)
         executors.append(executor)
-    scheduler.submit(client, [[i, b"digest", b"args", 0] for i in range(n_tasks)])
+    clock = time.thread_time_ns
+    timer_ns = statistics.median(-clock() + clock() for _ in range(1001))  # off each timed call
+    submit_ns = 0
+    for first in range(0, n_tasks, SUBMIT_BATCH):  # SubmitTasks rows as msgpack decodes them
+        rows = [[i, b"digest", b"args", 0] for i in range(first, min(n_tasks, first + SUBMIT_BATCH))]
+        start = clock()
+        scheduler.submit(client, rows)
+        submit_ns += clock() - start - timer_ns
     held = {executor: collections.deque() for executor in executors}  # launched, in order
     reporting = collections.deque()  # executors holding tasks, in the order they report
     busy = TASK_SECONDS * batch
@@ -82,8 +92,6 @@ def run_once(n_executors, cores, n_tasks, batch):
     n_offers = n_launches = n_messages = 0
     done = 0
     status_updates = scheduler.status_updates
-    clock = time.thread_time_ns
-    timer_ns = statistics.median(-clock() + clock() for _ in range(1001))  # off each timed call
     gc.collect()
     full_collections = gc.get_stats()[2]["collections"]
     while done < n_tasks:  # one wake-up of the driver's loop
@@ -92,10 +100,11 @@ def run_once(n_executors, cores, n_tasks, batch):
         offers_ns += clock() - start - timer_ns
         n_offers += 1
         n_launches += len(launches)
-        for executor, tasks in launches:
+        for executor, batches in launches:
             if not held[executor]:
                 reporting.append(executor)
-            held[executor].extend(tasks)
+            for _, rows in batches:
+                held[executor].extend(rows)
         # one StatusUpdates per executor holding tasks, RECV_BATCH at most; each is handled
         # as soon as it is decoded and its rows are garbage afterwards, as in the driver
         n_reports = min(len(reporting), RECV_BATCH)
@@ -104,8 +113,8 @@ def run_once(n_executors, cores, n_tasks, batch):
         for _ in range(n_reports):
             executor = reporting.popleft()
             queue = held[executor]
-            rows = [[task.task_id, task.attempt, FINISHED, RESULT]
-                    for task in (queue.popleft() for _ in range(min(batch, len(queue))))]
+            rows = [[row[0], row[1], FINISHED, RESULT]
+                    for row in (queue.popleft() for _ in range(min(batch, len(queue))))]
             start = clock()
             status_updates(executor, rows, busy * len(rows) / batch)
             status_ns += clock() - start - timer_ns
@@ -115,8 +124,9 @@ def run_once(n_executors, cores, n_tasks, batch):
         n_messages += n_reports
         client.results.clear()  # sent to the client at the end of the wake-up
     assert scheduler.counts["finished"] == n_tasks and scheduler.n_pending == 0
-    return {"offers_ns": offers_ns / n_tasks, "status_ns": status_ns / n_tasks,
-            "total_ns": (offers_ns + status_ns) / n_tasks, "offers": n_offers,
+    return {"submit_ns": submit_ns / n_tasks, "offers_ns": offers_ns / n_tasks,
+            "status_ns": status_ns / n_tasks,
+            "total_ns": (submit_ns + offers_ns + status_ns) / n_tasks, "offers": n_offers,
             "launches": n_launches, "messages": n_messages,
             "full_collections": gc.get_stats()[2]["collections"] - full_collections,
             "window": executors[0].slots}
@@ -202,7 +212,7 @@ def measure(args):
 
 
 def print_table(medians):
-    header = (f"{'executors':>9}  {'implementation':<14} {'offers ns/task':>14} "
+    header = (f"{'executors':>9}  {'implementation':<14} {'submit ns/task':>14} {'offers ns/task':>14} "
               f"{'status ns/task':>14} {'total ns/task':>13} {'speed-up':>8}"
               f"  {'slot table ns/task':>18} {'speed-up':>8}")
     print(header)
@@ -214,7 +224,7 @@ def print_table(medians):
             if impl == "compiled":
                 ratio = f"{ref['total_ns'] / m['total_ns']:.2f}x"
                 slot_ratio = f"{ref['slot_table_ns'] / m['slot_table_ns']:.1f}x"
-            print(f"{size:>9,}  {impl:<14} {m['offers_ns']:>14,.0f} {m['status_ns']:>14,.0f} "
+            print(f"{size:>9,}  {impl:<14} {m['submit_ns']:>14,.0f} {m['offers_ns']:>14,.0f} {m['status_ns']:>14,.0f} "
                   f"{m['total_ns']:>13,.0f} {ratio:>8}  {m['slot_table_ns']:>18,.1f} "
                   f"{slot_ratio:>8}")
 

@@ -1,11 +1,13 @@
 """The compiled fast path and its pure-Python reference make the same decisions."""
 import random
+from collections import deque
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zsched import _fastpath, _fastpath_py, fastpath
+from zsched.scheduler import ClientData, ExecutorData
 
 IMPLEMENTATIONS = [_fastpath_py, _fastpath]
 
@@ -154,3 +156,158 @@ def test_agreement_at_scale():
         ops.append((rng.choice(["offer", "release", "release", "remove", "add", "resize"]),
                     rng.randint(1, 64)))
     assert _run(_fastpath, ops) == _run(_fastpath_py, ops)
+
+
+# ---------------------------------------------------------------- tasks: queue, launch, status
+
+def _executor(index, cores=1):
+    return ExecutorData(str(index), b"r%d" % index, "host", cores, 100 + index, index, cores, 0.0)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
+    client, pending, latency = ClientData(b"c", 1), deque(), impl.LatencyHistogram()
+    rows = [[7, b"f", b"a1", 0], [8, b"f", b"a2", 0], [9, b"g", b"a3", 0]]
+    assert impl.queue_tasks(client, rows, 100, 1.0, pending) == 103
+    assert [t.task_id for t in pending] == [100, 101, 102] and set(client.tasks) == {7, 8, 9}
+    executor = _executor(0)
+    batches, launched = impl.launch_tasks(pending, 2, executor, {b"f": b"F", b"g": b"G"},
+                                          1 << 20, latency, 1.0003)
+    assert launched == 2 and len(pending) == 1
+    assert batches == [({b"f": b"F"}, [[100, 1, b"f", b"a1"], [101, 1, b"f", b"a2"]])]
+    assert batches[0][1][0] is rows[0]  # the submitted row itself, no copy per task
+    assert executor.functions == {b"f"} and list(executor.running) == [100, 101]
+    assert latency.count == 2 and latency.counts[1] == 2  # 300 us: in the 500 us bucket
+    counts = {"finished": 0, "failed": 0, "retried": 0}
+    stale, freed, ran, retried, returned = impl.apply_status_updates(
+        executor, [[100, 1, 1, b"r1"], [101, 2, 1, b"old"], [555, 1, 1, b"?"]], pending, 2.0, counts)
+    assert (stale, freed, ran, retried, returned) == (2, 1, 1, 0, [])
+    assert client.results == [[7, 1, b"r1"]] and set(client.tasks) == {8, 9}
+    assert counts == {"finished": 1, "failed": 0, "retried": 0} and executor.tasks_done == 1
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_launches_split_at_the_size_limit_and_ship_each_function_once(impl):
+    client, pending = ClientData(b"c", 1), deque()
+    impl.queue_tasks(client, [[i, b"f" if i < 3 else b"g", b"x" * 10, 0] for i in range(6)],
+                     1, 0.0, pending)
+    executor = _executor(0)
+    batches, launched = impl.launch_tasks(pending, 6, executor, {b"f": b"F" * 15, b"g": b"G" * 5},
+                                          30, impl.LatencyHistogram(), 0.0)
+    assert launched == 6
+    # f (15) + 10 = 25; +10 > 30: split; 10 + 10 + g (5) + 10 = 35 > 30: split after 2
+    assert [(sorted(needed), [row[0] for row in rows]) for needed, rows in batches] == [
+        ([b"f"], [1]), ([], [2, 3]), ([b"g"], [4, 5]), ([], [6])]
+    batches, _ = impl.launch_tasks(deque(), 1, executor, {}, 30, impl.LatencyHistogram(), 0.0)
+    assert batches == []
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_status_updates_retry_return_and_cancel(impl):
+    client, pending = ClientData(b"c", 1), deque()
+    impl.queue_tasks(client, [[i, b"f", b"x", 1 if i == 1 else 0] for i in range(1, 5)], 1, 0.0, pending)
+    executor = _executor(0, cores=4)
+    impl.launch_tasks(pending, 4, executor, {b"f": b"F"}, 1 << 20, impl.LatencyHistogram(), 0.0)
+    executor.running[4].cancelled = True
+    counts = {"finished": 0, "failed": 0, "retried": 0}
+    updates = [[1, 1, 2, b"raised"], [2, 1, 5, b""], [3, 1, 4, b"error"], [4, 1, 1, b"late"]]
+    stale, freed, ran, retried, returned = impl.apply_status_updates(executor, updates, pending, 5.0, counts)
+    assert (stale, freed, ran, retried) == (0, 4, 3, 1)
+    assert [t.task_id for t in returned] == [2] and [t.task_id for t in pending] == [1]
+    assert pending[0].retries == 0 and pending[0].queued_at == 5.0
+    assert client.results == [[3, 4, b"error"]]
+    assert counts == {"finished": 0, "failed": 1, "retried": 1}
+    assert (executor.tasks_done, executor.tasks_failed) == (1, 2) and executor.running == {}
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_huge_attempt_or_state_numbers_are_stale_or_errors_not_crashes(impl):
+    client, pending = ClientData(b"c", 1), deque()
+    impl.queue_tasks(client, [[1, b"f", b"x", 0]], 1, 0.0, pending)
+    executor = _executor(0)
+    impl.launch_tasks(pending, 1, executor, {b"f": b"F"}, 1 << 20, impl.LatencyHistogram(), 0.0)
+    counts = {"finished": 0, "failed": 0, "retried": 0}
+    assert impl.apply_status_updates(executor, [[1, 1 << 70, 1, b""]], pending, 0.0, counts)[0] == 1
+    impl.apply_status_updates(executor, [[1, 1, 1 << 70, b"?"]], pending, 0.0, counts)
+    assert client.results == [[1, 1 << 70, b"?"]] and counts["failed"] == 1
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_latency_histogram(impl):
+    histogram = impl.LatencyHistogram((0.001, 0.01))
+    for seconds in (0.0005, 0.001, 0.002, 5.0):
+        histogram.observe(seconds)
+    assert histogram.counts == [2, 1, 1]
+    assert histogram.snapshot() == {"buckets": [[0.001, 2], [0.01, 3], ["+Inf", 4]],
+                                    "sum": pytest.approx(5.0035), "count": 4}
+
+
+def _simulate(impl, ops):
+    """Drive queue/launch/status with ``ops`` on 3 executors; every observable outcome."""
+    clients = [ClientData(b"c", 1), ClientData(b"d", 2)]
+    functions = {b"f": b"F" * 12, b"g": b"G" * 3, b"h": b"H" * 40}
+    executors = [_executor(i, cores=1 + i) for i in range(3)]
+    pending, latency = deque(), impl.LatencyHistogram()
+    counts = {"finished": 0, "failed": 0, "retried": 0}
+    next_id, client_task_id, now, out = 1, 1, 0.0, []
+    for op, a, b in ops:
+        now += 0.0002 * (1 + b % 7)
+        if op == "submit":
+            rows = []
+            for i in range(1 + a % 5):
+                rows.append([client_task_id, sorted(functions)[(a + i) % 3], b"x" * ((b + i) % 23),
+                             (a + i) % 3 - 1 if (a + i) % 3 else 0])
+                client_task_id += 1
+            next_id = impl.queue_tasks(clients[b % 2], rows, next_id, now, pending)
+        elif op == "launch":
+            executor = executors[a % 3]
+            batches, launched = impl.launch_tasks(pending, b % 9, executor, functions, 16 + a % 40,
+                                                  latency, now)
+            out.append(("launch", executor.executor_id, launched,
+                        [(sorted(needed), [list(row) for row in rows]) for needed, rows in batches]))
+        elif op == "update":
+            executor = executors[a % 3]
+            updates = []
+            for j, (task_id, task) in enumerate(list(executor.running.items())[:1 + b % 4]):
+                kind = (a + j) % 7
+                attempt = task.attempt + (1 if kind == 6 else 0)
+                updates.append([task_id, attempt, 1 + kind % 5, b"p%d" % task_id])
+            if b % 5 == 0:
+                updates.append([10 ** 6 + b, 1, 1, b"unknown"])
+            stale, freed, ran, retried, returned = impl.apply_status_updates(
+                executor, updates, pending, now, counts)
+            out.append(("update", stale, freed, ran, retried, [t.task_id for t in returned],
+                        [list(c.results) for c in clients], executor.tasks_done, executor.tasks_failed))
+            for task in reversed(returned):
+                pending.appendleft(task)
+            for client in clients:
+                client.results = []
+        elif op == "cancel" and pending:
+            pending[a % len(pending)].cancelled = True
+        elif op == "charge" and pending:  # as after a loss: a suspect of loss 1 or 2
+            task = pending[a % len(pending)]
+            task.failures += ((task.attempt, "9", "lost"),)
+            task.loss = 1 + b % 2
+    out.append(("end", counts, latency.counts, round(latency.sum, 9), latency.count,
+                [(t.task_id, t.attempt, t.retries, t.cancelled) for t in pending],
+                [(sorted(e.running), e.suspect_losses, sorted(e.functions)) for e in executors],
+                [sorted(c.tasks) for c in clients]))
+    return out
+
+
+TASK_OPS = st.lists(st.tuples(st.sampled_from(["submit", "launch", "update", "update", "cancel", "charge"]),
+                              st.integers(min_value=0, max_value=100),
+                              st.integers(min_value=0, max_value=100)), max_size=120)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TASK_OPS)
+def test_task_path_compiled_agrees_with_reference(ops):
+    assert _simulate(_fastpath, ops) == _simulate(_fastpath_py, ops)
+
+
+def test_task_path_agreement_at_scale():
+    rng = random.Random(5)
+    ops = [(rng.choice(["submit", "submit", "launch", "launch", "update", "update", "update", "cancel",
+                        "charge"]), rng.randint(0, 100), rng.randint(0, 100)) for _ in range(20000)]
+    assert _simulate(_fastpath, ops) == _simulate(_fastpath_py, ops)

@@ -3,13 +3,19 @@ import pytest
 
 from zsched.config import Config
 from zsched.protocol import TaskState
-from zsched.scheduler import ClientData, TaskScheduler
+from zsched.scheduler import ClientData, ExecutorData, TaskScheduler
 
 
 def make(**settings):
-    scheduler = TaskScheduler(Config(**settings))
+    scheduler = TaskScheduler(Config(**settings), functions={b"f": b"function blob"})
     client = ClientData(b"client", 1)
     return scheduler, client
+
+
+def offers(scheduler):
+    """``resource_offers`` as ``[(executor, [Task, ...])]``: each launched row's task."""
+    return [(executor, [executor.running[row[0]] for _, rows in batches for row in rows])
+            for executor, batches in scheduler.resource_offers()]
 
 
 def submit(scheduler, client, n, start=1, retries=0):
@@ -21,7 +27,7 @@ def test_offers_fill_windows_round_robin_and_results_reach_the_client():
     a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
     scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
     submit(scheduler, client, 5)
-    launches = scheduler.resource_offers()
+    launches = offers(scheduler)
     # one task per core until the executors' task length is known
     assert [(e.executor_id, [t.client_task_id for t in tasks]) for e, tasks in launches] == [
         ("a", [1]), ("b", [2])]
@@ -31,14 +37,14 @@ def test_offers_fill_windows_round_robin_and_results_reach_the_client():
     assert client.results == [[1, TaskState.FINISHED, b"r"]]
     assert a.slots == 3  # 1 ms tasks: one running and two queued cover prefetch_seconds
     assert [(e.executor_id, [t.client_task_id for t in ts])
-            for e, ts in scheduler.resource_offers()] == [("a", [3, 4, 5])]
+            for e, ts in offers(scheduler)] == [("a", [3, 4, 5])]
 
 
 def test_stale_and_unknown_updates_are_counted_not_applied():
     scheduler, client = make()
     a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
     submit(scheduler, client, 1)
-    (_, [task]), = scheduler.resource_offers()
+    (_, [task]), = offers(scheduler)
     assert scheduler.status_updates(a, [[task.task_id, 2, TaskState.FINISHED, b"r"],
                                         [999, 1, TaskState.FINISHED, b"r"]]) == 2
     assert client.results == []
@@ -61,27 +67,27 @@ def test_window_grows_for_short_tasks_and_shrinks_for_long_ones():
     a = scheduler.add_executor("a", b"ra", "h", 2, 10, 0.0)
     assert a.slots == 2
     submit(scheduler, client, 1000)
-    (_, tasks), = scheduler.resource_offers()
+    (_, tasks), = offers(scheduler)
     scheduler.status_updates(a, [[t.task_id, 1, TaskState.FINISHED, b""] for t in tasks], 4e-6)
     assert a.slots == 128
-    (_, tasks), = scheduler.resource_offers()
+    (_, tasks), = offers(scheduler)
     assert len(tasks) == 128
     scheduler.status_updates(a, [[t.task_id, 1, TaskState.FINISHED, b""] for t in tasks[:10]], 10 * 5.0)
     assert a.slots < 128
-    assert scheduler.resource_offers() == []  # over-committed until enough tasks end
+    assert offers(scheduler) == []  # over-committed until enough tasks end
 
 
 def test_lost_executor_requeues_its_tasks_first_then_fails_them_after_max_failures():
     scheduler, client = make(max_failures=2)
     submit(scheduler, client, 3)
     e1 = scheduler.add_executor("1", b"r1", "h", 2, 10, 0.0)
-    (_, first), = scheduler.resource_offers()
+    (_, first), = offers(scheduler)
     assert [t.client_task_id for t in first] == [1, 2]
     scheduler.remove_executor(e1, "exited with code 1")
     assert [t.client_task_id for t in scheduler.queued_suspects()] == [1, 2]
     assert [t.client_task_id for t in scheduler.pending] == [3]
     e2 = scheduler.add_executor("2", b"r2", "h", 2, 11, 0.0)
-    (_, second), = scheduler.resource_offers()
+    (_, second), = offers(scheduler)
     # one suspect per executor; the core beside it goes to a task never charged
     assert [(t.client_task_id, t.attempt) for t in second] == [(1, 2), (3, 1)]
     scheduler.remove_executor(e2, "killed by signal SIGKILL")
@@ -98,12 +104,12 @@ def test_cancel_drops_queued_tasks_and_reports_running_ones_for_killing():
     scheduler, client = make(tasks_per_core=1)
     a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
     submit(scheduler, client, 3)
-    (_, [running]), = scheduler.resource_offers()
+    (_, [running]), = offers(scheduler)
     to_kill = scheduler.cancel(client, [1, 2, 42])
     assert to_kill == [(a, running)]
     assert scheduler.n_pending == 1
     scheduler.status_updates(a, [[running.task_id, 1, TaskState.KILLED, b""]])
-    (_, [third]), = scheduler.resource_offers()
+    (_, [third]), = offers(scheduler)
     assert third.client_task_id == 3
     assert client.results == []
 
@@ -117,17 +123,17 @@ def test_tasks_of_a_lost_executor_are_suspects_run_on_idle_cores_with_nothing_qu
     a = scheduler.add_executor("a", b"ra", "h", 2, 10, 0.0)
     b = scheduler.add_executor("b", b"rb", "h", 2, 11, 0.0)
     submit(scheduler, client, 1000)
-    for executor, tasks in scheduler.resource_offers():
+    for executor, tasks in offers(scheduler):
         finish_all(scheduler, executor, tasks)
     assert a.slots == b.slots == 128                 # short tasks: deep windows
-    held = dict(scheduler.resource_offers())
+    held = dict(offers(scheduler))
     assert len(held[a]) == len(held[b]) == 128
     scheduler.remove_executor(a, "killed by signal SIGKILL")
     assert len(scheduler.queued_suspects()) == 128 and all(len(t.failures) == 1 for t in scheduler.queued_suspects())
-    assert scheduler.resource_offers() == []        # b is full...
+    assert offers(scheduler) == []        # b is full...
     assert scheduler.clamped and b.slots == 2       # ...and no longer queues: it drains
     finish_all(scheduler, b, held[b][:127])
-    (executor, tasks), = scheduler.resource_offers()
+    (executor, tasks), = offers(scheduler)
     # one task still held, so one idle core: the oldest suspect, alone
     assert executor is b and [t.client_task_id for t in tasks] == [held[a][0].client_task_id]
     assert b.suspects == 1 and b.slots == 2
@@ -136,11 +142,11 @@ def test_tasks_of_a_lost_executor_are_suspects_run_on_idle_cores_with_nothing_qu
     assert len(held[a][0].failures) == 2 and len(held[b][127].failures) == 1
     c = scheduler.add_executor("c", b"rc", "h", 2, 12, 0.0)
     while scheduler.queued_suspects():
-        launched = scheduler.resource_offers()
+        launched = offers(scheduler)
         assert all(len(tasks) <= 2 for _, tasks in launched)
         for executor, tasks in launched:
             finish_all(scheduler, executor, tasks)
-    scheduler.resource_offers()
+    offers(scheduler)
     assert not scheduler.clamped
     finish_all(scheduler, c, list(c.running.values()))
     assert c.slots > 2                              # windows open again
@@ -150,9 +156,9 @@ def test_losses_caused_by_the_driver_are_not_charged():
     scheduler, client = make(max_failures=1)
     a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
     submit(scheduler, client, 1)
-    scheduler.resource_offers()
+    offers(scheduler)
     scheduler.remove_executor(a, "decommissioned", count_failure=False)
-    assert client.results == [] and [t.failures for t in scheduler.pending] == [[]]
+    assert client.results == [] and [t.failures for t in scheduler.pending] == [()]
 
 
 def test_a_failed_task_runs_again_only_when_the_caller_asked_for_retries():
@@ -162,7 +168,7 @@ def test_a_failed_task_runs_again_only_when_the_caller_asked_for_retries():
     submit(scheduler, client, 1, start=2)
     attempts = []
     while len(client.results) < 2:
-        for executor, tasks in scheduler.resource_offers():
+        for executor, tasks in offers(scheduler):
             attempts += [(t.client_task_id, t.attempt) for t in tasks]
             finish_all(scheduler, executor, tasks, TaskState.FAILED)
     assert sorted(attempts) == [(1, 1), (1, 2), (1, 3), (2, 1)]
@@ -174,17 +180,17 @@ def test_decommissioned_executor_is_offered_nothing_and_returned_tasks_run_elsew
     scheduler, client = make()
     a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
     submit(scheduler, client, 200)
-    (_, tasks), = scheduler.resource_offers()
+    (_, tasks), = offers(scheduler)
     finish_all(scheduler, a, tasks)
-    (_, held), = scheduler.resource_offers()
+    (_, held), = offers(scheduler)
     assert len(held) > 2
     scheduler.decommission(a)
     b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
-    launched = scheduler.resource_offers()
+    launched = offers(scheduler)
     assert [e for e, _ in launched] == [b]
     finish_all(scheduler, a, held[:1])
     finish_all(scheduler, a, held[1:], TaskState.RETURNED)
-    assert not a.running and held[1].failures == [] and scheduler.pending[0] is held[1]
+    assert not a.running and held[1].failures == () and scheduler.pending[0] is held[1]
     scheduler.remove_executor(a, "decommissioned", count_failure=False)
     assert a.tasks_done == 2 and a.tasks_failed == 0
 
@@ -193,11 +199,11 @@ def test_suspects_lost_together_never_run_together_again():
     scheduler, client = make()
     a = scheduler.add_executor("a", b"ra", "h", 4, 10, 0.0)
     submit(scheduler, client, 6)
-    (_, first), = scheduler.resource_offers()
+    (_, first), = offers(scheduler)
     scheduler.remove_executor(a, "exited with code 3")
     assert len(scheduler.queued_suspects()) == 4
     b = scheduler.add_executor("b", b"rb", "h", 4, 11, 0.0)
-    (_, second), = scheduler.resource_offers()
+    (_, second), = offers(scheduler)
     # one suspect, and the idle cores beside it go to tasks never charged
     assert [len(t.failures) for t in second] == [1, 0, 0]
     assert b.suspects == 1 and len(scheduler.queued_suspects()) == 3
@@ -208,11 +214,34 @@ def test_suspects_of_different_losses_may_share_an_executor():
     a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
     b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
     submit(scheduler, client, 2)
-    scheduler.resource_offers()
+    offers(scheduler)
     scheduler.remove_executor(a, "exited with code 3")
     scheduler.remove_executor(b, "exited with code 3")
     c = scheduler.add_executor("c", b"rc", "h", 2, 12, 0.0)
-    (_, tasks), = scheduler.resource_offers()
+    (_, tasks), = offers(scheduler)
     assert sorted(t.client_task_id for t in tasks) == [1, 2] and c.suspects == 2
     finish_all(scheduler, c, tasks)
     assert c.suspects == 0 and c.suspect_losses == {}
+
+
+def test_clients_and_executors_that_go_are_freed_with_their_tasks():
+    # compiled Tasks are outside the garbage collector: the scheduler must break the cycles
+    # (client.tasks -> Task -> client, executor.running -> Task -> executor) itself
+    import gc
+
+    def alive():
+        gc.collect()
+        return sum(type(o) in (ClientData, ExecutorData) for o in gc.get_objects())
+
+    before = alive()
+    scheduler, client = make()
+    a = scheduler.add_executor("a", b"ra", "h", 2, 10, 0.0)
+    submit(scheduler, client, 10)
+    offers(scheduler)
+    scheduler.remove_executor(a, "exited with code 1")
+    b = scheduler.add_executor("b", b"rb", "h", 2, 11, 0.0)
+    offers(scheduler)
+    scheduler.drop_client(client)
+    scheduler.remove_executor(b, "decommissioned", count_failure=False)
+    del scheduler, client, a, b
+    assert alive() == before

@@ -1,11 +1,23 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled fast path; ``_fastpath_py.py`` is the reference it must agree with.
+"""Compiled fast path; ``_fastpath_py.py`` is the reference it must agree with (see it
+for what each name does).
 
-See the reference for what SlotTable does. Here the per-executor state lives in C arrays
-and the two rings are C circular buffers, so ``offer`` touches no Python object per task:
-Python objects are made once per executor that receives tasks.
+``SlotTable`` keeps the per-executor state in C arrays and its two rings in C circular
+buffers, so ``offer`` touches no Python object per task: Python objects are made once per
+executor that receives tasks. ``Task`` is a C struct with typed fields; ``launch_tasks``
+and ``apply_status_updates`` loop over it in C, with only the container operations that
+the messages need (a dict entry per running task, the rows themselves), no attribute
+lookups and no interpreter in between.
 """
+cimport cython
+from cpython.long cimport PyLong_AsLongAndOverflow
 from libc.stdlib cimport malloc, realloc, free
+
+from .protocol import TaskState
+
+cdef long FINISHED = TaskState.FINISHED
+cdef long FAILED = TaskState.FAILED
+cdef long RETURNED = TaskState.RETURNED
 
 
 cdef struct Ring:
@@ -163,10 +175,10 @@ cdef class SlotTable:
 
     cdef long _deal(self, Ring *ring, char *in_ring, bint up_to_cores, long remaining,
                     Py_ssize_t *n_touched):
-        """Deal tasks one at a time round the ring, each executor up to its window (or up
-        to its cores as well); the tasks still to deal."""
+        """Deal tasks round the ring, each executor up to its window (or up to its cores
+        as well); the tasks still to deal."""
         cdef Py_ssize_t index, capacity = self._capacity
-        cdef long limit
+        cdef long limit, take
         while remaining > 0 and ring.length > 0:
             index = ring_pop(ring, capacity)
             limit = self._total[index]
@@ -178,9 +190,16 @@ cdef class SlotTable:
             if self._assigned[index] == 0:
                 self._touched[n_touched[0]] = index
                 n_touched[0] += 1
-            self._assigned[index] += 1
-            self._held[index] += 1
-            remaining -= 1
+            # an idle core takes one task a turn, so every idle core gets one before any
+            # queue; window room is taken whole, so a launch carries many tasks
+            take = 1
+            if not up_to_cores:
+                take = limit - self._held[index]
+                if take > remaining:
+                    take = remaining
+            self._assigned[index] += take
+            self._held[index] += take
+            remaining -= take
             if self._held[index] < limit:
                 ring_push(ring, index, capacity)
             else:
@@ -198,3 +217,247 @@ cdef class SlotTable:
             result.append((index, self._assigned[index]))
             self._assigned[index] = 0
         return result
+
+
+@cython.no_gc
+cdef class Task:
+    # Outside the garbage collector: a million queued tasks would otherwise be traversed
+    # again and again by its collections (about 0.5 us per task). A task is in a cycle
+    # only while its client's ``tasks`` or its executor's ``running`` holds it, and the
+    # scheduler takes it out of both when it ends, is cancelled, or its client or executor
+    # goes (``drop_client``, ``remove_executor``).
+    cdef public object task_id
+    cdef public object client
+    cdef public object client_task_id
+    cdef public object retries
+    cdef public list row
+    cdef public long attempt
+    cdef public object executor
+    cdef public tuple failures
+    cdef public object loss
+    cdef public bint cancelled
+    cdef public double queued_at
+
+    def __init__(self, task_id, client, client_task_id, retries, list row, double queued_at=0.0):
+        self.task_id = task_id
+        self.client = client
+        self.client_task_id = client_task_id
+        self.retries = retries
+        self.row = row
+        self.failures = ()
+        self.queued_at = queued_at
+
+    @property
+    def function(self):
+        return self.row[2]
+
+    @property
+    def args(self):
+        return self.row[3]
+
+
+def queue_tasks(client, list rows, next_id, double now, pending):
+    cdef dict client_tasks = client.tasks
+    cdef list row
+    cdef Task task
+    cdef tuple no_failures = ()
+    append = pending.append
+    for row in rows:
+        client_task_id, function, args, retries = row
+        row[0] = next_id
+        row[1] = 0
+        row[2] = function
+        row[3] = args
+        task = Task.__new__(Task)
+        task.task_id = next_id
+        task.client = client
+        task.client_task_id = client_task_id
+        task.retries = retries
+        task.row = row
+        task.failures = no_failures
+        task.queued_at = now
+        client_tasks[client_task_id] = task
+        append(task)
+        next_id += 1
+    return next_id
+
+
+def launch_tasks(tasks, long count, executor, dict functions, Py_ssize_t limit,
+                 LatencyHistogram latency, double now):
+    cdef dict running = executor.running
+    cdef dict avoid = executor.suspect_losses
+    cdef set known = executor.functions
+    cdef list batches = []
+    cdef list rows = []
+    cdef dict needed = {}
+    cdef Py_ssize_t size = 0, row_size, available = len(tasks)
+    cdef long launched = 0
+    cdef Task task
+    cdef list row
+    cdef object digest, last_digest = None
+    cdef bint new
+    popleft = tasks.popleft
+    while launched < count and available > 0:
+        task = popleft()
+        available -= 1
+        if task.cancelled:
+            continue
+        if task.failures:  # a suspect: no suspect of the same loss may join it here
+            avoid[task.loss] = avoid.get(task.loss, 0) + 1
+        task.attempt += 1
+        task.executor = executor
+        running[task.task_id] = task
+        latency.observe_one(now - task.queued_at)
+        row = task.row
+        row[1] = task.attempt
+        digest = row[2]
+        if digest is last_digest:  # seen in this call: held by the executor or in needed
+            new = False
+        else:
+            new = digest not in known and digest not in needed
+            last_digest = digest
+        row_size = len(row[3])
+        if new:
+            row_size += len(functions[digest])
+        if rows and size + row_size > limit:  # ``new`` stays: needed did not hold digest
+            batches.append((needed, rows))
+            known.update(needed)
+            rows = []
+            needed = {}
+            size = 0
+        if new:
+            needed[digest] = functions[digest]
+        rows.append(row)
+        size += row_size
+        launched += 1
+    if rows:
+        batches.append((needed, rows))
+        known.update(needed)
+    return batches, launched
+
+
+cdef long as_long(object value) noexcept:
+    """``value`` (an int) as a C long, or 0 when it does not fit: no attempt or state is 0."""
+    cdef int overflow = 0
+    cdef long result = PyLong_AsLongAndOverflow(value, &overflow)
+    return 0 if overflow else result
+
+
+def apply_status_updates(executor, list updates, pending, double now, dict counts):
+    cdef dict running = executor.running
+    cdef dict losses = executor.suspect_losses
+    cdef Py_ssize_t stale = 0, freed = 0, finished = 0, failed = 0, done = 0, errors = 0
+    cdef Py_ssize_t retried = 0
+    cdef list returned = []
+    cdef Task task
+    cdef long state
+    cdef object found, left, client, last_client = None
+    cdef dict client_tasks = None
+    cdef list client_results = None
+    for task_id, attempt, state_value, payload in updates:
+        found = running.get(task_id)
+        if found is None:
+            stale += 1
+            continue
+        task = <Task>found
+        if task.attempt != as_long(attempt):
+            stale += 1
+            continue
+        del running[task_id]
+        freed += 1
+        task.executor = None
+        if task.failures:
+            left = losses[task.loss] - 1
+            if left:
+                losses[task.loss] = left
+            else:
+                del losses[task.loss]
+        state = as_long(state_value)
+        if state == FINISHED:
+            done += 1
+            if task.cancelled:
+                continue
+            finished += 1
+        elif state == RETURNED:  # given back unstarted: not the task's failure
+            if not task.cancelled:
+                returned.append(task)
+            continue
+        else:
+            errors += 1
+            if task.cancelled:
+                continue
+            if state == FAILED and task.retries > 0:
+                task.retries -= 1
+                task.queued_at = now
+                pending.appendleft(task)
+                retried += 1
+                continue
+            failed += 1
+        client = task.client
+        if client is not last_client:  # a batch's tasks mostly share one client
+            last_client = client
+            client_tasks = client.tasks
+            client_results = client.results
+        client_tasks.pop(task.client_task_id, None)
+        client_results.append([task.client_task_id, state_value, payload])
+    executor.tasks_done += done
+    executor.tasks_failed += errors
+    counts["finished"] += finished
+    counts["failed"] += failed
+    counts["retried"] += retried
+    return stale, freed, done + errors, retried, returned
+
+
+LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
+
+
+cdef class LatencyHistogram:
+    cdef double *_bounds
+    cdef long long *_counts   # _n + 1 of them: the last one is above every bound
+    cdef Py_ssize_t _n
+    cdef readonly tuple bounds
+    cdef public double sum
+    cdef public long long count
+
+    def __cinit__(self, bounds=LATENCY_BUCKETS):
+        cdef Py_ssize_t i
+        self.bounds = tuple(float(b) for b in bounds)
+        self._n = len(self.bounds)
+        self._bounds = <double *>malloc((self._n + 1) * sizeof(double))
+        self._counts = <long long *>malloc((self._n + 1) * sizeof(long long))
+        if self._bounds == NULL or self._counts == NULL:
+            raise MemoryError()
+        for i in range(self._n):
+            self._bounds[i] = self.bounds[i]
+        for i in range(self._n + 1):
+            self._counts[i] = 0
+
+    def __dealloc__(self):
+        free(self._bounds)
+        free(self._counts)
+
+    @property
+    def counts(self):
+        return [self._counts[i] for i in range(self._n + 1)]
+
+    cdef inline void observe_one(self, double seconds) noexcept:
+        cdef Py_ssize_t low = 0, high = self._n, middle
+        while low < high:  # bisect_left: the first bound not below seconds
+            middle = (low + high) // 2
+            if self._bounds[middle] < seconds:
+                low = middle + 1
+            else:
+                high = middle
+        self._counts[low] += 1
+        self.sum += seconds
+        self.count += 1
+
+    def observe(self, double seconds):
+        self.observe_one(seconds)
+
+    def snapshot(self):
+        buckets, running = [], 0
+        for bound, n in zip(self.bounds + ("+Inf",), self.counts):
+            running += n
+            buckets.append([bound, running])
+        return {"buckets": buckets, "sum": self.sum, "count": self.count}

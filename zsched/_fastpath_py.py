@@ -1,14 +1,29 @@
 """Pure-Python reference of the fast path; ``_fastpath.pyx`` must agree with it exactly.
 
-``SlotTable`` holds, for every executor, its cores, its window (the tasks it may hold,
-running and queued: ``slots``) and the tasks it holds, and makes resource offers. Queued
-tasks are dealt one at a time, round-robin, first to executors with an idle core, and only
-then to the queued part of the windows: a short task never waits behind a long one on a
-busy executor while another executor has a core free. Executors that may take tasks wait
-in two rings (idle cores, window room); each task costs O(1) whatever the number of
-executors.
+The fast path is the driver's per-task work:
+
+- ``SlotTable`` holds, for every executor, its cores, its window (the tasks it may hold,
+  running and queued: ``slots``) and the tasks it holds, and makes resource offers. Queued
+  tasks are dealt round-robin, first one at a time to executors with an idle core, and only
+  then to the queued part of the windows, each executor taking all the room it has: a short
+  task never waits behind a long one on a busy executor while another executor has a core
+  free, and with many executors the queue still travels in large launches. Executors that
+  may take tasks wait in two rings (idle cores, window room); each task costs O(1) whatever
+  the number of executors.
+- ``queue_tasks`` turns SubmitTasks rows into queued ``Task``s; ``launch_tasks`` takes an
+  executor's share of the queue and builds its LaunchTasks batches; ``apply_status_updates``
+  applies a StatusUpdates batch: frees the tasks, finds each one's client and queues its
+  result. The rarer turns (suspects after a loss, removal of an executor) are the
+  scheduler's, in Python, for both implementations.
+- ``LatencyHistogram`` counts how long tasks waited in the queue.
 """
+from bisect import bisect_left
 from collections import deque
+
+from .protocol import TaskState
+
+# Plain ints: comparing with an IntEnum member costs an attribute lookup per task.
+FINISHED, FAILED, RETURNED = int(TaskState.FINISHED), int(TaskState.FAILED), int(TaskState.RETURNED)
 
 
 class SlotTable:
@@ -90,8 +105,8 @@ class SlotTable:
         return list(assigned.items())
 
     def _deal(self, ring, in_ring, up_to_cores, remaining, assigned):
-        """Deal tasks one at a time round ``ring``, each executor up to its window (or up to
-        its cores as well); the tasks still to deal."""
+        """Deal tasks round ``ring``, each executor up to its window (or up to its cores as
+        well); the tasks still to deal."""
         held, total, cores, active = self._held, self._total, self._cores, self._active
         while remaining > 0 and ring:
             index = ring.popleft()
@@ -99,9 +114,12 @@ class SlotTable:
             if not active[index] or held[index] >= limit:
                 in_ring[index] = False
                 continue
-            assigned[index] = assigned.get(index, 0) + 1
-            held[index] += 1
-            remaining -= 1
+            # an idle core takes one task a turn, so every idle core gets one before any
+            # queue; window room is taken whole, so a launch carries many tasks
+            take = 1 if up_to_cores else min(remaining, limit - held[index])
+            assigned[index] = assigned.get(index, 0) + take
+            held[index] += take
+            remaining -= take
             if held[index] < limit:
                 ring.append(index)
             else:
@@ -120,3 +138,186 @@ class SlotTable:
     def _check(self, index):
         if not (0 <= index < len(self._active)) or not self._active[index]:
             raise KeyError(index)
+
+
+class Task:
+    """A submitted task as the driver holds it.
+
+    ``row`` is its LaunchTasks row, ``[task id, attempt, function digest, pickled
+    arguments]``: made at submission out of the decoded SubmitTasks row itself, and given
+    the new attempt in place at each launch, so a launch allocates nothing per task."""
+
+    __slots__ = ("task_id", "client", "client_task_id", "retries", "row", "attempt",
+                 "executor", "failures", "loss", "cancelled", "queued_at")
+
+    def __init__(self, task_id, client, client_task_id, retries, row, queued_at=0.0):
+        self.task_id = task_id
+        self.client = client
+        self.client_task_id = client_task_id
+        self.retries = retries      # runs left after the task raises
+        self.row = row
+        self.attempt = 0            # number of the latest launch
+        self.executor = None        # the executor holding it, while launched
+        self.failures = ()          # (attempt, executor id, reason) of each system failure
+        self.loss = None            # id of the latest executor loss charged to it
+        self.cancelled = False
+        self.queued_at = queued_at  # when it last joined the queue
+
+    @property
+    def function(self):
+        return self.row[2]
+
+    @property
+    def args(self):
+        return self.row[3]
+
+
+def queue_tasks(client, rows, next_id, now, pending):
+    """Append to ``pending`` a Task for each SubmitTasks row ``[client task id, digest,
+    args, retries]`` of ``client``, numbered from ``next_id``; the next free id. Each row
+    list becomes its task's LaunchTasks row."""
+    client_tasks = client.tasks
+    for row in rows:
+        client_task_id, function, args, retries = row
+        row[0] = next_id
+        row[1] = 0
+        row[2] = function
+        row[3] = args
+        task = Task(next_id, client, client_task_id, retries, row, now)
+        client_tasks[client_task_id] = task
+        pending.append(task)
+        next_id += 1
+    return next_id
+
+
+def launch_tasks(tasks, count, executor, functions, limit, latency, now):
+    """Launch up to ``count`` tasks taken from the front of the deque ``tasks`` (cancelled
+    ones are dropped) on ``executor``: ``(batches, launched)``.
+
+    ``batches`` are its LaunchTasks, ``[(functions, rows), ...]``: the rows' payloads and
+    the functions add up to at most ``limit`` bytes (a single larger row goes alone), and
+    each batch carries the functions (``{digest: blob}`` from ``functions``) that its tasks
+    need and the executor does not hold yet (``executor.functions`` is updated)."""
+    running = executor.running
+    avoid = executor.suspect_losses
+    known = executor.functions
+    batches = []
+    rows, needed, size = [], {}, 0
+    launched = 0
+    while launched < count and tasks:
+        task = tasks.popleft()
+        if task.cancelled:
+            continue
+        if task.failures:  # a suspect: no suspect of the same loss may join it here
+            avoid[task.loss] = avoid.get(task.loss, 0) + 1
+        task.attempt += 1
+        task.executor = executor
+        running[task.task_id] = task
+        latency.observe_one(now - task.queued_at)
+        row = task.row
+        row[1] = task.attempt
+        digest = row[2]
+        new = digest not in known and digest not in needed
+        row_size = len(row[3]) + (len(functions[digest]) if new else 0)
+        if rows and size + row_size > limit:  # ``new`` stays: needed did not hold digest
+            batches.append((needed, rows))
+            known.update(needed)
+            rows, needed, size = [], {}, 0
+        if new:
+            needed[digest] = functions[digest]
+        rows.append(row)
+        size += row_size
+        launched += 1
+    if rows:
+        batches.append((needed, rows))
+        known.update(needed)
+    return batches, launched
+
+
+def apply_status_updates(executor, updates, pending, now, counts):
+    """Apply the StatusUpdates rows ``[task id, attempt, state, payload]`` of ``executor``:
+    ``(stale, freed, ran, retried, returned)``.
+
+    A row for a task the executor does not hold at that attempt is stale and ignored. A
+    task that ran is counted in ``executor.tasks_done`` or ``tasks_failed``; if it raised
+    and has retries left it goes back to the front of ``pending`` (``retried`` of them),
+    else its result is queued for its client (``client.results``) and counted in
+    ``counts``. Tasks given back unstarted are ``returned``, in order, for the scheduler
+    to queue again. ``freed`` tasks left the executor, ``ran`` of them ran."""
+    running = executor.running
+    losses = executor.suspect_losses
+    stale = freed = finished = failed = done = errors = retried = 0
+    returned = []
+    for task_id, attempt, state, payload in updates:
+        task = running.get(task_id)
+        if task is None or task.attempt != attempt:
+            stale += 1
+            continue
+        del running[task_id]
+        freed += 1
+        task.executor = None
+        if task.failures:
+            left = losses[task.loss] - 1
+            if left:
+                losses[task.loss] = left
+            else:
+                del losses[task.loss]
+        if state == FINISHED:
+            done += 1
+            if task.cancelled:
+                continue
+            finished += 1
+        elif state == RETURNED:  # given back unstarted: not the task's failure
+            if not task.cancelled:
+                returned.append(task)
+            continue
+        else:
+            errors += 1
+            if task.cancelled:
+                continue
+            if state == FAILED and task.retries > 0:
+                task.retries -= 1
+                task.queued_at = now
+                pending.appendleft(task)
+                retried += 1
+                continue
+            failed += 1
+        client = task.client
+        client.tasks.pop(task.client_task_id, None)
+        client.results.append([task.client_task_id, state, payload])
+    executor.tasks_done += done
+    executor.tasks_failed += errors
+    counts["finished"] += finished
+    counts["failed"] += failed
+    counts["retried"] += retried
+    return stale, freed, done + errors, retried, returned
+
+
+LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
+
+
+class LatencyHistogram:
+    """Seconds tasks waited, in fixed buckets counted in place; read as Prometheus-style
+    cumulative buckets."""
+
+    def __init__(self, bounds=LATENCY_BUCKETS):
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last one: above every bound
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, seconds):
+        self.observe_one(seconds)
+
+    def observe_one(self, seconds):
+        self.counts[bisect_left(self.bounds, seconds)] += 1
+        self.sum += seconds
+        self.count += 1
+
+    def snapshot(self):
+        """``{"buckets": [[bound, cumulative count], ..., ["+Inf", count]], "sum", "count"}``."""
+        buckets, running = [], 0
+        for bound, n in zip(self.bounds + ("+Inf",), self.counts):
+            running += n
+            buckets.append([bound, running])
+        return {"buckets": buckets, "sum": self.sum, "count": self.count}

@@ -26,7 +26,6 @@ from .config import Config
 from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import ConfigError, ProtocolError
 from .fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
-from .latency import LatencyHistogram
 from .protocol import MsgType, TaskState
 from .scheduler import ClientData, TaskScheduler
 from .security import ZapHandler, create_secret_file, default_secret_path, load_keys, make_server
@@ -58,11 +57,11 @@ class Driver:
         self.clock = clock
         self.stop_on_eof_fd = stop_on_eof_fd  # the driver stops when this fd reaches end of file
         self.incarnation = secrets.randbits(62)
-        self.scheduler = TaskScheduler(self.config, clock)
+        self.functions = {}           # digest -> cloudpickled function, sent by connected clients
+        self.scheduler = TaskScheduler(self.config, self.functions, clock)
         self.executors = {}           # executor id -> ExecutorData
         self.executors_by_rid = {}    # routing id -> ExecutorData
         self.clients = {}             # routing id -> ClientData
-        self.functions = {}           # digest -> cloudpickled function, sent by connected clients
         self.url = None
         self.context = zmq.Context()
         self.ready_event = threading.Event()
@@ -77,7 +76,7 @@ class Driver:
         # what the dashboard and /metrics show: traffic, losses, scheduling latency, history
         self.counters = {"bytes_in": 0, "bytes_out": 0, "messages_in": 0, "messages_out": 0,
                          "executors_lost": 0}
-        self.scheduling_latency = LatencyHistogram()
+        self.scheduling_latency = self.scheduler.latency
         self.dashboard_port = dashboard_port  # None: no dashboard
         self.dashboard = None
         self._history = deque(maxlen=_HISTORY_POINTS)
@@ -629,13 +628,9 @@ class Driver:
         self._offers_needed = False
         if self.scheduler.n_pending == 0 or not self.is_ready():
             return
-        limit = self.config.max_message_size
-        now = self.clock()
-        for executor, tasks in self.scheduler.resource_offers():
-            self.scheduling_latency.observe_many(now, [task.queued_at for task in tasks])
-            rows = [[task.task_id, task.attempt, task.function, task.args] for task in tasks]
-            for functions, batch in p.batch_tasks(rows, 2, 3, self.functions, executor.functions, limit):
-                self._send(executor.routing_id, p.LaunchTasks(functions, batch))
+        for executor, batches in self.scheduler.resource_offers():
+            for functions, rows in batches:
+                self._send(executor.routing_id, p.LaunchTasks(functions, rows))
 
     def _send_results(self):
         limit = self.config.max_message_size

@@ -9,15 +9,10 @@ import math
 import time
 from collections import deque
 
-from .fastpath import SlotTable
+from .fastpath import LatencyHistogram, SlotTable, apply_status_updates, launch_tasks, queue_tasks
 from .protocol import TaskState
 
 log = logging.getLogger(__name__)
-
-# Plain ints for the per-task comparisons: on Python 3.11 reading a member of an Enum class
-# (TaskState.FINISHED) goes through EnumType.__getattr__ and costs about 0.2 us.
-_FINISHED, _FAILED, _RETURNED = (int(TaskState.FINISHED), int(TaskState.FAILED),
-                                 int(TaskState.RETURNED))
 
 
 class ClientData:
@@ -65,25 +60,6 @@ class ExecutorData:
         return sum(self.suspect_losses.values())
 
 
-class Task:
-    __slots__ = ("task_id", "client", "client_task_id", "function", "args", "retries",
-                 "attempt", "executor", "failures", "loss", "cancelled", "queued_at")
-
-    def __init__(self, task_id, client, client_task_id, function, args, retries, queued_at=0.0):
-        self.task_id = task_id
-        self.client = client
-        self.client_task_id = client_task_id
-        self.function = function  # digest
-        self.args = args          # pickled (args, kwargs)
-        self.retries = retries    # runs left after the task raises
-        self.attempt = 0          # number of the latest launch
-        self.executor = None      # ExecutorData while launched
-        self.failures = []        # (attempt, executor id, reason) of each system failure
-        self.loss = None          # id of the latest executor loss charged to it
-        self.cancelled = False
-        self.queued_at = queued_at  # when it last joined the queue (scheduler clock)
-
-
 class TaskScheduler:
     """Queued tasks, the tasks each executor holds, and the decisions between them.
 
@@ -98,9 +74,11 @@ class TaskScheduler:
     a flood of short tasks.
     """
 
-    def __init__(self, config, clock=time.monotonic):
+    def __init__(self, config, functions=None, clock=time.monotonic):
         self.config = config
+        self.functions = {} if functions is None else functions  # digest -> blob, the driver's
         self.clock = clock
+        self.latency = LatencyHistogram()  # seconds from joining the queue to launch
         self.slots = SlotTable()
         self.executors_by_slot = {}
         self.pending = deque()       # Tasks waiting for a slot, oldest first
@@ -170,7 +148,7 @@ class TaskScheduler:
             if task.cancelled:
                 continue
             if count_failure:
-                task.failures.append((task.attempt, executor.executor_id, reason))
+                task.failures += ((task.attempt, executor.executor_id, reason),)
                 task.loss = self._losses
             if len(task.failures) >= self.config.max_failures:
                 attempts = "; ".join(f"attempt {attempt} on executor {eid}: {why}"
@@ -198,19 +176,11 @@ class TaskScheduler:
     # -- submissions
 
     def submit(self, client, tasks):
-        """Queue ``[[client task id, digest, args, retries], ...]`` from ``client``."""
-        next_id = self._next_task_id
-        pending_append = self.pending.append
-        client_tasks = client.tasks
-        now = self.clock()
-        for client_task_id, digest, args, retries in tasks:
-            task = Task(next_id, client, client_task_id, digest, args, retries, now)
-            next_id += 1
-            client_tasks[client_task_id] = task
-            pending_append(task)
+        """Queue ``[[client task id, digest, args, retries], ...]`` from ``client`` (the
+        row lists become the tasks' LaunchTasks rows)."""
+        self._next_task_id = queue_tasks(client, tasks, self._next_task_id, self.clock(), self.pending)
         self.n_pending += len(tasks)
         self.counts["submitted"] += len(tasks)
-        self._next_task_id = next_id
 
     def cancel(self, client, client_task_ids):
         """Cancel tasks of ``client``; returns ``[(executor, task)]`` to be killed."""
@@ -261,107 +231,57 @@ class TaskScheduler:
         return None
 
     def resource_offers(self):
-        """Deal queued tasks to free slots: ``[(executor, [Task, ...]), ...]``."""
+        """Deal queued tasks to free slots: ``[(executor, [(functions, rows), ...]), ...]``,
+        each executor's LaunchTasks batches (see ``launch_tasks``)."""
         if self.n_pending == 0:
             return []
         if self.suspects and not self.clamped:
             self._set_clamped(True)
         launches = []
-        pending = self.pending
-        suspects = self.suspects  # _next_queued empties it in place; nothing is added meanwhile
+        limit = self.config.max_message_size
+        now = self.clock()
         for slot, count in self.slots.offer(self.n_pending):
             executor = self.executors_by_slot[slot]
-            batch = []
-            running = executor.running
-            avoid = executor.suspect_losses  # suspects lost together never run together again
-            while len(batch) < count:
-                if suspects:
-                    task = self._next_queued(avoid)
-                    if task is None:
-                        break
-                elif pending:  # no suspects: _next_queued without the call
-                    task = pending.popleft()
-                    if task.cancelled:
-                        continue
-                else:
-                    break
-                if task.failures:
-                    avoid[task.loss] = avoid.get(task.loss, 0) + 1
-                task.attempt += 1
-                task.executor = executor
-                running[task.task_id] = task
-                batch.append(task)
-            self.n_pending -= len(batch)
-            if len(batch) < count:
-                self.slots.release(slot, count - len(batch))
-            if batch:
-                launches.append((executor, batch))
+            tasks = self._choose_among_suspects(executor, count) if self.suspects else self.pending
+            batches, launched = launch_tasks(tasks, count, executor, self.functions, limit,
+                                             self.latency, now)
+            self.n_pending -= launched
+            if launched < count:
+                self.slots.release(slot, count - launched)
+            if batches:
+                launches.append((executor, batches))
         if self.clamped and not self.suspects:
             self._set_clamped(False)
         return launches
+
+    def _choose_among_suspects(self, executor, count):
+        """Up to ``count`` tasks for ``executor`` while suspects wait, in a deque: no two
+        suspects of one loss together, nor with one of that loss it already runs."""
+        avoid = dict(executor.suspect_losses)
+        chosen = deque()
+        while len(chosen) < count:
+            task = self._next_queued(avoid)
+            if task is None:
+                break
+            if task.failures:
+                avoid[task.loss] = avoid.get(task.loss, 0) + 1
+            chosen.append(task)
+        return chosen
 
     # -- status updates
 
     def status_updates(self, executor, updates, busy=0.0):
         """Apply ``[[task id, attempt, state, payload], ...]`` from ``executor``, which spent
-        ``busy`` seconds running those tasks.
+        ``busy`` seconds running those tasks (see ``apply_status_updates``).
 
         Returns the number of updates that were stale (for an attempt no longer current)."""
-        running = executor.running
-        stale = 0
-        freed = 0
-        ran_finished = 0  # ran, and FINISHED
-        ran_failed = 0    # ran, and FAILED, KILLED or ERROR
-        finished = 0      # reported to their client as FINISHED (as _finish does) ...
-        failed = 0        # ... or as failed
-        returned = []
-        for task_id, attempt, state, payload in updates:
-            task = running.get(task_id)
-            if task is None or task.attempt != attempt:
-                stale += 1
-                continue
-            del running[task_id]
-            freed += 1
-            task.executor = None
-            if task.failures:
-                left = executor.suspect_losses[task.loss] - 1
-                if left:
-                    executor.suspect_losses[task.loss] = left
-                else:
-                    del executor.suspect_losses[task.loss]
-            if state == _FINISHED:
-                ran_finished += 1
-                if task.cancelled:
-                    continue
-                finished += 1
-            elif state == _RETURNED:  # given back unstarted: not the task's failure
-                if not task.cancelled:
-                    returned.append(task)
-                continue
-            else:
-                ran_failed += 1
-                if task.cancelled:
-                    continue
-                if state == _FAILED and task.retries > 0:
-                    task.retries -= 1
-                    self.counts["retried"] += 1
-                    task.queued_at = self.clock()
-                    self.pending.appendleft(task)
-                    self.n_pending += 1
-                    continue
-                failed += 1
-            client = task.client
-            client.tasks.pop(task.client_task_id, None)
-            client.results.append([task.client_task_id, state, payload])
-        executor.tasks_done += ran_finished
-        executor.tasks_failed += ran_failed
-        self.counts["finished"] += finished
-        self.counts["failed"] += failed
+        stale, freed, ran, retried, returned = apply_status_updates(
+            executor, updates, self.pending, self.clock(), self.counts)
+        self.n_pending += retried
         for task in reversed(returned):  # first in the queue, in their order
             self._requeue(task)
         if freed:
             self.slots.release(executor.slot, freed)
-            ran = ran_finished + ran_failed
             if ran:
                 self._adapt_window(executor, busy, ran)
             else:
