@@ -167,16 +167,18 @@ def _executor(index, cores=1):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
     client, pending, latency = ClientData(b"c", 1), deque(), impl.LatencyHistogram()
-    rows = [[7, b"f", b"a1", 0], [8, b"f", b"a2", 0], [9, b"g", b"a3", 0]]
+    f = b"digest of f"
+    rows = [[7, f, b"a1", 0], [8, bytes(bytearray(f)), b"a2", 0], [9, b"g", b"a3", 0]]
     assert impl.queue_tasks(client, rows, 100, 1.0, pending) == 103
     assert [t.task_id for t in pending] == [100, 101, 102] and set(client.tasks) == {7, 8, 9}
     executor = _executor(0)
-    batches, launched = impl.launch_tasks(pending, 2, executor, {b"f": b"F", b"g": b"G"},
+    batches, launched = impl.launch_tasks(pending, 2, executor, {f: b"F", b"g": b"G"},
                                           1 << 20, latency, 1.0003)
     assert launched == 2 and len(pending) == 1
-    assert batches == [({b"f": b"F"}, [[100, 1, b"f", b"a1"], [101, 1, b"f", b"a2"]])]
+    assert batches == [({f: b"F"}, [[100, 1, f, b"a1"], [101, 1, f, b"a2"]])]
     assert batches[0][1][0] is rows[0]  # the submitted row itself, no copy per task
-    assert executor.functions == {b"f"} and list(executor.running) == [100, 101]
+    assert rows[1][2] is rows[0][2]  # one digest object for consecutive tasks of a function
+    assert executor.functions == {f} and list(executor.running) == [100, 101]
     assert latency.count == 2 and latency.counts[1] == 2  # 300 us: in the 500 us bucket
     counts = {"finished": 0, "failed": 0, "retried": 0}
     stale, freed, ran, retried, returned = impl.apply_status_updates(

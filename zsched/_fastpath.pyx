@@ -261,9 +261,14 @@ def queue_tasks(client, list rows, next_id, double now, pending):
     cdef list row
     cdef Task task
     cdef tuple no_failures = ()
+    cdef object last_function = None
     append = pending.append
     for row in rows:
         client_task_id, function, args, retries = row
+        if function == last_function:  # one digest object for a run of tasks of one function
+            function = last_function
+        else:
+            last_function = function
         row[0] = next_id
         row[1] = 0
         row[2] = function

@@ -175,10 +175,17 @@ class Task:
 def queue_tasks(client, rows, next_id, now, pending):
     """Append to ``pending`` a Task for each SubmitTasks row ``[client task id, digest,
     args, retries]`` of ``client``, numbered from ``next_id``; the next free id. Each row
-    list becomes its task's LaunchTasks row."""
+    list becomes its task's LaunchTasks row. Consecutive tasks of one function share one
+    digest object (msgpack makes one per row): less memory per queued task, and
+    ``launch_tasks`` knows it by identity."""
     client_tasks = client.tasks
+    last_function = None
     for row in rows:
         client_task_id, function, args, retries = row
+        if function == last_function:  # one digest object for a run of tasks of one function
+            function = last_function
+        else:
+            last_function = function
         row[0] = next_id
         row[1] = 0
         row[2] = function
