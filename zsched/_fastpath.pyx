@@ -11,6 +11,10 @@ lookups and no interpreter in between.
 """
 cimport cython
 from cpython.long cimport PyLong_AsLongAndOverflow
+
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(object)
 from libc.stdlib cimport malloc, realloc, free
 
 from .protocol import TaskState
@@ -273,6 +277,7 @@ def queue_tasks(client, list rows, next_id, double now, pending):
         row[1] = 0
         row[2] = function
         row[3] = args
+        PyObject_GC_UnTrack(row)  # ints and bytes only, now and after each launch: no cycle
         task = Task.__new__(Task)
         task.task_id = next_id
         task.client = client
