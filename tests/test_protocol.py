@@ -120,3 +120,25 @@ def test_batch_tasks_ships_each_function_once_and_within_the_limit():
     assert known == {b"f", b"g"}
     # a receiver that already holds them gets none
     assert all(not needed for needed, _ in p.batch_tasks(rows, 1, 2, functions, known, 10))
+
+
+def test_socket_monitor_events_are_parsed_as_pyzmq_does():
+    import struct
+
+    import zmq
+
+    from zsched.socket_events import parse_event
+    frames = [struct.pack("=hi", zmq.EVENT_DISCONNECTED, 7), b"tcp://127.0.0.1:5555"]
+    assert parse_event(frames) == (zmq.EVENT_DISCONNECTED, 7, b"tcp://127.0.0.1:5555")
+    with pytest.raises(ValueError):
+        parse_event([b"short", b""])
+
+
+def test_the_driver_starts_without_the_client_side_imports():
+    # each process of a local cluster pays for its imports at start-up
+    import subprocess
+    import sys
+    code = ("import sys, zsched.driver; "
+            "print(sorted(m for m in ('asyncio', 'cloudpickle', 'tqdm', 'zsched.client') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

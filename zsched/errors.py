@@ -3,7 +3,6 @@ task's exception travels from an executor (``exception_payload``)."""
 import pickle
 import traceback
 
-import cloudpickle
 
 
 class ZschedError(Exception):
@@ -55,6 +54,7 @@ class DriverConnectionError(ZschedError, ConnectionError):
 
 def exception_payload(exc):
     """Pickled (exception, traceback text); a stand-in when the exception does not pickle."""
+    import cloudpickle  # here: the driver imports this module and never needs it
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     exc.__traceback__ = None
     try:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import zmq
 import zmq.utils.z85
-from zmq.utils.monitor import parse_monitor_message
 
 from .errors import ConfigError
+from .socket_events import parse_event
 
 log = logging.getLogger(__name__)
 
@@ -162,9 +162,9 @@ class HandshakeWatch:
     def check(self):
         """Read pending events; the failure text, or None."""
         while self._monitor.poll(0):
-            event = parse_monitor_message(self._monitor.recv_multipart())
-            if event["event"] in _HANDSHAKE_FAILURES and self.failure is None:
-                self.failure = (_HANDSHAKE_FAILURES[event["event"]] if self._has_secret else
+            event, _, _ = parse_event(self._monitor.recv_multipart())
+            if event in _HANDSHAKE_FAILURES and self.failure is None:
+                self.failure = (_HANDSHAKE_FAILURES[event] if self._has_secret else
                                 "the driver requires the cluster secret and none was given "
                                 "(--secret-file, ZSCHED_SECRET_FILE or ZSCHED_SECRET)")
         return self.failure
