@@ -54,6 +54,17 @@ def test_idle_cores_are_offered_before_queue_room(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_window_room_is_shared_out_not_hoarded(impl):
+    # deep windows, as after very short tasks: the next tasks may be long, so no executor
+    # takes more than an equal share of what waits, and each takes its share in one turn
+    table = impl.SlotTable()
+    a, b, c = table.add(1, 64), table.add(1, 64), table.add(2, 128)
+    assert table.offer(40) == [(a, 13), (b, 13), (c, 14)]  # idle cores 1+1+2, then 12 each
+    assert table.offer(7) == [(a, 3), (b, 3), (c, 1)]
+    assert table.offer(1000) == [(a, 48), (b, 48), (c, 113)]  # a long queue fills them
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_resize_grows_at_once_and_shrinks_as_tasks_end(impl):
     table = impl.SlotTable()
     a = table.add(1, 2)

@@ -183,6 +183,12 @@ cdef class SlotTable:
         as well); the tasks still to deal."""
         cdef Py_ssize_t index, capacity = self._capacity
         cdef long limit, take
+        # an idle core takes one task a turn, so every idle core gets one before any queue;
+        # window room is taken up to an equal share of what waits, so a launch carries many
+        # tasks, yet a window sized for shorter tasks than these does not take them all
+        cdef long share = 1
+        if not up_to_cores and ring.length > 0:
+            share = (remaining + ring.length - 1) // ring.length
         while remaining > 0 and ring.length > 0:
             index = ring_pop(ring, capacity)
             limit = self._total[index]
@@ -194,13 +200,11 @@ cdef class SlotTable:
             if self._assigned[index] == 0:
                 self._touched[n_touched[0]] = index
                 n_touched[0] += 1
-            # an idle core takes one task a turn, so every idle core gets one before any
-            # queue; window room is taken whole, so a launch carries many tasks
-            take = 1
-            if not up_to_cores:
-                take = limit - self._held[index]
-                if take > remaining:
-                    take = remaining
+            take = limit - self._held[index]
+            if take > share:
+                take = share
+            if take > remaining:
+                take = remaining
             self._assigned[index] += take
             self._held[index] += take
             remaining -= take

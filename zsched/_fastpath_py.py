@@ -5,9 +5,10 @@ The fast path is the driver's per-task work:
 - ``SlotTable`` holds, for every executor, its cores, its window (the tasks it may hold,
   running and queued: ``slots``) and the tasks it holds, and makes resource offers. Queued
   tasks are dealt round-robin, first one at a time to executors with an idle core, and only
-  then to the queued part of the windows, each executor taking all the room it has: a short
-  task never waits behind a long one on a busy executor while another executor has a core
-  free, and with many executors the queue still travels in large launches. Executors that
+  then to the queued part of the windows, each executor taking at most an equal share of
+  the tasks left in one turn: a short task never waits behind a long one on a busy executor
+  while another executor has a core free, a window sized for shorter tasks does not hoard
+  the queue, and an executor's share still travels in one launch. Executors that
   may take tasks wait in two rings (idle cores, window room); each task costs O(1) whatever
   the number of executors.
 - ``queue_tasks`` turns SubmitTasks rows into queued ``Task``s; ``launch_tasks`` takes an
@@ -108,15 +109,17 @@ class SlotTable:
         """Deal tasks round ``ring``, each executor up to its window (or up to its cores as
         well); the tasks still to deal."""
         held, total, cores, active = self._held, self._total, self._cores, self._active
+        # an idle core takes one task a turn, so every idle core gets one before any queue;
+        # window room is taken up to an equal share of what waits, so a launch carries many
+        # tasks, yet a window sized for shorter tasks than these does not take them all
+        share = 1 if up_to_cores or not ring else -(-remaining // len(ring))
         while remaining > 0 and ring:
             index = ring.popleft()
             limit = min(cores[index], total[index]) if up_to_cores else total[index]
             if not active[index] or held[index] >= limit:
                 in_ring[index] = False
                 continue
-            # an idle core takes one task a turn, so every idle core gets one before any
-            # queue; window room is taken whole, so a launch carries many tasks
-            take = 1 if up_to_cores else min(remaining, limit - held[index])
+            take = min(share, remaining, limit - held[index])
             assigned[index] = assigned.get(index, 0) + take
             held[index] += take
             remaining -= take
