@@ -195,65 +195,82 @@ class ExecutorBackend:
     # ------------------------------------------------------------ registration
 
     def connect(self):
+        """A DEALER connected to the driver, with this executor's config's ZMTP heartbeats."""
         sock = self.context.socket(zmq.DEALER)
         sock.linger = 2000
         sock.sndhwm = 100_000
         sock.rcvhwm = 100_000
-        # No ZMTP heartbeats of its own (HEARTBEAT_IVL 0): the driver pings every
-        # zmq_heartbeat_interval and each PING carries its zmq_heartbeat_timeout as TTL,
-        # after which ZeroMQ drops this end of a silent connection. So the driver's settings
-        # govern both ends, although this socket connects before it hears them (heartbeat
-        # options set on a connected socket would apply to later connections only).
-        sock.heartbeat_ivl = 0
+        sock.heartbeat_ivl = int(self.config.zmq_heartbeat_interval * 1000)
+        sock.heartbeat_timeout = int(self.config.zmq_heartbeat_timeout * 1000)
+        sock.heartbeat_ttl = int(self.config.zmq_heartbeat_timeout * 1000)
         if self.keys is not None:
             make_client(sock, self.keys)
         watch = HandshakeWatch(sock, has_secret=self.keys is not None)
         sock.connect(self.driver_url)
-        self.socket = sock
-        return watch
+        return sock, watch
 
     def register(self):
-        """Send RegisterExecutor and wait for the answer; RegistrationError says why not."""
-        watch = self.connect()
+        """Fetch the driver's settings, then register; RegistrationError says why not.
+
+        ZeroMQ applies heartbeat options to connections made after they are set, so the
+        connection that stays must be made with the driver's zmq_heartbeat_* settings: they
+        come first over a connection of their own, as a client asks for them (Spark's
+        executors fetch SparkAppConfig the same way before they register)."""
+        deadline = self.clock() + self.registration_timeout
+        sock, watch = self.connect()
         try:
-            self.socket.send(p.encode(p.RegisterExecutor(
-                self.executor_id, self.hostname, self.cores, self.app_id, os.getpid())))
-            deadline = self.clock() + self.registration_timeout
-            poller = zmq.Poller()
-            poller.register(self.socket, zmq.POLLIN)
-            poller.register(watch.socket, zmq.POLLIN)
-            poller.register(self._wakeup.fd, zmq.POLLIN)
-            while True:
-                if self._stopping is not None:
-                    raise RegistrationError(f"Registration with driver {self.driver_url} abandoned: "
-                                            f"{self._stopping}")
-                failure = watch.check()
-                if failure:
-                    raise RegistrationError(f"Cannot register with driver: {self.driver_url} "
-                                            f"(authentication failed: {failure})")
-                remaining = deadline - self.clock()
-                if remaining <= 0:
-                    raise RegistrationError(f"Cannot register with driver: {self.driver_url}")
-                events = dict(poller.poll(remaining * 1000))
-                if self.socket not in events:
-                    continue
-                try:
-                    msg = p.decode(self.socket.recv())
-                except p.ProtocolError as exc:
-                    log.warning("ignored a malformed message from the driver: %s", exc)
-                    continue
-                if isinstance(msg, p.RegisterExecutorFailed):
-                    raise RegistrationError(f"Registration refused by driver {self.driver_url}: "
-                                            f"{msg.reason}")
-                if isinstance(msg, p.RegisteredExecutor):
-                    self.incarnation = msg.incarnation
-                    self.config = Config.from_mapping(msg.settings)
-                    log.info("Successfully registered with driver %s as executor %s",
-                             self.driver_url, self.executor_id)
-                    return
-                log.warning("ignored %s before registration", type(msg).__name__)
+            welcome = self._exchange(sock, watch, p.ClientHello(os.getpid()), deadline)
+            sock.send(p.encode(p.ClientGoodbye()))
         finally:
             watch.close()
+            sock.close(linger=200)
+        self.config = Config.from_mapping(welcome.settings)
+        sock, watch = self.connect()
+        self.socket = sock
+        try:
+            msg = self._exchange(sock, watch, p.RegisterExecutor(
+                self.executor_id, self.hostname, self.cores, self.app_id, os.getpid()), deadline)
+        finally:
+            watch.close()
+        self.incarnation = msg.incarnation
+        self.config = Config.from_mapping(msg.settings)
+        log.info("Successfully registered with driver %s as executor %s",
+                 self.driver_url, self.executor_id)
+
+    def _exchange(self, sock, watch, request, deadline):
+        """Send ``request`` and wait until ``deadline`` for the driver's answer to it
+        (ClientWelcome or RegisteredExecutor); RegistrationError says why not."""
+        sock.send(p.encode(request))
+        expected = p.ClientWelcome if isinstance(request, p.ClientHello) else p.RegisteredExecutor
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(watch.socket, zmq.POLLIN)
+        poller.register(self._wakeup.fd, zmq.POLLIN)
+        while True:
+            if self._stopping is not None:
+                raise RegistrationError(f"Registration with driver {self.driver_url} abandoned: "
+                                        f"{self._stopping}")
+            failure = watch.check()
+            if failure:
+                raise RegistrationError(f"Cannot register with driver: {self.driver_url} "
+                                        f"(authentication failed: {failure})")
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                raise RegistrationError(f"Cannot register with driver: {self.driver_url}")
+            events = dict(poller.poll(remaining * 1000))
+            if sock not in events:
+                continue
+            try:
+                msg = p.decode(sock.recv())
+            except p.ProtocolError as exc:
+                log.warning("ignored a malformed message from the driver: %s", exc)
+                continue
+            if isinstance(msg, p.RegisterExecutorFailed):
+                raise RegistrationError(f"Registration refused by driver {self.driver_url}: "
+                                        f"{msg.reason}")
+            if isinstance(msg, expected):
+                return msg
+            log.warning("ignored %s before registration", type(msg).__name__)
 
     # ------------------------------------------------------------ loop
 
