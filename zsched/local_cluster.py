@@ -6,6 +6,8 @@ of the caller: measured here, a driver thread shares the caller's GIL, so the ca
 Python work (building futures, post-processing results) slows every task of the cluster,
 and throughput was 1.4-2x lower (bench/RESULTS.md). The driver fate-shares with the caller
 through its standard input: when this process dies, the driver and its executors stop.
+``in_process=True`` runs the driver in a thread instead, for the lowest single-task latency
+of a client in this process (over inproc://); see ``LocalCluster``.
 """
 import atexit
 import logging
