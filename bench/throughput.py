@@ -1,6 +1,6 @@
 """Throughput, latency, efficiency and start-up of zsched, optionally against its peers.
 
-    python bench/throughput.py             # zsched LocalCluster + embedded Client() start-up
+    python bench/throughput.py             # zsched LocalCluster and embedded Client()
     python bench/throughput.py --compare   # ... and ProcessPoolExecutor, multiprocessing.Pool,
                                            # Dask distributed and Ray (when installed)
     python bench/throughput.py --quick     # small numbers: a smoke run
@@ -177,10 +177,9 @@ class ZschedLocal:
 
 
 class ZschedEmbedded(ZschedLocal):
-    """``zsched.Client()``: its own local cluster, one executor per core. Start-up only."""
+    """``zsched.Client()``: its own local cluster, one executor per core; every figure."""
     name = "zsched_embedded"
     label = "zsched Client() embedded"
-    startup_only = True
 
     def __init__(self, workers):
         super().__init__(os.cpu_count() or 1)
@@ -433,8 +432,6 @@ def run_round(cls, args, n_eff, log, stray):
         figures["startup_s"] = time.perf_counter() - t0
         if first != -1:
             raise AssertionError(f"first task returned {first!r}, expected -1")
-        if getattr(system, "startup_only", False):
-            return figures
         # warm-up, untimed: functions shipped, workers busy once; its rate sizes the phases
         warm = list(range(min(500, max(10, args.tasks // 20))))
         t0 = time.perf_counter()

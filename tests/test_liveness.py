@@ -324,7 +324,13 @@ class FakeDriver:
 
     def start(self):
         self.thread.start()
+        # first it asks for the settings over a connection of its own, as a client would
         msg = self.recv()
+        assert isinstance(msg, p.ClientHello), msg
+        self.send(p.ClientWelcome(INCARNATION, APP, SETTINGS))
+        msg = self.recv()
+        if isinstance(msg, p.ClientGoodbye):
+            msg = self.recv()
         assert isinstance(msg, p.RegisterExecutor) and msg.executor_id == "x1", msg
         self.send(p.RegisteredExecutor(INCARNATION, SETTINGS))
         # its loop has started once it sends its first heartbeat (at T0)

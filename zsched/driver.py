@@ -45,7 +45,7 @@ class Driver:
     def __init__(self, config=None, *, host="127.0.0.1", port=0, app_id=None, keys=None,
                  cluster_manager=None, initial_executors=0, dynamic_allocation=None,
                  secret_file=None, stop_on_eof_fd=None, report=None, dashboard_port=None,
-                 clock=time.monotonic):
+                 inproc=False, clock=time.monotonic):
         self.config = config or Config()
         self.host = host
         self.port = port
@@ -63,6 +63,10 @@ class Driver:
         self.executors_by_rid = {}    # routing id -> ExecutorData
         self.clients = {}             # routing id -> ClientData
         self.url = None
+        # inproc: the ROUTER also listens at ``inproc_url``, for clients in this process that
+        # share ``context`` (no network between them: no handshake, no ZeroMQ I/O thread)
+        self.inproc = inproc
+        self.inproc_url = None
         self.context = zmq.Context()
         self.ready_event = threading.Event()
         self._wakeup = WakeupPipe()
@@ -115,6 +119,9 @@ class Driver:
         else:
             router.bind(f"tcp://{self.host}:{self.port}")
             port = self.port
+        if self.inproc:
+            self.inproc_url = f"inproc://zsched-driver-{self.incarnation:x}"
+            router.bind(self.inproc_url)
         self.router = router
         # a lost connection (peer process gone, or silent past the ZMTP heartbeat timeout)
         # is an event here; which peer it was is found by probing (see _probe_peers)

@@ -1,8 +1,15 @@
 """The executor backend: registers with the driver, runs tasks, sends status updates.
 
-The main thread owns the DEALER socket and runs the loop; ``cores`` task threads run
-tasks taken from a local queue and hand results back through a deque and a wake-up pipe,
-so status updates leave in batches of whatever finished meanwhile.
+The thread that calls ``run`` owns the DEALER socket and runs the loop; ``cores`` task
+threads run tasks taken from a local queue and hand results back through a deque and a
+wake-up pipe, so status updates leave in batches of whatever finished meanwhile.
+
+A lone task reaching an idle one-core executor is run by the loop's own thread instead,
+and its status update leaves at once: two thread hand-offs fewer, which is most of what
+an executor adds to one task's latency. While such a task runs the loop stands still; if
+it runs longer than ``INLINE_GRACE`` a relief thread, woken by a kernel timer (no wake-up
+at all for shorter tasks), takes the socket and runs the loop (heartbeats, KillTask,
+StopExecutor, ...) until the task ends and the loop's thread takes it back.
 """
 import argparse
 import ctypes
@@ -10,6 +17,7 @@ import logging
 import os
 import pickle
 import queue
+import select
 import signal
 import sys
 import threading
@@ -54,12 +62,80 @@ class RegistrationError(Exception):
     pass
 
 
+# A task run by the loop's own thread that is still running after this long has the relief
+# thread take over the loop: until then heartbeats, kills and new launches wait (at most
+# this long), after it the hand-over costs about two thread wake-ups (small next to the task).
+INLINE_GRACE = 0.005
+
+
 def dumps_value(value):
     """Pickle a result: plain pickle when it can, cloudpickle for lambdas and the like."""
     try:
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _raise_in_thread(ident, exception_class):
+    """Have ``exception_class`` raised in thread ``ident`` when it next runs Python code;
+    ``None`` withdraws one that has not been raised yet."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(ident),
+        ctypes.py_object(exception_class) if exception_class is not None else ctypes.c_void_p())
+
+
+class _TimerSpec(ctypes.Structure):
+    """struct itimerspec on 64-bit Linux."""
+    _fields_ = [("interval_sec", ctypes.c_long), ("interval_nsec", ctypes.c_long),
+                ("value_sec", ctypes.c_long), ("value_nsec", ctypes.c_long)]
+
+
+class KernelTimer:
+    """A one-shot Linux timerfd: ``arm`` and ``disarm`` are one system call each and wake no
+    thread; ``fd`` becomes readable when the time is up. ``create`` returns None where there
+    is none (not Linux, or not 64-bit)."""
+
+    @classmethod
+    def create(cls, seconds):
+        if not sys.platform.startswith("linux") or ctypes.sizeof(ctypes.c_long) != 8:
+            return None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            timerfd_create, timerfd_settime = libc.timerfd_create, libc.timerfd_settime
+        except (OSError, AttributeError):
+            return None
+        clock_monotonic = 1
+        fd = timerfd_create(clock_monotonic, os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            return None
+        return cls(fd, timerfd_settime, seconds)
+
+    def __init__(self, fd, timerfd_settime, seconds):
+        self.fd = fd
+        timerfd_settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        self._settime = timerfd_settime
+        whole = int(seconds)
+        self._armed = _TimerSpec(0, 0, whole, max(1, int((seconds - whole) * 1e9)))
+        self._now = _TimerSpec(0, 0, 0, 1)
+        self._off = _TimerSpec()
+
+    def arm(self):
+        self._settime(self.fd, 0, ctypes.byref(self._armed), None)
+
+    def disarm(self):
+        self._settime(self.fd, 0, ctypes.byref(self._off), None)
+
+    def fire_now(self):
+        self._settime(self.fd, 0, ctypes.byref(self._now), None)
+
+    def clear(self):
+        try:
+            os.read(self.fd, 8)
+        except BlockingIOError:
+            pass
+
+    def close(self):
+        os.close(self.fd)
 
 
 class ExecutorBackend:
@@ -78,7 +154,7 @@ class ExecutorBackend:
         self.incarnation = None
         self.context = zmq.Context()
         self.socket = None
-        self._work = queue.SimpleQueue()     # (task id, attempt, digest, args) for task threads
+        self._work = queue.SimpleQueue()     # [task id, attempt, digest, args] for task threads
         self._results = deque()              # [task id, attempt, state, payload] for the loop
         self._function_blobs = {}            # digest -> cloudpickled function
         self._functions = {}                 # digest -> function, unpickled by a task thread
@@ -92,6 +168,9 @@ class ExecutorBackend:
         self._kill_deadlines = {}            # (task id, attempt) -> when the task reaper acts
         self._monitor = None                 # events of the driver connection
         self._worker = None                  # (socket, monitor) of the --worker-url connection
+        self._poller = None
+        self._next_heartbeat = 0.0
+        self._last_heard = 0.0               # when the driver was last heard from
         self._threads = []
         self._stopping = None                # reason, once the loop must end
         self._exit_code = 0
@@ -100,10 +179,23 @@ class ExecutorBackend:
         self._reaper_exit = False            # a task thread cannot be stopped: leave at once
         self._worker_deadline = None
         self._process = psutil.Process()
+        # a lone task on an idle one-core executor runs in the loop's thread (see the
+        # module's docstring); the relief thread covers the loop while such a task runs long
+        self._timer = None                   # KernelTimer of the relief thread
+        self._relief = None                  # the relief thread, when tasks may run inline
+        self._lone = None                    # a task received, to run inline after this turn
+        self._inline_task = None             # the task running inline, until the loop is back
+        self._deferred = []                  # tasks launched meanwhile (the one core is busy)
+        self._handover = threading.Lock()    # guards _inline_running and _covering
+        self._inline_running = False
+        self._covering = False               # the relief thread runs the loop
+        self._handed_back = threading.Event()
+        self._relief_exit = False
 
     # ------------------------------------------------------------ registration
 
     def connect(self):
+        """A DEALER connected to the driver, with this executor's config's ZMTP heartbeats."""
         sock = self.context.socket(zmq.DEALER)
         sock.linger = 2000
         sock.sndhwm = 100_000
@@ -115,51 +207,70 @@ class ExecutorBackend:
             make_client(sock, self.keys)
         watch = HandshakeWatch(sock, has_secret=self.keys is not None)
         sock.connect(self.driver_url)
-        self.socket = sock
-        return watch
+        return sock, watch
 
     def register(self):
-        """Send RegisterExecutor and wait for the answer; RegistrationError says why not."""
-        watch = self.connect()
+        """Fetch the driver's settings, then register; RegistrationError says why not.
+
+        ZeroMQ applies heartbeat options to connections made after they are set, so the
+        connection that stays must be made with the driver's zmq_heartbeat_* settings: they
+        come first over a connection of their own, as a client asks for them (Spark's
+        executors fetch SparkAppConfig the same way before they register)."""
+        deadline = self.clock() + self.registration_timeout
+        sock, watch = self.connect()
         try:
-            self.socket.send(p.encode(p.RegisterExecutor(
-                self.executor_id, self.hostname, self.cores, self.app_id, os.getpid())))
-            deadline = self.clock() + self.registration_timeout
-            poller = zmq.Poller()
-            poller.register(self.socket, zmq.POLLIN)
-            poller.register(watch.socket, zmq.POLLIN)
-            poller.register(self._wakeup.fd, zmq.POLLIN)
-            while True:
-                if self._stopping is not None:
-                    raise RegistrationError(f"Registration with driver {self.driver_url} abandoned: "
-                                            f"{self._stopping}")
-                failure = watch.check()
-                if failure:
-                    raise RegistrationError(f"Cannot register with driver: {self.driver_url} "
-                                            f"(authentication failed: {failure})")
-                remaining = deadline - self.clock()
-                if remaining <= 0:
-                    raise RegistrationError(f"Cannot register with driver: {self.driver_url}")
-                events = dict(poller.poll(remaining * 1000))
-                if self.socket not in events:
-                    continue
-                try:
-                    msg = p.decode(self.socket.recv())
-                except p.ProtocolError as exc:
-                    log.warning("ignored a malformed message from the driver: %s", exc)
-                    continue
-                if isinstance(msg, p.RegisterExecutorFailed):
-                    raise RegistrationError(f"Registration refused by driver {self.driver_url}: "
-                                            f"{msg.reason}")
-                if isinstance(msg, p.RegisteredExecutor):
-                    self.incarnation = msg.incarnation
-                    self.config = Config.from_mapping(msg.settings)
-                    log.info("Successfully registered with driver %s as executor %s",
-                             self.driver_url, self.executor_id)
-                    return
-                log.warning("ignored %s before registration", type(msg).__name__)
+            welcome = self._exchange(sock, watch, p.ClientHello(os.getpid()), deadline)
+            sock.send(p.encode(p.ClientGoodbye()))
         finally:
             watch.close()
+            sock.close(linger=200)
+        self.config = Config.from_mapping(welcome.settings)
+        sock, watch = self.connect()
+        self.socket = sock
+        try:
+            msg = self._exchange(sock, watch, p.RegisterExecutor(
+                self.executor_id, self.hostname, self.cores, self.app_id, os.getpid()), deadline)
+        finally:
+            watch.close()
+        self.incarnation = msg.incarnation
+        self.config = Config.from_mapping(msg.settings)
+        log.info("Successfully registered with driver %s as executor %s",
+                 self.driver_url, self.executor_id)
+
+    def _exchange(self, sock, watch, request, deadline):
+        """Send ``request`` and wait until ``deadline`` for the driver's answer to it
+        (ClientWelcome or RegisteredExecutor); RegistrationError says why not."""
+        sock.send(p.encode(request))
+        expected = p.ClientWelcome if isinstance(request, p.ClientHello) else p.RegisteredExecutor
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(watch.socket, zmq.POLLIN)
+        poller.register(self._wakeup.fd, zmq.POLLIN)
+        while True:
+            if self._stopping is not None:
+                raise RegistrationError(f"Registration with driver {self.driver_url} abandoned: "
+                                        f"{self._stopping}")
+            failure = watch.check()
+            if failure:
+                raise RegistrationError(f"Cannot register with driver: {self.driver_url} "
+                                        f"(authentication failed: {failure})")
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                raise RegistrationError(f"Cannot register with driver: {self.driver_url}")
+            events = dict(poller.poll(remaining * 1000))
+            if sock not in events:
+                continue
+            try:
+                msg = p.decode(sock.recv())
+            except p.ProtocolError as exc:
+                log.warning("ignored a malformed message from the driver: %s", exc)
+                continue
+            if isinstance(msg, p.RegisterExecutorFailed):
+                raise RegistrationError(f"Registration refused by driver {self.driver_url}: "
+                                        f"{msg.reason}")
+            if isinstance(msg, expected):
+                return msg
+            log.warning("ignored %s before registration", type(msg).__name__)
 
     # ------------------------------------------------------------ loop
 
@@ -175,6 +286,12 @@ class ExecutorBackend:
             thread = threading.Thread(target=self._task_thread, name=f"task-{i}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        if self.cores == 1:
+            self._timer = KernelTimer.create(INLINE_GRACE)
+            if self._timer is not None:
+                self._relief = threading.Thread(target=self._relief_thread, name="relief",
+                                                daemon=True)
+                self._relief.start()
         try:
             self._loop()
         finally:
@@ -186,7 +303,7 @@ class ExecutorBackend:
         return self._exit_code
 
     def _loop(self):
-        poller = zmq.Poller()
+        poller = self._poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
         poller.register(self._wakeup.fd, zmq.POLLIN)
         # registered: from now on a lost connection to the driver ends this executor (the
@@ -196,58 +313,129 @@ class ExecutorBackend:
         if self.worker_url:
             self._worker = self._watch_worker()
             poller.register(self._worker[1], zmq.POLLIN)
-        handlers = self._handlers
-        interval = self.config.executor_heartbeat_interval
-        last_heard = self.clock()
-        next_heartbeat = self.clock()
+        self._last_heard = self._next_heartbeat = self.clock()
         while self._stopping is None:
-            now = self.clock()
-            if now >= next_heartbeat:
-                self._send_heartbeat()
-                next_heartbeat = now + interval
-            events = dict(poller.poll(max(0.0, min(next_heartbeat - now, 1.0)) * 1000))
-            # silence counts only when nothing is waiting: after this process itself was
-            # stalled (a task holding the GIL), the driver's answers are already here
-            if (self.socket not in events
-                    and self.clock() - last_heard > self.config.executor_heartbeat_timeout):
-                self._stop(f"driver silent for {self.config.executor_heartbeat_timeout:g} s", 1,
-                           driver_gone=True)
-                break
-            if self._worker is not None and self._worker[1] in events:
-                self._worker_event()
-            if self._wakeup.fd in events:
-                self._wakeup.clear()
-            self._send_status_updates()
-            if self._kill_deadlines:
-                self._reap_killed_tasks()
-            self._check_worker()
-            if self._decommissioning and self._outstanding == 0:
-                self._stop("decommissioned", 0, charge_tasks=False)
-                break
-            if self.socket in events:
-                last_heard = self.clock()
-                while self._stopping is None:
-                    try:
-                        frame = self.socket.recv(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    try:
-                        msg = p.decode(frame)
-                    except p.ProtocolError as exc:
-                        log.warning("ignored a malformed message from the driver: %s", exc)
-                        continue
-                    handler = handlers.get(msg.TYPE)
-                    if handler is None:
-                        log.warning("ignored %s: not a message for an executor", type(msg).__name__)
-                    else:
-                        handler(self, msg)
-            if self._monitor in events:  # after what the driver sent before it went
-                self._stop("lost the connection to the driver", 1, driver_gone=True)
+            self._turn()
+            if self._lone is not None and self._stopping is None:
+                self._run_inline()
+        self._leave()
+
+    def _turn(self):
+        """One turn of the loop: wait for something to do, then do it. Run by the loop's
+        thread, or by the relief thread while the loop's thread runs a task."""
+        now = self.clock()
+        if now >= self._next_heartbeat:
+            self._send_heartbeat()
+            self._next_heartbeat = now + self.config.executor_heartbeat_interval
+        socket = self.socket
+        events = dict(self._poller.poll(max(0.0, min(self._next_heartbeat - now, 1.0)) * 1000))
+        # silence counts only when nothing is waiting: after this process itself was
+        # stalled (a task holding the GIL), the driver's answers are already here
+        if (socket not in events
+                and self.clock() - self._last_heard > self.config.executor_heartbeat_timeout):
+            self._stop(f"driver silent for {self.config.executor_heartbeat_timeout:g} s", 1,
+                       driver_gone=True)
+            return
+        if self._worker is not None and self._worker[1] in events:
+            self._worker_event()
+        if self._wakeup.fd in events:
+            self._wakeup.clear()
+        self._send_status_updates()
+        if self._kill_deadlines:
+            self._reap_killed_tasks()
+        self._check_worker()
+        if self._decommissioning and self._outstanding == 0:
+            self._stop("decommissioned", 0, charge_tasks=False)
+            return
+        if socket in events:
+            self._last_heard = self.clock()
+            handlers = self._handlers
+            while self._stopping is None:
+                try:
+                    frame = socket.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                try:
+                    msg = p.decode(frame)
+                except p.ProtocolError as exc:
+                    log.warning("ignored a malformed message from the driver: %s", exc)
+                    continue
+                handler = handlers.get(msg.TYPE)
+                if handler is None:
+                    log.warning("ignored %s: not a message for an executor", type(msg).__name__)
+                else:
+                    handler(self, msg)
+        if self._monitor in events:  # after what the driver sent before it went
+            self._stop("lost the connection to the driver", 1, driver_gone=True)
+
+    def _leave(self):
         if not self._driver_gone:
             # finished work and why this executor leaves reach the driver at once, rather
             # than leave it to notice the lost connection
             self._send_status_updates()
             self._send(p.RemoveExecutor(self.executor_id, self._stopping, self._charge_tasks))
+
+    # ------------------------------------------------------------ inline tasks
+
+    def _run_inline(self):
+        """Run the lone task in this thread (the loop's) and report it at once. The relief
+        thread may take the loop meanwhile; it is taken back before this returns."""
+        task = self._inline_task = self._lone
+        self._lone = None
+        with self._handover:
+            self._inline_running = True
+        self._timer.arm()
+        row = self._run_here(*task)
+        self._timer.disarm()
+        self._results.append(row)
+        with self._handover:
+            self._inline_running = False
+            covered = self._covering
+        if covered:  # the relief thread runs the loop: have it back
+            self._wakeup.wake_always()
+            self._handed_back.wait()
+            self._handed_back.clear()
+        self._inline_task = None
+        put = self._work.put
+        for deferred in self._deferred:
+            put(deferred)
+        self._deferred.clear()
+        self._send_status_updates()
+
+    def _relief_thread(self):
+        """Sleep until an inline task has run for ``INLINE_GRACE``, then run the loop until
+        that task ends (so that heartbeats, kills and stops are handled meanwhile)."""
+        timer = self._timer
+        while True:
+            select.select([timer.fd], [], [])
+            timer.clear()
+            if self._relief_exit:
+                return
+            with self._handover:
+                if not self._inline_running:
+                    continue  # ended meanwhile
+                self._covering = True
+            while True:
+                with self._handover:
+                    if not self._inline_running:
+                        self._covering = False
+                        break
+                if self._stopping is not None:
+                    self._exit_while_a_task_runs()
+                self._turn()
+            self._handed_back.set()
+
+    def _exit_while_a_task_runs(self):
+        """The loop must end while the loop's own thread is in a task, which may never
+        return: say goodbye, close and end the process from here."""
+        log.info("executor %s stopped: %s (a task was still running)", self.executor_id,
+                 self._stopping)
+        self._leave()
+        self._close(linger=0 if self._driver_gone else 2000)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(self._exit_code)
 
     def _stop(self, reason, exit_code, driver_gone=False, charge_tasks=True):
         """End the loop; unless the driver is gone or sent the stop, it hears why, and
@@ -265,14 +453,25 @@ class ExecutorBackend:
 
     def _on_launch_tasks(self, msg):
         self._function_blobs.update(msg.functions)
-        self._outstanding += len(msg.tasks)
+        tasks = msg.tasks
+        idle = self._outstanding == 0
+        self._outstanding += len(tasks)
         if self._decommissioning:  # launched before the driver knew: give them back
             self._results.extend([task_id, attempt, TaskState.RETURNED, b""]
-                                 for task_id, attempt, _, _ in msg.tasks)
+                                 for task_id, attempt, _, _ in tasks)
             self._wakeup.wake()
             return
+        if self._lone is not None:  # more came before the lone task started: it queues first
+            self._work.put(self._lone)
+            self._lone = None
+        if idle and len(tasks) == 1 and self._relief is not None and not self._covering:
+            self._lone = tasks[0]  # run by the loop's thread at the end of this turn
+            return
+        if self._inline_task is not None:  # the one core runs a task inline: these wait
+            self._deferred.extend(tasks)
+            return
         put = self._work.put
-        for task in msg.tasks:
+        for task in tasks:
             put(task)
 
     def _on_decommission_executor(self, msg):
@@ -280,25 +479,29 @@ class ExecutorBackend:
         log.info("executor %s decommissioned: %s", self.executor_id, msg.reason)
         self._decommissioning = True
         self._wakeup.wake()
+        unstarted = self._deferred + ([self._lone] if self._lone is not None else [])
+        self._deferred.clear()
+        self._lone = None
         while True:
             try:
-                item = self._work.get_nowait()
+                unstarted.append(self._work.get_nowait())
             except queue.Empty:
                 break
-            task_id, attempt, _, _ = item
+        for task_id, attempt, _, _ in unstarted:
             self._results.append([task_id, attempt, TaskState.RETURNED, b""])
 
     def _on_kill_task(self, msg):
+        key = (msg.task_id, msg.attempt)
         with self._lock:
-            self._killed.add((msg.task_id, msg.attempt))
+            self._killed.add(key)
             running = self._running.get(msg.task_id)
-        if running is not None and running[0] == msg.attempt:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(running[1]),
-                                                       ctypes.py_object(TaskKilled))
-            # an exception reaches a thread only when it runs Python code: a task blocked in
-            # C (sleep, I/O, a lock) may not stop, and then the task reaper ends this process
-            self._kill_deadlines[(msg.task_id, msg.attempt)] = (
-                self.clock() + self.config.task_kill_timeout)
+            if running is None or running[0] != msg.attempt:
+                return
+            # under the lock: the task's thread withdraws it when the task leaves _running
+            _raise_in_thread(running[1], TaskKilled)
+        # an exception reaches a thread only when it runs Python code: a task blocked in
+        # C (sleep, I/O, a lock) may not stop, and then the task reaper ends this process
+        self._kill_deadlines[key] = self.clock() + self.config.task_kill_timeout
 
     def _reap_killed_tasks(self):
         """Spark's task reaper: a killed task still running after ``task_kill_timeout``
@@ -397,31 +600,39 @@ class ExecutorBackend:
     # ------------------------------------------------------------ task threads
 
     def _task_thread(self):
-        ident = threading.get_ident()
         get = self._work.get
         while True:
             item = get()
             if item is None:
                 return
-            task_id, attempt, digest, args = item
-            with self._lock:
-                if (task_id, attempt) in self._killed:
-                    self._killed.discard((task_id, attempt))
-                    killed = True
-                else:
-                    self._running[task_id] = (attempt, ident)
-                    killed = False
-            if killed:
-                state, payload = TaskState.KILLED, b"killed before it started"
-            else:
-                started = time.perf_counter()
-                state, payload = self._run_task(task_id, digest, args)
-                self._busy += time.perf_counter() - started
-                with self._lock:
-                    self._running.pop(task_id, None)
-                    self._killed.discard((task_id, attempt))
-            self._results.append([task_id, attempt, state, payload])
+            self._results.append(self._run_here(*item))
             self._wakeup.wake()
+
+    def _run_here(self, task_id, attempt, digest, args):
+        """Run a task in this thread, where KillTask can interrupt it; its status row."""
+        key = (task_id, attempt)
+        with self._lock:
+            if key in self._killed:
+                self._killed.discard(key)
+                return [task_id, attempt, TaskState.KILLED, b"killed before it started"]
+            self._running[task_id] = (attempt, threading.get_ident())
+        started = time.perf_counter()
+        try:
+            state, payload = self._run_task(task_id, digest, args)
+            self._task_left(task_id, key)
+        except TaskKilled:  # the kill arrived as the task ended
+            self._task_left(task_id, key)
+            state, payload = TaskState.KILLED, b"killed while running"
+        self._busy += time.perf_counter() - started
+        return [task_id, attempt, state, payload]
+
+    def _task_left(self, task_id, key):
+        with self._lock:
+            self._running.pop(task_id, None)
+            if key in self._killed:
+                self._killed.discard(key)
+                # a kill sent as the task ended, not raised yet, must not hit this thread later
+                _raise_in_thread(threading.get_ident(), None)
 
     def _run_task(self, task_id, digest, args):
         try:
@@ -451,6 +662,11 @@ class ExecutorBackend:
     def _close(self, linger=2000):
         for _ in self._threads:
             self._work.put(None)
+        if self._relief is not None and self._relief is not threading.current_thread():
+            self._relief_exit = True
+            self._timer.fire_now()
+            self._relief.join(5)
+            self._timer.close()
         if self._worker is not None:
             for sock in self._worker:
                 sock.close(linger=0)

@@ -6,6 +6,8 @@ of the caller: measured here, a driver thread shares the caller's GIL, so the ca
 Python work (building futures, post-processing results) slows every task of the cluster,
 and throughput was 1.4-2x lower (bench/RESULTS.md). The driver fate-shares with the caller
 through its standard input: when this process dies, the driver and its executors stop.
+``in_process=True`` runs the driver in a thread instead, for the lowest single-task latency
+of a client in this process (over inproc://); see ``LocalCluster``.
 """
 import atexit
 import logging
@@ -13,6 +15,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,11 +23,11 @@ import threading
 import time
 import weakref
 
-from .cluster.local import child_environment, module_command
+from .cluster.local import LocalClusterManager, child_environment, module_command
 from .config import Config
 from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import DriverConnectionError
-from .security import create_secret_file
+from .security import create_secret_file, load_keys
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +53,21 @@ class LocalCluster:
     ``wait=True`` returns once every executor registered, ``wait=N`` once N have.
     ``dashboard=True`` serves the live dashboard and Prometheus ``/metrics`` on a free port
     of ``host``; ``dashboard_url`` is its address (with the token it needs).
+
+    ``in_process=True`` runs the driver in a thread of this process instead (the executors
+    are processes either way): besides ``address``, it listens at ``inproc_address`` for
+    clients in this process that use ``context``, which is what the embedded
+    ``zsched.Client()`` does for its latency: a task then crosses two processes instead of
+    four. It shares this process's GIL with the caller, so a caller busy in Python slows
+    the cluster (bench/RESULTS.md); when this process dies the executors lose their
+    connection to the driver and exit.
     """
 
     def __init__(self, n_executors=2, cores_per_executor=1, *, host="127.0.0.1", port=0,
                  secret_file=None, insecure=False, app_id=None, conf=None, wait=True,
                  log_level="WARNING", dynamic_allocation=False, min_executors=0,
                  max_executors=None, initial_executors=None, backlog_timeout=1.0,
-                 executor_idle_timeout=60.0, dashboard=False, **settings):
+                 executor_idle_timeout=60.0, dashboard=False, in_process=False, **settings):
         if n_executors < 0:
             raise ValueError(f"n_executors must be >= 0, got {n_executors}")
         if cores_per_executor < 1:
@@ -69,6 +80,14 @@ class LocalCluster:
         self._clients = weakref.WeakSet()
         self._private_dir = tempfile.mkdtemp(prefix="zsched-")  # mode 0700
         self.secret_file = None
+        self._process = self._driver = None
+        self.inproc_address = self.context = None
+        if in_process:
+            self._start_in_process(config, n_executors, cores_per_executor, host, port,
+                                   secret_file, insecure, log_level, wait, dashboard,
+                                   dynamic_allocation, min_executors, max_executors,
+                                   initial_executors, backlog_timeout, executor_idle_timeout)
+            return
         command = module_command("zsched.driver") + ["--host", host, "--port", str(port),
                    "--app-id", self.app_id, *self._manager_arguments(n_executors),
                    "--cores-per-executor", str(cores_per_executor), "--log-level", log_level,
@@ -125,6 +144,51 @@ class LocalCluster:
             self.close()
             raise
 
+    def _start_in_process(self, config, n_executors, cores_per_executor, host, port,
+                          secret_file, insecure, log_level, wait, dashboard, dynamic_allocation,
+                          min_executors, max_executors, initial_executors, backlog_timeout,
+                          executor_idle_timeout):
+        """The driver in a thread of this process (see the class docstring)."""
+        from .driver import Driver
+        if type(self)._manager_arguments is not LocalCluster._manager_arguments:
+            raise ValueError(f"{type(self).__name__} runs its driver in a process of its own: "
+                             "in_process=True is for LocalCluster")
+        policy = None
+        if dynamic_allocation:
+            policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
+                                             executor_idle_timeout)  # bad bounds fail here
+            n_executors = policy.clamp(n_executors if initial_executors is None else initial_executors)
+        keys = None
+        if not insecure:
+            if secret_file is None:
+                secret_file = os.path.join(self._private_dir, "secret")
+            create_secret_file(secret_file)
+            self.secret_file = secret_file
+            keys = load_keys(secret_file, use_environment=False)
+        hostname = host if host not in ("0.0.0.0", "*") else socket.gethostname()
+        manager = LocalClusterManager(cores_per_executor, hostname=hostname, log_level=log_level)
+        try:
+            self._driver = Driver(config, host=host, port=port, app_id=self.app_id, keys=keys,
+                                  cluster_manager=manager, initial_executors=n_executors,
+                                  dynamic_allocation=policy, secret_file=secret_file,
+                                  dashboard_port=0 if dashboard else None, inproc=True)
+        except BaseException:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+            raise
+        self.address = self._driver.url
+        self.inproc_address = self._driver.inproc_url
+        self.context = self._driver.context
+        self.dashboard_url = self._driver.dashboard.url if self._driver.dashboard else None
+        _live_clusters.add(self)
+        try:
+            self._driver.start_thread()
+            if wait:  # True: all of them; a number: that many
+                count = n_executors if wait is True else min(int(wait), n_executors)
+                self.wait_for_executors(count, config.registration_timeout)
+        except BaseException:
+            self.close()
+            raise
+
     def _manager_arguments(self, n_executors):
         """The driver's cluster manager options."""
         return ["--local", str(n_executors)]
@@ -147,6 +211,18 @@ class LocalCluster:
         """Wait until ``n`` executors have registered."""
         from .client import Client
         deadline = time.monotonic() + timeout
+        if self._driver is not None:
+            # the driver's thread alone changes this dict; its size is read in one step
+            while len(self._driver.executors) < n:
+                if not self._driver.is_running():
+                    raise DriverConnectionError("the cluster's driver stopped while starting "
+                                                "(see its log above)")
+                if time.monotonic() > deadline:
+                    raise DriverConnectionError(
+                        f"only {len(self._driver.executors)} of {n} executors registered "
+                        f"within {timeout:g} s")
+                time.sleep(0.005)
+            return
         with Client(self.address, secret_file=self.secret_file, timeout=timeout) as client:
             while len(client.executor_ids()) < n:
                 if self._process.poll() is not None:
@@ -166,6 +242,14 @@ class LocalCluster:
         _live_clusters.discard(self)
         for client in list(self._clients):
             client.shutdown(wait=False, cancel_futures=True, _now=True)
+        if self._driver is not None:
+            self._driver.request_stop()  # it stops its executors, then closes its sockets
+            self._driver.join(60 + self._driver.config.shutdown_timeout)
+            if self._driver.is_running():
+                log.warning("the cluster's driver did not stop within %g s",
+                            60 + self._driver.config.shutdown_timeout)
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+            return
         process = self._process
         try:
             process.stdin.close()  # the driver stops at end of input, as on SIGTERM
