@@ -134,11 +134,14 @@ def test_socket_monitor_events_are_parsed_as_pyzmq_does():
         parse_event([b"short", b""])
 
 
-def test_the_driver_starts_without_the_client_side_imports():
+@pytest.mark.parametrize("module, unwanted", [
+    ("zsched.driver", "'asyncio', 'cloudpickle', 'tqdm', 'zsched.client'"),
+    ("zsched.executor", "'asyncio', 'tqdm', 'zsched.client'"),
+])
+def test_drivers_and_executors_start_without_the_client_side_imports(module, unwanted):
     # each process of a local cluster pays for its imports at start-up
     import subprocess
     import sys
-    code = ("import sys, zsched.driver; "
-            "print(sorted(m for m in ('asyncio', 'cloudpickle', 'tqdm', 'zsched.client') if m in sys.modules))")
+    code = f"import sys, {module}; print(sorted(m for m in ({unwanted}) if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

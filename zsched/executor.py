@@ -27,13 +27,13 @@ from collections import deque
 import cloudpickle
 import psutil
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from . import protocol as p
 from .config import Config
 from .errors import ConfigError, MessageTooLarge, exception_payload
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
+from .socket_events import recv_event
 from .wakeup import WakeupPipe
 
 log = logging.getLogger("zsched.executor")  # also when run as __main__
@@ -585,7 +585,7 @@ class ExecutorBackend:
         return sock, monitor
 
     def _worker_event(self):
-        event = recv_monitor_message(self._worker[1])["event"]
+        event, _, _ = recv_event(self._worker[1])
         if event == zmq.EVENT_CONNECTED:
             self._worker_deadline = None
             log.info("watching worker %s", self.worker_url)
