@@ -4,17 +4,18 @@ import os
 
 class WakeupPipe:
     """``fd`` is polled with the loop's sockets. ``wake`` writes a byte only when no wake-up
-    is pending, so a flood of wake-ups costs one system call per turn of the loop."""
+    is pending, so a flood of wake-ups costs one system call per turn of the loop. A hot
+    caller may test ``pending`` itself and skip the call."""
 
     def __init__(self):
         self.fd, self._write_fd = os.pipe()
         os.set_blocking(self.fd, False)
         os.set_blocking(self._write_fd, False)
-        self._pending = False
+        self.pending = False
 
     def wake(self):
-        if not self._pending:
-            self._pending = True
+        if not self.pending:
+            self.pending = True
             self._write()
 
     def wake_always(self):
@@ -34,7 +35,7 @@ class WakeupPipe:
             os.read(self.fd, 4096)
         except BlockingIOError:
             pass
-        self._pending = False
+        self.pending = False
 
     def close(self):
         for fd in (self.fd, self._write_fd):
