@@ -38,6 +38,8 @@ _AUTO_TASKS = 256
 _AUTO_CHUNK_MAX = 256
 
 
+_dumps = pickle.dumps
+_PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 _DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
 _FRAME_TASKS = 8192  # tasks per SubmitTasks frame at most: the driver starts on a flood early
 
@@ -45,26 +47,47 @@ _FRAME_TASKS = 8192  # tasks per SubmitTasks frame at most: the driver starts on
 class TaskFuture(concurrent.futures.Future):
     """A Future whose ``cancel`` also removes the task from the cluster.
 
-    A plain ``Future`` makes a Condition (a lock, a deque and bound methods) of its own,
-    which was the largest cost of a submission. The futures of one client share the
-    client's condition instead: creating one is a few attribute stores, and a batch of
-    results completes under one acquisition of it (``Client._complete``). It keeps the
-    attributes ``concurrent.futures.wait``, ``as_completed`` and the base methods use.
+    A plain ``Future`` makes a Condition (a lock, a deque and bound methods) and two lists
+    of its own, which made it the largest cost of a submission, and with 100,000 futures
+    alive their objects made the cyclic GC run often and traverse much. The futures of one
+    client share the client's condition instead, and make their lists of waiters and
+    done-callbacks only when something asks for one (under the condition, like every use
+    of them): a future is one object for the GC. A batch of results completes under one
+    acquisition of the condition (``Client._complete``). The attributes that
+    ``concurrent.futures.wait``, ``as_completed`` and the base methods use stay.
     A notification on the shared condition wakes every thread waiting on one of the
     client's futures, so ``result`` and ``exception`` wait in a loop until their own
     future is done.
     """
 
+    __slots__ = ("_waiter_list", "_callback_list")
+
     def __init__(self, client, task_id, condition):
-        # what Future.__init__ sets, with the client's condition
+        # What Future.__init__ sets, all of it and always in this order: instance attributes
+        # then stay in CPython's shared-key storage, with no dict object per future (class
+        # defaults overridden later would make one, a second object for the GC).
         self._condition = condition
         self._state = PENDING
         self._result = None
         self._exception = None
-        self._waiters = []
-        self._done_callbacks = []
+        self._waiter_list = None
+        self._callback_list = None
         self._client = client
         self._task_id = task_id
+
+    @property
+    def _waiters(self):
+        waiters = self._waiter_list
+        if waiters is None:
+            waiters = self._waiter_list = []
+        return waiters
+
+    @property
+    def _done_callbacks(self):
+        callbacks = self._callback_list
+        if callbacks is None:
+            callbacks = self._callback_list = []
+        return callbacks
 
     def cancel(self):
         cancelled = super().cancel()
@@ -194,7 +217,7 @@ class Client(concurrent.futures.Executor):
         self._submit_lock = threading.RLock()  # done-callbacks may submit
         self._condition = threading.Condition()  # shared by this client's TaskFutures
         self._shutdown = False
-        self._wakeup = WakeupPipe()
+        self._wakeup = WakeupPipe(keep_gil=True)
         try:
             self._socket = self._connect(keys)
         except BaseException:
@@ -304,34 +327,47 @@ class Client(concurrent.futures.Executor):
 
     def _new_future(self, digest, fn_size, args, kwargs, retries):
         """A future for one task and its outbox row (None when the task cannot be sent).
-        Called under ``_submit_lock``."""
+        Called under ``_submit_lock``; ``_submit`` has a copy of this, inlined."""
         task_id = next(self._task_ids)
         future = TaskFuture(self, task_id, self._condition)
         try:
             payload = pickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:
             payload = cloudpickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
-        size = len(payload) + fn_size
-        if size > self._max_message_size:
-            future.set_exception(MessageTooLarge(f"task {task_id}", size, self._max_message_size))
-            return future, None
+        if len(payload) + fn_size > self._max_message_size:
+            return self._too_large(future, len(payload) + fn_size), None
         self._futures[task_id] = future
         return future, (task_id, digest, payload, retries)
+
+    def _too_large(self, future, size):
+        future.set_exception(MessageTooLarge(f"task {future._task_id}", size, self._max_message_size))
+        return future
 
     def submit(self, fn, /, *args, **kwargs):
         return self._submit(self.retries, fn, args, kwargs)
 
     def _submit(self, retries, fn, args, kwargs):
+        # the hot path of a flood of submissions: _new_future inlined, no call per task
+        # that can be avoided
         with self._submit_lock:
             if self._shutdown or self._lost is not None:
                 self._check_open()
-            digest, fn_size = self._function_digest(fn)
-            future, row = self._new_future(digest, fn_size, args, kwargs, retries)
-            if row is not None:
-                self._outbox.append(row)
-                wakeup = self._wakeup
-                if not wakeup.pending:  # else the I/O thread is awake and takes this row too
-                    wakeup.wake()
+            if fn is self._last_function:
+                digest, fn_size = self._last_function_entry
+            else:
+                digest, fn_size = self._function_digest(fn)
+            task_id = next(self._task_ids)
+            future = TaskFuture(self, task_id, self._condition)
+            try:
+                payload = _dumps((args, kwargs), _PICKLE_PROTOCOL)
+            except Exception:
+                payload = cloudpickle.dumps((args, kwargs), protocol=_PICKLE_PROTOCOL)
+            if len(payload) + fn_size > self._max_message_size:
+                return self._too_large(future, len(payload) + fn_size)
+            self._futures[task_id] = future
+            self._outbox.append((task_id, digest, payload, retries))
+            if not self._wakeup.pending:  # else the I/O thread is awake and takes this row too
+                self._wakeup.wake()
         return future
 
     def map(self, fn, *iterables, timeout=None, chunksize=None, progress=False):
@@ -490,16 +526,27 @@ class Client(concurrent.futures.Executor):
 
     def _io_loop(self):
         sock = self._socket
+        wakeup = self._wakeup
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
-        poller.register(self._wakeup.fd, zmq.POLLIN)
+        poller.register(wakeup.fd, zmq.POLLIN)
         poller.register(self._monitor, zmq.POLLIN)
         self._sent_functions = set()
         try:
             while True:
-                events = dict(poller.poll(1000))
-                if self._wakeup.fd in events:
-                    self._wakeup.clear()
+                # Calling threads write the wake-up pipe only while ``pending`` is False, that
+                # is while this thread sleeps in poll with nothing queued: during a flood they
+                # make no system call (which would also hand this thread the GIL for a turn
+                # that takes one row), and each turn takes all the rows queued meanwhile.
+                if self._outbox or self._cancels:
+                    events = dict(poller.poll(0))
+                else:
+                    wakeup.pending = False
+                    idle = not (self._outbox or self._cancels)  # after pending: none is missed
+                    events = dict(poller.poll(1000 if idle else 0))
+                    wakeup.pending = True
+                if wakeup.fd in events:
+                    wakeup.drain()
                 if self._send_outbox():
                     break
                 if sock in events:
@@ -569,8 +616,11 @@ class Client(concurrent.futures.Executor):
                     blobs.pop(digest, None)
 
     def _receive(self):
+        """Handle the messages waiting from the driver, until new submissions wait to leave:
+        while a calling thread floods the client, each ``recv`` gives it the GIL and waits
+        to get it back, so a long run of them would leave the driver without tasks."""
         sock = self._socket
-        while True:
+        while not (self._outbox or self._cancels):
             try:
                 frame = sock.recv(zmq.NOBLOCK)
             except zmq.Again:
@@ -638,14 +688,15 @@ class Client(concurrent.futures.Executor):
                 else:
                     future._exception = TaskFailed(payload.decode(errors="replace"))
                 future._state = FINISHED
-                if future._waiters:  # concurrent.futures.wait and as_completed
+                waiters = future._waiter_list  # concurrent.futures.wait and as_completed
+                if waiters:
                     if future._exception is None:
-                        for waiter in future._waiters:
+                        for waiter in waiters:
                             waiter.add_result(future)
                     else:
-                        for waiter in future._waiters:
+                        for waiter in waiters:
                             waiter.add_exception(future)
-                if future._done_callbacks:
+                if future._callback_list:
                     with_callbacks.append(future)
             self._condition.notify_all()
         for future in with_callbacks:  # outside the lock, as Future.set_result does
