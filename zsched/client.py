@@ -40,6 +40,7 @@ _AUTO_CHUNK_MAX = 256
 
 _dumps = pickle.dumps
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
+_FINISHED, _FAILED, _KILLED = int(TaskState.FINISHED), int(TaskState.FAILED), int(TaskState.KILLED)
 _DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
 _FRAME_TASKS = 8192  # tasks per SubmitTasks frame at most: the driver starts on a flood early
 
@@ -90,10 +91,18 @@ class TaskFuture(concurrent.futures.Future):
         return callbacks
 
     def cancel(self):
-        cancelled = super().cancel()
-        if cancelled and self._client is not None:
+        if not super().cancel():
+            return False
+        with self._condition:
+            # Future.cancel leaves the waiters of concurrent.futures.wait and as_completed
+            # to whoever runs futures (set_running_or_notify_cancel); nothing else would
+            # tell them, and they would wait for a cancelled future until their timeout
+            first = self._state == CANCELLED
+            if first:
+                self.set_running_or_notify_cancel()
+        if first and self._client is not None:
             self._client._cancel_task(self._task_id)
-        return cancelled
+        return True
 
     def result(self, timeout=None):
         if self._state == FINISHED and self._exception is None:
@@ -620,11 +629,9 @@ class Client(concurrent.futures.Executor):
         while a calling thread floods the client, each ``recv`` gives it the GIL and waits
         to get it back, so a long run of them would leave the driver without tasks."""
         sock = self._socket
-        while not (self._outbox or self._cancels):
-            try:
-                frame = sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        # ZMQ_EVENTS rather than recv until zmq.Again: an exception per turn costs more
+        while sock.get(zmq.EVENTS) & zmq.POLLIN and not (self._outbox or self._cancels):
+            frame = sock.recv(zmq.NOBLOCK)
             try:
                 msg = p.decode(frame)
             except p.ProtocolError as exc:
@@ -665,44 +672,53 @@ class Client(concurrent.futures.Executor):
     def _complete(self, results):
         """Complete the futures of a TaskResults batch, under one acquisition of the shared
         condition (``Future.set_result`` would take and notify it once per future)."""
-        futures = self._futures
+        pop_future = self._futures.pop
         loads = pickle.loads
         with_callbacks = []
         killed = []
         with self._condition:
             for task_id, state, payload in results:
-                future = futures.pop(task_id, None)
-                if future is None or future._state in _DONE_STATES:
+                future = pop_future(task_id, None)
+                if future is None:
                     continue  # unknown, or cancelled by the caller meanwhile
-                if state == TaskState.FINISHED:
+                if future._state in _DONE_STATES:
+                    continue  # cancelled by the caller meanwhile
+                if state == _FINISHED:
                     try:
                         future._result = loads(payload)
                     except Exception as exc:
                         future._exception = TaskFailed(
                             f"the result of task {task_id} cannot be unpickled here: {exc!r}")
-                elif state == TaskState.FAILED:
+                elif state == _FAILED:
                     future._exception = _load_exception(payload)
-                elif state == TaskState.KILLED:
+                elif state == _KILLED:
                     killed.append(future)
                     continue
                 else:
                     future._exception = TaskFailed(payload.decode(errors="replace"))
                 future._state = FINISHED
-                waiters = future._waiter_list  # concurrent.futures.wait and as_completed
-                if waiters:
-                    if future._exception is None:
-                        for waiter in waiters:
-                            waiter.add_result(future)
-                    else:
-                        for waiter in waiters:
-                            waiter.add_exception(future)
-                if future._callback_list:
-                    with_callbacks.append(future)
+                if future._waiter_list or future._callback_list:
+                    self._notify_one(future, with_callbacks)
             self._condition.notify_all()
         for future in with_callbacks:  # outside the lock, as Future.set_result does
             future._invoke_callbacks()
         for future in killed:
             future.cancel()
+
+    @staticmethod
+    def _notify_one(future, with_callbacks):
+        """What ``Future.set_result`` does besides notifying the condition: tell the waiters
+        of ``concurrent.futures.wait`` and ``as_completed``, and note the callbacks to run."""
+        waiters = future._waiter_list
+        if waiters:
+            if future._exception is None:
+                for waiter in waiters:
+                    waiter.add_result(future)
+            else:
+                for waiter in waiters:
+                    waiter.add_exception(future)
+        if future._callback_list:
+            with_callbacks.append(future)
 
     def _fail_all(self, error):
         futures = self._futures
