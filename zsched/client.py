@@ -558,11 +558,12 @@ class Client(concurrent.futures.Executor):
                     wakeup.drain()
                 if self._send_outbox():
                     break
-                if sock in events:
-                    self._receive()
                 if self._monitor in events:  # after the results the driver sent before it went
+                    self._receive(drain=True)
                     self._driver_lost()
                     break
+                if sock in events:
+                    self._receive()
             log.debug("client I/O thread ended: %s", self._lost or "shutdown")
         except Exception as exc:
             log.exception("client I/O thread ended by an error")
@@ -624,13 +625,18 @@ class Client(concurrent.futures.Executor):
                 for digest in functions:  # the driver holds it now
                     blobs.pop(digest, None)
 
-    def _receive(self):
-        """Handle the messages waiting from the driver, until new submissions wait to leave:
-        while a calling thread floods the client, each ``recv`` gives it the GIL and waits
-        to get it back, so a long run of them would leave the driver without tasks."""
+    def _receive(self, drain=False):
+        """Handle the messages waiting from the driver. Unless ``drain``, stop after the
+        first frame once new submissions wait to leave: while a calling thread floods the client, each
+        ``recv`` gives that thread the GIL and waits to get it back, so a long run of them
+        would leave the driver without tasks."""
         sock = self._socket
         # ZMQ_EVENTS rather than recv until zmq.Again: an exception per turn costs more
-        while sock.get(zmq.EVENTS) & zmq.POLLIN and not (self._outbox or self._cancels):
+        first = True
+        while sock.get(zmq.EVENTS) & zmq.POLLIN:
+            if not (first or drain) and (self._outbox or self._cancels):
+                return  # one frame per turn at least: results are never starved either
+            first = False
             frame = sock.recv(zmq.NOBLOCK)
             try:
                 msg = p.decode(frame)
