@@ -96,13 +96,20 @@ class TaskFuture(concurrent.futures.Future):
         with self._condition:
             # Future.cancel leaves the waiters of concurrent.futures.wait and as_completed
             # to whoever runs futures (set_running_or_notify_cancel); nothing else would
-            # tell them, and they would wait for a cancelled future until their timeout
+            # tell them, and they would wait for a cancelled future until their timeout.
+            # As set_running_or_notify_cancel does, without making a list of waiters.
             first = self._state == CANCELLED
             if first:
-                self.set_running_or_notify_cancel()
+                self._state = CANCELLED_AND_NOTIFIED
+                for waiter in self._waiter_list or ():
+                    waiter.add_cancelled(self)
         if first and self._client is not None:
             self._client._cancel_task(self._task_id)
         return True
+
+    def _invoke_callbacks(self):
+        if self._callback_list:  # without making the list when there is none
+            super()._invoke_callbacks()
 
     def result(self, timeout=None):
         if self._state == FINISHED and self._exception is None:
