@@ -120,6 +120,36 @@ def test_shutdown_with_cancel_during_a_flood_leaves_no_future_pending(cluster):
     assert cancelled > 0 and cancelled + len(finished) == len(submitted)
 
 
+def test_a_driver_lost_during_a_flood_fails_every_future(driver_factory):
+    driver = driver_factory("--insecure")  # no executors: every task waits in the driver
+    client = zsched.Client(driver.url)
+    submitted = []
+    raised = []
+    started = threading.Event()
+
+    def flood():
+        try:
+            for i in range(50 * FLOOD):
+                submitted.append(client.submit(identity, i))
+                if i == 1_000:
+                    started.set()
+        except zsched.DriverConnectionError as exc:
+            raised.append(exc)
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=flood)
+    thread.start()
+    started.wait(60)
+    driver.proc.kill()
+    driver.proc.wait()
+    thread.join(120)
+    assert raised, "the flood ended before the driver was lost: make it longer"
+    concurrent.futures.wait(submitted, timeout=60)
+    assert all(isinstance(f.exception(0), zsched.DriverConnectionError) for f in submitted)
+    client.shutdown()
+
+
 def test_cancelling_during_a_flood_loses_no_future(client):
     futures = [client.submit(identity, i) for i in range(FLOOD)]
     cancelled = {i for i, f in enumerate(futures) if i % 3 == 0 and f.cancel()}

@@ -14,6 +14,7 @@ import threading
 import time
 import types
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+from collections import deque
 from operator import itemgetter
 
 import cloudpickle
@@ -39,6 +40,7 @@ _AUTO_CHUNK_MAX = 256
 
 
 _dumps = pickle.dumps
+_first = itemgetter(0)
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 _FINISHED, _FAILED, _KILLED = int(TaskState.FINISHED), int(TaskState.FAILED), int(TaskState.KILLED)
 _DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
@@ -219,18 +221,20 @@ class Client(concurrent.futures.Executor):
         self._admin_ids = itertools.count(1)
         self._futures = {}                # task id -> TaskFuture not yet completed
         self._admin_futures = {}          # request id -> Future
-        # Calling threads append under _submit_lock; the I/O thread takes the whole list
-        # under it each turn and sends it as one SubmitTasks (a lone task leaves at once,
-        # a flood in large frames). Tasks are (task id, digest, args, retries) tuples;
-        # control messages, tuples with a name first, keep their place among them.
-        self._outbox = []
-        self._outbox_has_control = False
-        self._cancels = []                # task ids cancelled since the I/O thread's last turn
+        # Calling threads append; each turn the I/O thread takes all that is queued and
+        # sends it as one SubmitTasks (a lone task leaves at once, a flood in large frames).
+        # Tasks are (task id, digest, args, retries) tuples; control messages, tuples with
+        # a name first, keep their place among them. Only the I/O thread pops.
+        self._outbox = deque()
+        self._cancels = deque()           # task ids cancelled since the I/O thread's last turn
         self._function_blobs = {}         # digest -> cloudpickled function not yet sent
         self._function_cache = {}         # function -> (digest, size)
-        self._last_function = None        # the function of the previous submit, and its entry
-        self._last_function_entry = None
-        self._submit_lock = threading.RLock()  # done-callbacks may submit
+        self._last_function = (None, None, 0)  # (function, digest, size) of the last submit
+        # Taken by what changes whether tasks may be submitted (shutdown, a lost driver),
+        # by map and by control messages; submit checks those states before and after it
+        # registers its future instead (a lock there cost 0.5 us a task). Reentrant:
+        # done-callbacks may submit.
+        self._submit_lock = threading.RLock()
         self._condition = threading.Condition()  # shared by this client's TaskFutures
         self._shutdown = False
         self._wakeup = WakeupPipe(keep_gil=True)
@@ -312,13 +316,13 @@ class Client(concurrent.futures.Executor):
 
     def _function_digest(self, fn):
         """(digest, size) of ``fn``'s pickle; plain functions are pickled once per client."""
-        if fn is self._last_function:
-            return self._last_function_entry
+        if fn is self._last_function[0]:
+            return self._last_function[1:]
         cacheable = isinstance(fn, (types.FunctionType, types.BuiltinFunctionType))
         if cacheable:
             entry = self._function_cache.get(fn)
             if entry is not None:
-                self._last_function, self._last_function_entry = fn, entry
+                self._last_function = (fn, *entry)
                 return entry
         blob = cloudpickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
         digest = hashlib.blake2b(blob, digest_size=16).digest()
@@ -328,7 +332,7 @@ class Client(concurrent.futures.Executor):
             if len(self._function_cache) >= _FUNCTION_CACHE_SIZE:
                 del self._function_cache[next(iter(self._function_cache))]
             self._function_cache[fn] = entry
-            self._last_function, self._last_function_entry = fn, entry
+            self._last_function = (fn, *entry)
         return entry
 
     def _check_open(self):
@@ -363,28 +367,47 @@ class Client(concurrent.futures.Executor):
         return self._submit(self.retries, fn, args, kwargs)
 
     def _submit(self, retries, fn, args, kwargs):
-        # the hot path of a flood of submissions: _new_future inlined, no call per task
-        # that can be avoided
-        with self._submit_lock:
-            if self._shutdown or self._lost is not None:
-                self._check_open()
-            if fn is self._last_function:
-                digest, fn_size = self._last_function_entry
-            else:
+        # The hot path of a flood: _new_future inlined, no lock, no call per task that can
+        # be avoided. Shutdown and a lost driver are checked again once the future is
+        # registered, so that one racing with them never stays pending.
+        if self._shutdown or self._lost is not None:
+            self._check_open()
+        last = self._last_function  # one tuple: read at once, whatever other threads do
+        if fn is last[0]:
+            digest, fn_size = last[1], last[2]
+        else:
+            with self._submit_lock:
                 digest, fn_size = self._function_digest(fn)
-            task_id = next(self._task_ids)
-            future = TaskFuture(self, task_id, self._condition)
-            try:
-                payload = _dumps((args, kwargs), _PICKLE_PROTOCOL)
-            except Exception:
-                payload = cloudpickle.dumps((args, kwargs), protocol=_PICKLE_PROTOCOL)
-            if len(payload) + fn_size > self._max_message_size:
-                return self._too_large(future, len(payload) + fn_size)
-            self._futures[task_id] = future
-            self._outbox.append((task_id, digest, payload, retries))
-            if not self._wakeup.pending:  # else the I/O thread is awake and takes this row too
-                self._wakeup.wake()
+        task_id = next(self._task_ids)
+        future = TaskFuture(self, task_id, self._condition)
+        try:
+            payload = _dumps((args, kwargs), _PICKLE_PROTOCOL)
+        except Exception:
+            payload = cloudpickle.dumps((args, kwargs), protocol=_PICKLE_PROTOCOL)
+        if len(payload) + fn_size > self._max_message_size:
+            return self._too_large(future, len(payload) + fn_size)
+        self._futures[task_id] = future
+        self._outbox.append((task_id, digest, payload, retries))
+        if not self._wakeup.pending:  # else the I/O thread is awake and takes this row too
+            self._wakeup.wake()
+        if self._shutdown or self._lost is not None:
+            self._submitted_while_closing(future)
         return future
+
+    def _submitted_while_closing(self, future):
+        """``future`` was registered while the client shut down or lost its driver: the
+        shutdown or the failing sweep may have missed it. After a lost driver it fails
+        like the others; after a shutdown the submission is withdrawn (cancelled, and
+        ``RuntimeError`` as for any submit after shutdown) unless it already completed."""
+        if self._lost is not None:
+            if self._futures.pop(future._task_id, None) is not None:
+                try:
+                    future.set_exception(self._lost)
+                except concurrent.futures.InvalidStateError:
+                    pass  # the sweep came first
+            return
+        if future.cancel():
+            raise RuntimeError("cannot schedule new futures after shutdown")
 
     def map(self, fn, *iterables, timeout=None, chunksize=None, progress=False):
         """Like ``Executor.map``: results in order, each call's exception raised at its place.
@@ -425,7 +448,7 @@ class Client(concurrent.futures.Executor):
                     futures.append(future)
                     if row is not None:
                         rows.append(row)
-                self._outbox += rows
+                self._outbox.extend(rows)
                 self._wakeup.wake()
             if chunksize > 1:
                 calls += map(len, group)
@@ -463,15 +486,13 @@ class Client(concurrent.futures.Executor):
                 future.cancel()
 
     def _cancel_task(self, task_id):
-        with self._submit_lock:
-            if self._futures.pop(task_id, None) is not None and not self._io_stopped:
-                self._cancels.append(task_id)
-                self._wakeup.wake()
+        if self._futures.pop(task_id, None) is not None and not self._io_stopped:
+            self._cancels.append(task_id)
+            self._wakeup.wake()
 
     def _queue_control(self, message):
-        """Queue a control message after every task submitted so far. Under ``_submit_lock``."""
+        """Queue a control message after every task submitted so far."""
         self._outbox.append(message)
-        self._outbox_has_control = True
         self._wakeup.wake()
 
     # ------------------------------------------------------------ administration
@@ -580,12 +601,15 @@ class Client(concurrent.futures.Executor):
 
     def _send_outbox(self):
         """Send what the calling threads queued since the last turn; True when told to stop."""
-        with self._submit_lock:
-            if not (self._outbox or self._cancels):
-                return False
-            items, self._outbox = self._outbox, []
-            cancels, self._cancels = self._cancels, []
-            has_control, self._outbox_has_control = self._outbox_has_control, False
+        # cancels first: a task cancelled before this turn's items were taken is among
+        # them (sent now: withdrawn) or left in an earlier turn (its CancelTasks may go first)
+        cancels = self._cancels
+        cancels = list(itertools.islice(iter(cancels.popleft, None), len(cancels)))
+        outbox = self._outbox
+        items = list(itertools.islice(iter(outbox.popleft, None), len(outbox)))
+        if not (items or cancels):
+            return False
+        has_control = set(map(type, map(_first, items))) - {int}
         sock = self._socket
         if cancels:
             cancelled = set(cancels)
