@@ -39,6 +39,7 @@ _AUTO_TASKS = 256
 _AUTO_CHUNK_MAX = 256
 
 
+_ZMQ_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: an IntFlag & makes an enum
 _dumps = pickle.dumps
 _first = itemgetter(0)
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -664,7 +665,7 @@ class Client(concurrent.futures.Executor):
         sock = self._socket
         # ZMQ_EVENTS rather than recv until zmq.Again: an exception per turn costs more
         first = True
-        while sock.get(zmq.EVENTS) & zmq.POLLIN:
+        while sock.get(_ZMQ_EVENTS) & _POLLIN:
             if not (first or drain) and (self._outbox or self._cancels):
                 return  # one frame per turn at least: results are never starved either
             first = False
