@@ -253,6 +253,17 @@ def test_the_client_uses_the_drivers_zmtp_heartbeat_settings(driver_factory):
         client.shutdown()
 
 
+def test_a_secured_cluster_with_its_own_zmtp_heartbeats_serves_its_client():
+    # the client connects again with the driver's values, with its keys (CURVE)
+    with zsched.LocalCluster(n_executors=1, zmq_heartbeat_interval="500ms",
+                             zmq_heartbeat_timeout="5s") as cluster:
+        client = cluster.client()
+        assert (client._socket.heartbeat_ivl, client._socket.heartbeat_timeout) == (500, 5_000)
+        assert client.submit(identity, 7).result(30) == 7
+        assert len(client.status()["executors"]) == 1
+        client.shutdown()
+
+
 def test_a_driver_silent_longer_than_the_default_but_within_its_own_timeout_keeps_its_client(
         driver_factory):
     # zmq_heartbeat_timeout defaults to 10 s: with the default, the client would drop the
