@@ -69,6 +69,9 @@ class WakeupPipe:
             pass
 
     def close(self):
+        # wake() writes no more: once closed, the descriptor's number may belong to a file
+        # opened since
+        self.pending = True
         for fd in (self.fd, self._write_fd):
             try:
                 os.close(fd)
