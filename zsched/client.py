@@ -13,7 +13,9 @@ import pickle
 import threading
 import time
 import types
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 from collections import deque
+from operator import itemgetter
 
 import cloudpickle
 import zmq
@@ -37,19 +39,104 @@ _AUTO_TASKS = 256
 _AUTO_CHUNK_MAX = 256
 
 
-class TaskFuture(concurrent.futures.Future):
-    """A Future whose ``cancel`` also removes the task from the cluster."""
+_ZMQ_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: an IntFlag & makes an enum
+_dumps = pickle.dumps
+_first = itemgetter(0)
+_PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
+_FINISHED, _FAILED, _KILLED = int(TaskState.FINISHED), int(TaskState.FAILED), int(TaskState.KILLED)
+_DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
+_FRAME_TASKS = 8192  # tasks per SubmitTasks frame at most: the driver starts on a flood early
 
-    def __init__(self, client, task_id):
-        super().__init__()
+
+class TaskFuture(concurrent.futures.Future):
+    """A Future whose ``cancel`` also removes the task from the cluster.
+
+    A plain ``Future`` makes a Condition (a lock, a deque and bound methods) and two lists
+    of its own, which made it the largest cost of a submission, and with 100,000 futures
+    alive their objects made the cyclic GC run often and traverse much. The futures of one
+    client share the client's condition instead, and make their lists of waiters and
+    done-callbacks only when something asks for one (under the condition, like every use
+    of them): a future is one object for the GC. A batch of results completes under one
+    acquisition of the condition (``Client._complete``). The attributes that
+    ``concurrent.futures.wait``, ``as_completed`` and the base methods use stay.
+    A notification on the shared condition wakes every thread waiting on one of the
+    client's futures, so ``result`` and ``exception`` wait in a loop until their own
+    future is done.
+    """
+
+    __slots__ = ("_waiter_list", "_callback_list")
+
+    def __init__(self, client, task_id, condition):
+        # What Future.__init__ sets, all of it and always in this order: instance attributes
+        # then stay in CPython's shared-key storage, with no dict object per future (class
+        # defaults overridden later would make one, a second object for the GC).
+        self._condition = condition
+        self._state = PENDING
+        self._result = None
+        self._exception = None
+        self._waiter_list = None
+        self._callback_list = None
         self._client = client
         self._task_id = task_id
 
+    @property
+    def _waiters(self):
+        waiters = self._waiter_list
+        if waiters is None:
+            waiters = self._waiter_list = []
+        return waiters
+
+    @property
+    def _done_callbacks(self):
+        callbacks = self._callback_list
+        if callbacks is None:
+            callbacks = self._callback_list = []
+        return callbacks
+
     def cancel(self):
-        cancelled = super().cancel()
-        if cancelled and self._client is not None:
+        if not super().cancel():
+            return False
+        with self._condition:
+            # Future.cancel leaves the waiters of concurrent.futures.wait and as_completed
+            # to whoever runs futures (set_running_or_notify_cancel); nothing else would
+            # tell them, and they would wait for a cancelled future until their timeout.
+            # As set_running_or_notify_cancel does, without making a list of waiters.
+            first = self._state == CANCELLED
+            if first:
+                self._state = CANCELLED_AND_NOTIFIED
+                for waiter in self._waiter_list or ():
+                    waiter.add_cancelled(self)
+        if first and self._client is not None:
             self._client._cancel_task(self._task_id)
-        return cancelled
+        return True
+
+    def _invoke_callbacks(self):
+        if self._callback_list:  # without making the list when there is none
+            super()._invoke_callbacks()
+
+    def result(self, timeout=None):
+        if self._state == FINISHED and self._exception is None:
+            return self._result  # final: set before the state, which never changes again
+        self._wait_until_done(timeout)
+        return super().result(0)
+
+    def exception(self, timeout=None):
+        self._wait_until_done(timeout)
+        return super().exception(0)
+
+    def _wait_until_done(self, timeout):
+        condition = self._condition
+        with condition:
+            if timeout is None:
+                while self._state not in _DONE_STATES:
+                    condition.wait()
+                return
+            end = time.monotonic() + timeout
+            while self._state not in _DONE_STATES:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return
+                condition.wait(remaining)
 
 
 class _ChunkRunner:
@@ -85,6 +172,16 @@ class _CallsRunner(_ChunkRunner):
             return 0, calls
         failed = sum(1 for ok, _ in future.result() if not ok)
         return calls - failed, failed
+
+
+def _heartbeat_options(config):
+    """The ZMTP heartbeat socket options for ``config``'s ``zmq_heartbeat_*`` (as executors
+    set them): ping every interval, drop a silent peer after the timeout, and ask the peer
+    to drop this side after as long."""
+    timeout_ms = int(config.zmq_heartbeat_timeout * 1000)
+    return {zmq.HEARTBEAT_IVL: int(config.zmq_heartbeat_interval * 1000),
+            zmq.HEARTBEAT_TIMEOUT: timeout_ms,
+            zmq.HEARTBEAT_TTL: timeout_ms}
 
 
 def _load_exception(payload):
@@ -123,15 +220,25 @@ class Client(concurrent.futures.Executor):
         self._context = zmq.Context()
         self._task_ids = itertools.count(1)
         self._admin_ids = itertools.count(1)
-        self._futures = {}                # task id -> TaskFuture
+        self._futures = {}                # task id -> TaskFuture not yet completed
         self._admin_futures = {}          # request id -> Future
-        self._outbox = deque()            # (task id, digest, args) and control messages
-        self._cancels = deque()
+        # Calling threads append; each turn the I/O thread takes all that is queued and
+        # sends it as one SubmitTasks (a lone task leaves at once, a flood in large frames).
+        # Tasks are (task id, digest, args, retries) tuples; control messages, tuples with
+        # a name first, keep their place among them. Only the I/O thread pops.
+        self._outbox = deque()
+        self._cancels = deque()           # task ids cancelled since the I/O thread's last turn
         self._function_blobs = {}         # digest -> cloudpickled function not yet sent
         self._function_cache = {}         # function -> (digest, size)
-        self._shutdown_lock = threading.RLock()  # done-callbacks may submit
+        self._last_function = (None, None, 0)  # (function, digest, size) of the last submit
+        # Taken by what changes whether tasks may be submitted (shutdown, a lost driver),
+        # by map and by control messages; submit checks those states before and after it
+        # registers its future instead (a lock there cost 0.5 us a task). Reentrant:
+        # done-callbacks may submit.
+        self._submit_lock = threading.RLock()
+        self._condition = threading.Condition()  # shared by this client's TaskFutures
         self._shutdown = False
-        self._wakeup = WakeupPipe()
+        self._wakeup = WakeupPipe(keep_gil=True)
         try:
             self._socket = self._connect(keys)
         except BaseException:
@@ -146,13 +253,38 @@ class Client(concurrent.futures.Executor):
     # ------------------------------------------------------------ connection
 
     def _connect(self, keys):
+        """The DEALER socket connected to the driver, after its ClientWelcome.
+
+        Its ZMTP heartbeats are the driver's (``zmq_heartbeat_*``): ZeroMQ copies a socket's
+        heartbeat options into a connection when it makes it, and the driver's settings
+        arrive only over a connection, in ClientWelcome. So the first connection uses the
+        defaults; when the driver's settings differ, the client says goodbye on it and
+        connects again with the driver's values (one more handshake, only then)."""
+        deadline = time.monotonic() + self.timeout
+        heartbeats = _heartbeat_options(Config())
+        sock, welcome = self._hello(keys, heartbeats, deadline)
+        wanted = _heartbeat_options(Config.from_mapping(welcome.settings))
+        if wanted != heartbeats:
+            try:
+                sock.send(p.encode(p.ClientGoodbye()))
+            finally:
+                sock.close(linger=1000)  # the goodbye still leaves; close does not wait
+            sock, welcome = self._hello(keys, wanted, deadline)
+        self.app_id = welcome.app_id
+        self.incarnation = welcome.incarnation
+        self.config = Config.from_mapping(welcome.settings)
+        self._max_message_size = self.config.max_message_size
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        return sock
+
+    def _hello(self, keys, heartbeats, deadline):
+        """A new connection with these heartbeat options, and the driver's ClientWelcome."""
         sock = self._context.socket(zmq.DEALER)
         sock.linger = 1000
         sock.sndhwm = 100_000
         sock.rcvhwm = 100_000
-        defaults = Config()
-        sock.heartbeat_ivl = int(defaults.zmq_heartbeat_interval * 1000)
-        sock.heartbeat_timeout = int(defaults.zmq_heartbeat_timeout * 1000)
+        for option, value in heartbeats.items():
+            sock.set(option, value)
         if keys is not None:
             make_client(sock, keys)
         watch = HandshakeWatch(sock, has_secret=keys is not None)
@@ -162,7 +294,6 @@ class Client(concurrent.futures.Executor):
             poller = zmq.Poller()
             poller.register(sock, zmq.POLLIN)
             poller.register(watch.socket, zmq.POLLIN)
-            deadline = time.monotonic() + self.timeout
             while True:
                 failure = watch.check()
                 if failure:
@@ -175,26 +306,24 @@ class Client(concurrent.futures.Executor):
                 if sock in dict(poller.poll(remaining * 1000)):
                     msg = p.decode(sock.recv())
                     if isinstance(msg, p.ClientWelcome):
-                        break
+                        return sock, msg
         except BaseException:
             sock.close(linger=0)
             raise
         finally:
             watch.close()
-        self.app_id = msg.app_id
-        self.incarnation = msg.incarnation
-        self.config = Config.from_mapping(msg.settings)
-        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        return sock
 
     # ------------------------------------------------------------ submitting
 
     def _function_digest(self, fn):
         """(digest, size) of ``fn``'s pickle; plain functions are pickled once per client."""
+        if fn is self._last_function[0]:
+            return self._last_function[1:]
         cacheable = isinstance(fn, (types.FunctionType, types.BuiltinFunctionType))
         if cacheable:
             entry = self._function_cache.get(fn)
             if entry is not None:
+                self._last_function = (fn, *entry)
                 return entry
         blob = cloudpickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
         digest = hashlib.blake2b(blob, digest_size=16).digest()
@@ -204,6 +333,7 @@ class Client(concurrent.futures.Executor):
             if len(self._function_cache) >= _FUNCTION_CACHE_SIZE:
                 del self._function_cache[next(iter(self._function_cache))]
             self._function_cache[fn] = entry
+            self._last_function = (fn, *entry)
         return entry
 
     def _check_open(self):
@@ -217,31 +347,68 @@ class Client(concurrent.futures.Executor):
         return ClientOptions(self, self.retries if retries is None else retries)
 
     def _new_future(self, digest, fn_size, args, kwargs, retries):
+        """A future for one task and its outbox row (None when the task cannot be sent).
+        Called under ``_submit_lock``; ``_submit`` has a copy of this, inlined."""
         task_id = next(self._task_ids)
-        future = TaskFuture(self, task_id)
+        future = TaskFuture(self, task_id, self._condition)
         try:
             payload = pickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:
             payload = cloudpickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
-        size = len(payload) + fn_size
-        if size > self.config.max_message_size:
-            future.set_exception(MessageTooLarge(f"task {task_id}", size, self.config.max_message_size))
-            return future, None
+        if len(payload) + fn_size > self._max_message_size:
+            return self._too_large(future, len(payload) + fn_size), None
         self._futures[task_id] = future
         return future, (task_id, digest, payload, retries)
+
+    def _too_large(self, future, size):
+        future.set_exception(MessageTooLarge(f"task {future._task_id}", size, self._max_message_size))
+        return future
 
     def submit(self, fn, /, *args, **kwargs):
         return self._submit(self.retries, fn, args, kwargs)
 
     def _submit(self, retries, fn, args, kwargs):
-        with self._shutdown_lock:
+        # The hot path of a flood: _new_future inlined, no lock, no call per task that can
+        # be avoided. Shutdown and a lost driver are checked again once the future is
+        # registered, so that one racing with them never stays pending.
+        if self._shutdown or self._lost is not None:
             self._check_open()
-            digest, fn_size = self._function_digest(fn)
-            future, item = self._new_future(digest, fn_size, args, kwargs, retries)
-            if item is not None:
-                self._outbox.append(item)
-                self._wake()
+        last = self._last_function  # one tuple: read at once, whatever other threads do
+        if fn is last[0]:
+            digest, fn_size = last[1], last[2]
+        else:
+            with self._submit_lock:
+                digest, fn_size = self._function_digest(fn)
+        task_id = next(self._task_ids)
+        future = TaskFuture(self, task_id, self._condition)
+        try:
+            payload = _dumps((args, kwargs), _PICKLE_PROTOCOL)
+        except Exception:
+            payload = cloudpickle.dumps((args, kwargs), protocol=_PICKLE_PROTOCOL)
+        if len(payload) + fn_size > self._max_message_size:
+            return self._too_large(future, len(payload) + fn_size)
+        self._futures[task_id] = future
+        self._outbox.append((task_id, digest, payload, retries))
+        if not self._wakeup.pending:  # else the I/O thread is awake and takes this row too
+            self._wakeup.wake()
+        if self._shutdown or self._lost is not None:
+            self._submitted_while_closing(future)
         return future
+
+    def _submitted_while_closing(self, future):
+        """``future`` was registered while the client shut down or lost its driver: the
+        shutdown or the failing sweep may have missed it. After a lost driver it fails
+        like the others; after a shutdown the submission is withdrawn (cancelled, and
+        ``RuntimeError`` as for any submit after shutdown) unless it already completed."""
+        if self._lost is not None:
+            if self._futures.pop(future._task_id, None) is not None:
+                try:
+                    future.set_exception(self._lost)
+                except concurrent.futures.InvalidStateError:
+                    pass  # the sweep came first
+            return
+        if future.cancel():
+            raise RuntimeError("cannot schedule new futures after shutdown")
 
     def map(self, fn, *iterables, timeout=None, chunksize=None, progress=False):
         """Like ``Executor.map``: results in order, each call's exception raised at its place.
@@ -265,22 +432,29 @@ class Client(concurrent.futures.Executor):
             arg_tuples = iter(lambda it=arg_tuples: tuple(itertools.islice(it, chunksize)), ())
         futures = []
         calls = []  # calls per task, for the progress bar
-        with self._shutdown_lock:
+        with self._submit_lock:
             self._check_open()
             digest, fn_size = self._function_digest(fn)
-            batch = []
-            for args in arg_tuples:
-                future, item = self._new_future(digest, fn_size, args, {}, retries)
-                futures.append(future)
-                calls.append(len(args) if chunksize > 1 else 1)
-                if item is not None:
-                    batch.append(item)
-                if len(batch) >= _MAP_BATCH:
-                    self._outbox.extend(batch)
-                    self._wake()
-                    batch = []
-            self._outbox.extend(batch)
-            self._wake()
+        no_kwargs = {}
+        while True:
+            # the lock is taken per group, so that the I/O thread sends while map goes on
+            group = list(itertools.islice(arg_tuples, _MAP_BATCH))
+            if not group:
+                break
+            with self._submit_lock:
+                self._check_open()
+                rows = []
+                for args in group:
+                    future, row = self._new_future(digest, fn_size, args, no_kwargs, retries)
+                    futures.append(future)
+                    if row is not None:
+                        rows.append(row)
+                self._outbox.extend(rows)
+                self._wakeup.wake()
+            if chunksize > 1:
+                calls += map(len, group)
+            else:
+                calls += itertools.repeat(1, len(group))
         if progress:
             bar = ProgressBar(sum(calls), desc="map")
             count = _CallsRunner.count if isinstance(fn, _CallsRunner) else None
@@ -315,15 +489,17 @@ class Client(concurrent.futures.Executor):
     def _cancel_task(self, task_id):
         if self._futures.pop(task_id, None) is not None and not self._io_stopped:
             self._cancels.append(task_id)
-            self._wake()
+            self._wakeup.wake()
 
-    def _wake(self):
+    def _queue_control(self, message):
+        """Queue a control message after every task submitted so far."""
+        self._outbox.append(message)
         self._wakeup.wake()
 
     # ------------------------------------------------------------ administration
 
     def _admin(self, operation, *args, timeout=None):
-        with self._shutdown_lock:
+        with self._submit_lock:
             if self._lost is not None:
                 raise self._lost
             if self._io_stopped:
@@ -331,8 +507,7 @@ class Client(concurrent.futures.Executor):
             request_id = next(self._admin_ids)
             future = concurrent.futures.Future()
             self._admin_futures[request_id] = future
-        self._outbox.append(("admin", request_id, operation, list(args)))
-        self._wake()
+            self._queue_control(("admin", request_id, operation, list(args)))
         try:
             return future.result(self.timeout if timeout is None else timeout)
         except concurrent.futures.TimeoutError:
@@ -389,23 +564,35 @@ class Client(concurrent.futures.Executor):
 
     def _io_loop(self):
         sock = self._socket
+        wakeup = self._wakeup
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
-        poller.register(self._wakeup.fd, zmq.POLLIN)
+        poller.register(wakeup.fd, zmq.POLLIN)
         poller.register(self._monitor, zmq.POLLIN)
         self._sent_functions = set()
         try:
             while True:
-                events = dict(poller.poll(1000))
-                if self._wakeup.fd in events:
-                    self._wakeup.clear()
+                # Calling threads write the wake-up pipe only while ``pending`` is False, that
+                # is while this thread sleeps in poll with nothing queued: during a flood they
+                # make no system call (which would also hand this thread the GIL for a turn
+                # that takes one row), and each turn takes all the rows queued meanwhile.
+                if self._outbox or self._cancels:
+                    events = dict(poller.poll(0))
+                else:
+                    wakeup.pending = False
+                    idle = not (self._outbox or self._cancels)  # after pending: none is missed
+                    events = dict(poller.poll(1000 if idle else 0))
+                    wakeup.pending = True
+                if wakeup.fd in events:
+                    wakeup.drain()
                 if self._send_outbox():
+                    break
+                if self._monitor in events:  # after the results the driver sent before it went
+                    self._receive(drain=True)
+                    self._driver_lost()
                     break
                 if sock in events:
                     self._receive()
-                if self._monitor in events:  # after the results the driver sent before it went
-                    self._driver_lost()
-                    break
             log.debug("client I/O thread ended: %s", self._lost or "shutdown")
         except Exception as exc:
             log.exception("client I/O thread ended by an error")
@@ -414,46 +601,75 @@ class Client(concurrent.futures.Executor):
             self._io_stopped = True
 
     def _send_outbox(self):
-        """Send queued submissions and control messages; True when told to stop."""
-        sock = self._socket
-        while self._cancels:
-            ids = []
-            while self._cancels and len(ids) < 65536:
-                ids.append(self._cancels.popleft())
-            sock.send(p.encode(p.CancelTasks(ids)))
+        """Send what the calling threads queued since the last turn; True when told to stop."""
+        # cancels first: a task cancelled before this turn's items were taken is among
+        # them (sent now: withdrawn) or left in an earlier turn (its CancelTasks may go first)
+        cancels = self._cancels
+        cancels = list(itertools.islice(iter(cancels.popleft, None), len(cancels)))
         outbox = self._outbox
-        tasks = []
-        while outbox:
-            item = outbox.popleft()
-            if type(item[0]) is int:  # a task: (task id, digest, args, retries)
-                tasks.append(list(item))
+        items = list(itertools.islice(iter(outbox.popleft, None), len(outbox)))
+        if not (items or cancels):
+            return False
+        has_control = set(map(type, map(_first, items))) - {int}
+        sock = self._socket
+        if cancels:
+            cancelled = set(cancels)
+            unsent = cancelled.intersection(map(itemgetter(0), items))
+            if unsent:  # cancelled before they left: they never will
+                items = [item for item in items if item[0] not in unsent]
+            cancelled -= unsent
+            if cancelled and self._lost is None:  # these left in earlier turns
+                sock.send(p.encode(p.CancelTasks(sorted(cancelled))))
+        if not has_control:
+            self._send_tasks(items)
+            return False
+        start = 0
+        for index, item in enumerate(items):
+            if type(item[0]) is int:  # a task
                 continue
-            self._send_tasks(tasks)  # control messages keep their order with tasks
-            tasks = []
+            self._send_tasks(items[start:index])  # control messages keep their place
+            start = index + 1
             if item[0] == "admin":
                 sock.send(p.encode(p.AdminRequest(item[1], item[2], item[3])))
             elif item[0] == "goodbye":
                 sock.send(p.encode(p.ClientGoodbye()))
                 return True
-        self._send_tasks(tasks)
+        self._send_tasks(items[start:])
         return False
 
     def _send_tasks(self, tasks):
-        if self._lost is not None:
+        """Send task rows in SubmitTasks frames, with the functions the driver does not hold."""
+        if not tasks or self._lost is not None:
             return
-        for functions, batch in p.batch_tasks(tasks, 1, 2, self._function_blobs, self._sent_functions,
-                                              self.config.max_message_size):
-            self._socket.send(p.encode(p.SubmitTasks(functions, batch)))
-            for digest in functions:  # the driver holds it now
-                self._function_blobs.pop(digest, None)
+        limit = self._max_message_size
+        blobs, sent = self._function_blobs, self._sent_functions
+        for start in range(0, len(tasks), _FRAME_TASKS):
+            frame_tasks = tasks[start:start + _FRAME_TASKS]
+            new = set(map(itemgetter(1), frame_tasks)).difference(sent)
+            size = sum(map(len, map(itemgetter(2), frame_tasks))) + sum(len(blobs[d]) for d in new)
+            if size <= limit:  # the usual case: one frame, sized in C
+                batches = [({digest: blobs[digest] for digest in new}, frame_tasks)]
+            else:
+                batches = p.batch_tasks(frame_tasks, 1, 2, blobs, sent, limit)
+            for functions, batch in batches:
+                self._socket.send(p.encode(p.SubmitTasks(functions, batch)))
+                sent.update(functions)
+                for digest in functions:  # the driver holds it now
+                    blobs.pop(digest, None)
 
-    def _receive(self):
+    def _receive(self, drain=False):
+        """Handle the messages waiting from the driver. Unless ``drain``, stop after the
+        first frame once new submissions wait to leave: while a calling thread floods the client, each
+        ``recv`` gives that thread the GIL and waits to get it back, so a long run of them
+        would leave the driver without tasks."""
         sock = self._socket
-        while True:
-            try:
-                frame = sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        # ZMQ_EVENTS rather than recv until zmq.Again: an exception per turn costs more
+        first = True
+        while sock.get(_ZMQ_EVENTS) & _POLLIN:
+            if not (first or drain) and (self._outbox or self._cancels):
+                return  # one frame per turn at least: results are never starved either
+            first = False
+            frame = sock.recv(zmq.NOBLOCK)
             try:
                 msg = p.decode(frame)
             except p.ProtocolError as exc:
@@ -484,7 +700,7 @@ class Client(concurrent.futures.Executor):
     def _connection_failed(self, error):
         """Fail every pending future and request with ``error``; later calls raise it. Under
         the submission lock, so no future is registered after the failing sweep."""
-        with self._shutdown_lock:
+        with self._submit_lock:
             self._lost = error
             self._fail_all(error)
             for future in list(self._admin_futures.values()):
@@ -492,43 +708,70 @@ class Client(concurrent.futures.Executor):
                     future.set_exception(error)
 
     def _complete(self, results):
-        futures = self._futures
+        """Complete the futures of a TaskResults batch, under one acquisition of the shared
+        condition (``Future.set_result`` would take and notify it once per future)."""
+        pop_future = self._futures.pop
         loads = pickle.loads
-        for task_id, state, payload in results:
-            future = futures.pop(task_id, None)
-            if future is None:
-                continue
-            try:
-                if state == TaskState.FINISHED:
+        with_callbacks = []
+        killed = []
+        with self._condition:
+            for task_id, state, payload in results:
+                future = pop_future(task_id, None)
+                if future is None:
+                    continue  # unknown, or cancelled by the caller meanwhile
+                if future._state in _DONE_STATES:
+                    continue  # cancelled by the caller meanwhile
+                if state == _FINISHED:
                     try:
-                        value = loads(payload)
+                        future._result = loads(payload)
                     except Exception as exc:
-                        future.set_exception(TaskFailed(f"the result of task {task_id} cannot be "
-                                                        f"unpickled here: {exc!r}"))
-                    else:
-                        future.set_result(value)
-                elif state == TaskState.FAILED:
-                    future.set_exception(_load_exception(payload))
-                elif state == TaskState.KILLED:
-                    future.cancel()
+                        future._exception = TaskFailed(
+                            f"the result of task {task_id} cannot be unpickled here: {exc!r}")
+                elif state == _FAILED:
+                    future._exception = _load_exception(payload)
+                elif state == _KILLED:
+                    killed.append(future)
+                    continue
                 else:
-                    future.set_exception(TaskFailed(payload.decode(errors="replace")))
-            except concurrent.futures.InvalidStateError:
-                pass  # cancelled by the caller meanwhile
+                    future._exception = TaskFailed(payload.decode(errors="replace"))
+                future._state = FINISHED
+                if future._waiter_list or future._callback_list:
+                    self._notify_one(future, with_callbacks)
+            self._condition.notify_all()
+        for future in with_callbacks:  # outside the lock, as Future.set_result does
+            future._invoke_callbacks()
+        for future in killed:
+            future.cancel()
+
+    @staticmethod
+    def _notify_one(future, with_callbacks):
+        """What ``Future.set_result`` does besides notifying the condition: tell the waiters
+        of ``concurrent.futures.wait`` and ``as_completed``, and note the callbacks to run."""
+        waiters = future._waiter_list
+        if waiters:
+            if future._exception is None:
+                for waiter in waiters:
+                    waiter.add_result(future)
+            else:
+                for waiter in waiters:
+                    waiter.add_exception(future)
+        if future._callback_list:
+            with_callbacks.append(future)
 
     def _fail_all(self, error):
-        for task_id in list(self._futures):
-            future = self._futures.pop(task_id, None)
-            if future is not None and not future.done():
+        futures = self._futures
+        for task_id in list(futures):
+            future = futures.pop(task_id, None)
+            if future is not None:
                 try:
                     future.set_exception(error)
                 except concurrent.futures.InvalidStateError:
-                    pass
+                    pass  # cancelled meanwhile
 
     # ------------------------------------------------------------ shutting down
 
     def shutdown(self, wait=True, *, cancel_futures=False, _now=False):
-        with self._shutdown_lock:
+        with self._submit_lock:
             already = self._shutdown
             self._shutdown = True
         if already and self._closed:
@@ -554,8 +797,8 @@ class Client(concurrent.futures.Executor):
             return
         self._closed = True
         if not self._io_stopped:
-            self._outbox.append(("goodbye",))
-            self._wake()
+            with self._submit_lock:
+                self._queue_control(("goodbye",))
             self._io_thread.join(self.timeout)
         self._fail_all(TaskFailed("the client was shut down"))
         self._close_resources()

@@ -1,20 +1,42 @@
 """A wake-up pipe: other threads (and signal handlers) wake a loop that polls sockets."""
+import ctypes
 import os
+
+
+def _write_holding_gil():
+    """``write(2)`` called without releasing the GIL (``ctypes.PyDLL``), or None where the C
+    library's ``write`` cannot be found this way."""
+    try:
+        write = ctypes.PyDLL(None).write
+    except (OSError, AttributeError, TypeError):
+        return None
+    write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
+    write.restype = ctypes.c_ssize_t
+    return write
 
 
 class WakeupPipe:
     """``fd`` is polled with the loop's sockets. ``wake`` writes a byte only when no wake-up
-    is pending, so a flood of wake-ups costs one system call per turn of the loop."""
+    is pending, so a flood of wake-ups costs one system call per turn of the loop. A hot
+    caller may test ``pending`` itself and skip the call.
 
-    def __init__(self):
+    ``keep_gil=True`` writes without releasing the GIL (the write end is non-blocking, so
+    the call cannot block). ``os.write`` releases it, and on a busy machine the woken loop
+    thread often takes the GIL before the waking thread gets it back: a thread that submits
+    in a loop then hands the GIL over at every wake-up, and each turn of the loop finds one
+    item to send instead of everything queued while the waker kept running.
+    """
+
+    def __init__(self, keep_gil=False):
         self.fd, self._write_fd = os.pipe()
         os.set_blocking(self.fd, False)
         os.set_blocking(self._write_fd, False)
-        self._pending = False
+        self.pending = False
+        self._write_keeping_gil = _write_holding_gil() if keep_gil else None
 
     def wake(self):
-        if not self._pending:
-            self._pending = True
+        if not self.pending:
+            self.pending = True
             self._write()
 
     def wake_always(self):
@@ -22,6 +44,9 @@ class WakeupPipe:
         self._write()
 
     def _write(self):
+        if self._write_keeping_gil is not None:
+            self._write_keeping_gil(self._write_fd, b"x", 1)  # -1 when full or closed: as below
+            return
         try:
             os.write(self._write_fd, b"x")
         except OSError:  # full (a wake-up is pending anyway) or closed
@@ -34,9 +59,19 @@ class WakeupPipe:
             os.read(self.fd, 4096)
         except BlockingIOError:
             pass
-        self._pending = False
+        self.pending = False
+
+    def drain(self):
+        """Empty the pipe, for a loop that manages ``pending`` itself."""
+        try:
+            os.read(self.fd, 4096)
+        except BlockingIOError:
+            pass
 
     def close(self):
+        # wake() writes no more: once closed, the descriptor's number may belong to a file
+        # opened since
+        self.pending = True
         for fd in (self.fd, self._write_fd):
             try:
                 os.close(fd)

@@ -1,0 +1,284 @@
+"""The client under floods of submissions: batching, ordering with control messages,
+futures that share one condition, the GC, and ZMTP heartbeats that follow the driver."""
+import concurrent.futures
+import gc
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import zsched
+from zsched.client import TaskFuture
+
+from conftest import wait_for
+
+FLOOD = 20_000
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with zsched.LocalCluster(n_executors=2, cores_per_executor=1) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def client(cluster):
+    client = cluster.client()
+    yield client
+    client.shutdown(cancel_futures=True)
+
+
+def identity(x):
+    return x
+
+
+def sleep_then(seconds, value):
+    time.sleep(seconds)
+    return value
+
+
+def test_a_flood_completes_and_a_lone_submit_after_it_still_leaves(client):
+    futures = [client.submit(identity, i) for i in range(FLOOD)]
+    assert [f.result(120) for f in futures] == list(range(FLOOD))
+    # the I/O thread has gone back to sleep: a single task must wake it
+    time.sleep(0.2)
+    assert client.submit(identity, "alone").result(30) == "alone"
+    # and again right after a flood whose results are still arriving
+    futures = [client.submit(identity, i) for i in range(FLOOD)]
+    assert client.submit(identity, "right after").result(120) == "right after"
+    assert [f.result(120) for f in futures] == list(range(FLOOD))
+
+
+def test_submissions_from_many_threads_all_complete(client):
+    results = {}
+
+    def flood(start):
+        futures = [client.submit(identity, start + i) for i in range(2_000)]
+        results[start] = [f.result(120) for f in futures]
+
+    threads = [threading.Thread(target=flood, args=(k * 10_000,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(180)
+    assert {k: v for k, v in results.items()} == {
+        k * 10_000: list(range(k * 10_000, k * 10_000 + 2_000)) for k in range(4)}
+
+
+def test_control_messages_keep_their_place_among_submissions():
+    # no executor: every task the driver received stays queued, so its counts show what
+    # arrived before each admin request
+    with zsched.LocalCluster(n_executors=0) as cluster:
+        client = cluster.client()
+        futures = [client.submit(identity, i) for i in range(FLOOD)]
+        tasks = client.status()["tasks"]
+        assert tasks["submitted"] == FLOOD and tasks["queued"] == FLOOD
+        for future in futures[::2]:
+            assert future.cancel()
+        tasks = client.status()["tasks"]  # queued after the cancels: answered after them
+        assert tasks["queued"] == FLOOD // 2 and tasks["cancelled"] == FLOOD // 2
+        # a task cancelled at once never needs to reach the driver, and none is counted twice
+        for i in range(100):
+            assert client.submit(identity, i).cancel()
+        more = [client.submit(identity, i) for i in range(10)]
+        tasks = client.status()["tasks"]
+        assert tasks["queued"] == FLOOD // 2 + 10
+        assert tasks["submitted"] - tasks["cancelled"] == tasks["queued"]
+        client.shutdown(cancel_futures=True)
+        assert all(f.cancelled() for f in futures + more)
+
+
+def test_shutdown_with_cancel_during_a_flood_leaves_no_future_pending(cluster):
+    client = cluster.client()
+    submitted = []
+    started = threading.Event()
+    refused = []
+
+    def flood():
+        try:
+            for i in range(10 * FLOOD):
+                submitted.append(client.submit(sleep_then, 0.001, i))
+                if i == 1_000:
+                    started.set()
+        except RuntimeError as exc:  # the client was shut down meanwhile
+            refused.append(exc)
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=flood)
+    thread.start()
+    started.wait(60)
+    client.shutdown(wait=True, cancel_futures=True)
+    thread.join(120)
+    assert refused, "the flood ended before the shutdown: make it longer"
+    assert "after shutdown" in str(refused[0])
+    assert all(f.done() for f in submitted)
+    cancelled = sum(f.cancelled() for f in submitted)
+    finished = [f.result() for f in submitted if not f.cancelled()]
+    assert cancelled > 0 and cancelled + len(finished) == len(submitted)
+
+
+def test_a_driver_lost_during_a_flood_fails_every_future(driver_factory):
+    driver = driver_factory("--insecure")  # no executors: every task waits in the driver
+    client = zsched.Client(driver.url)
+    submitted = []
+    raised = []
+    started = threading.Event()
+
+    def flood():
+        try:
+            for i in range(50 * FLOOD):
+                submitted.append(client.submit(identity, i))
+                if i == 1_000:
+                    started.set()
+        except zsched.DriverConnectionError as exc:
+            raised.append(exc)
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=flood)
+    thread.start()
+    started.wait(60)
+    driver.proc.kill()
+    driver.proc.wait()
+    thread.join(120)
+    assert raised, "the flood ended before the driver was lost: make it longer"
+    concurrent.futures.wait(submitted, timeout=60)
+    assert all(isinstance(f.exception(0), zsched.DriverConnectionError) for f in submitted)
+    client.shutdown()
+
+
+def test_cancelling_during_a_flood_loses_no_future(client):
+    futures = [client.submit(identity, i) for i in range(FLOOD)]
+    cancelled = {i for i, f in enumerate(futures) if i % 3 == 0 and f.cancel()}
+    assert cancelled
+    done, not_done = concurrent.futures.wait(futures, timeout=60)
+    assert not not_done  # cancelled futures count as done, at once
+    for i, future in enumerate(futures):
+        assert future.done()
+        if i in cancelled:
+            assert future.cancelled()
+        elif not future.cancelled():
+            assert future.result() == i
+    assert client.submit(identity, "after").result(30) == "after"
+
+
+def test_wait_and_as_completed_count_a_cancelled_future_as_done(client):
+    blocker = client.submit(sleep_then, 0.5, "blocker")
+    queued = [client.submit(identity, i) for i in range(3)]
+    assert queued[1].cancel()
+    done, not_done = concurrent.futures.wait(queued + [blocker], timeout=30)
+    assert not not_done and queued[1] in done
+    assert set(concurrent.futures.as_completed(queued, timeout=30)) == set(queued)
+    assert queued[1].cancel() and queued[1].cancelled()  # cancelling twice is fine
+
+
+def test_waiting_on_one_future_is_not_ended_by_others_completing(client):
+    slow = client.submit(sleep_then, 1.0, "slow")
+    outcome = {}
+
+    def wait_for_slow():
+        try:
+            slow.exception(timeout=0.3)
+        except concurrent.futures.TimeoutError:
+            outcome["timed out"] = True
+        outcome["result"] = slow.result()
+
+    waiter = threading.Thread(target=wait_for_slow)
+    waiter.start()
+    # results of other futures notify the condition they share with the slow one
+    fast = [client.submit(identity, i) for i in range(5_000)]
+    assert [f.result(60) for f in fast] == list(range(5_000))
+    waiter.join(60)
+    assert outcome == {"timed out": True, "result": "slow"}
+
+
+def test_wait_as_completed_and_callbacks_see_each_future_once(client):
+    calls = []
+    early = client.submit(identity, "early")
+    early.add_done_callback(lambda f: calls.append(("early", f.result())))
+    futures = [client.submit(identity, i) for i in range(1_000)]
+    for future in futures[:10]:
+        future.add_done_callback(lambda f: calls.append(f.result()))
+    seen = [f.result() for f in concurrent.futures.as_completed(futures, timeout=60)]
+    assert sorted(seen) == list(range(1_000))
+    done, not_done = concurrent.futures.wait(futures + [early], timeout=60)
+    assert not not_done
+    wait_for(lambda: len(calls) == 11, message="callbacks")
+    early.add_done_callback(lambda f: calls.append("late"))  # runs at once, when done
+    assert sorted(map(str, calls)) == sorted(map(str, [("early", "early"), *range(10), "late"]))
+
+
+def test_a_pending_future_is_one_object_for_the_gc():
+    condition = threading.Condition()
+    gc.collect()
+    before = len(gc.get_objects())
+    futures = [TaskFuture(None, i, condition) for i in range(10_000)]
+    added = len(gc.get_objects()) - before
+    assert added < 10_100, f"{added} GC-tracked objects for 10,000 futures"
+    assert futures[0].cancel() and futures[0].cancelled()
+    assert not futures[1].done()
+
+
+def test_a_flood_leaves_the_gc_settings_as_they_were(client):
+    settings = (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count())
+    futures = [client.submit(identity, i) for i in range(FLOOD)]
+    assert (gc.isenabled(), gc.get_threshold()) == settings[:2]
+    assert [f.result(120) for f in futures] == list(range(FLOOD))
+    assert (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count()) == settings
+
+
+# ---------------------------------------------------------------- ZMTP heartbeats
+
+def test_the_client_uses_the_drivers_zmtp_heartbeat_settings(driver_factory):
+    driver = driver_factory("--insecure", "--conf", "zmq_heartbeat_interval=300ms",
+                            "--conf", "zmq_heartbeat_timeout=20s")
+    client = zsched.Client(driver.url)
+    try:
+        assert client._socket.heartbeat_ivl == 300
+        assert client._socket.heartbeat_timeout == 20_000
+        assert client._socket.heartbeat_ttl == 20_000
+        assert client.executor_ids() == []
+    finally:
+        client.shutdown()
+    # a driver with the defaults: one connection, the default values
+    driver = driver_factory("--insecure")
+    client = zsched.Client(driver.url)
+    try:
+        assert client._socket.heartbeat_ivl == 1000 and client._socket.heartbeat_timeout == 10_000
+        assert client.executor_ids() == []
+    finally:
+        client.shutdown()
+
+
+def test_a_secured_cluster_with_its_own_zmtp_heartbeats_serves_its_client():
+    # the client connects again with the driver's values, with its keys (CURVE)
+    with zsched.LocalCluster(n_executors=1, zmq_heartbeat_interval="500ms",
+                             zmq_heartbeat_timeout="5s") as cluster:
+        client = cluster.client()
+        assert (client._socket.heartbeat_ivl, client._socket.heartbeat_timeout) == (500, 5_000)
+        assert client.submit(identity, 7).result(30) == 7
+        assert len(client.status()["executors"]) == 1
+        client.shutdown()
+
+
+def test_a_driver_silent_longer_than_the_default_but_within_its_own_timeout_keeps_its_client(
+        driver_factory):
+    # zmq_heartbeat_timeout defaults to 10 s: with the default, the client would drop the
+    # connection (and fail its futures) while the driver is stopped for 12 s
+    driver = driver_factory("--insecure", "--conf", "zmq_heartbeat_interval=1s",
+                            "--conf", "zmq_heartbeat_timeout=40s")
+    client = zsched.Client(driver.url)
+    try:
+        assert client.executor_ids() == []
+        os.kill(driver.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(12)
+        finally:
+            os.kill(driver.proc.pid, signal.SIGCONT)
+        assert client.executor_ids() == []
+        assert client._lost is None
+    finally:
+        client.shutdown()
