@@ -217,10 +217,18 @@ def test_many_clients_share_a_cluster(cluster):
 
 
 def test_embedded_client_starts_and_stops_its_own_cluster():
+    import threading
+    before = set(threading.enumerate())
     with zsched.Client() as client:
+        assert client.address.startswith("inproc://")  # its driver is a thread of this process
         ids = client.executor_ids()
         assert len(ids) == (os.cpu_count() or 1)
         assert client.submit(add, 3, 4).result(10) == 7
+        assert list(client.map(add, range(1000), range(1000))) == list(range(0, 2000, 2))
+        with pytest.raises(ZeroDivisionError):
+            client.submit(divmod, 1, 0).result(10)
+    time.sleep(0.2)
+    assert not {t for t in threading.enumerate() if t.is_alive()} - before  # driver thread gone
 
 
 def test_lost_executor_tasks_are_rerun(tmp_path):

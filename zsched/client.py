@@ -196,8 +196,9 @@ def _load_exception(payload):
 class Client(concurrent.futures.Executor):
     """Submit Python callables to a zsched driver.
 
-    ``Client()`` starts an embedded local cluster (a driver process and one executor
-    process per core, see ``LocalCluster``) and stops it at shutdown. ``Client("tcp://host:port",
+    ``Client()`` starts an embedded local cluster (its driver in a thread of this process,
+    reached over inproc://, and one executor process per core; see ``LocalCluster`` and
+    its ``in_process``) and stops it at shutdown. ``Client("tcp://host:port",
     secret_file=...)`` connects to a running driver; without a secret file (argument,
     ``ZSCHED_SECRET_FILE`` or ``ZSCHED_SECRET``) it connects without security, which only
     a driver started with ``--insecure`` accepts.
@@ -211,13 +212,18 @@ class Client(concurrent.futures.Executor):
         self._lost = None                 # DriverConnectionError once the driver is gone
         self.timeout = timeout
         self.retries = retries
+        context = None
         if address is None:
+            # the driver in a thread of this process, reached over inproc:// (no CURVE, no
+            # TCP): two process crossings fewer per task than a driver process
             from .local_cluster import LocalCluster
-            self._owned_cluster = LocalCluster(n_executors=os.cpu_count() or 1)
-            address, secret_file = self._owned_cluster.address, self._owned_cluster.secret_file
-        keys = load_keys(secret_file)
+            self._owned_cluster = LocalCluster(n_executors=os.cpu_count() or 1, in_process=True)
+            address, context = self._owned_cluster.inproc_address, self._owned_cluster.context
+            keys = None
+        else:
+            keys = load_keys(secret_file)
         self.address = address
-        self._context = zmq.Context()
+        self._context = context or zmq.Context()  # the owned cluster's: inproc needs one context
         self._task_ids = itertools.count(1)
         self._admin_ids = itertools.count(1)
         self._futures = {}                # task id -> TaskFuture not yet completed
@@ -811,7 +817,8 @@ class Client(concurrent.futures.Executor):
             sock.disable_monitor()
             self._monitor.close(linger=0)
             sock.close(linger=0 if self._lost else 1000)
-        self._context.term()
+        if self._owned_cluster is None:  # else the cluster's, which it ends when it closes
+            self._context.term()
         self._wakeup.close()
 
     def __enter__(self):
