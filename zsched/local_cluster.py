@@ -137,9 +137,7 @@ class LocalCluster:
             # what the driver and the executors print later (tasks' output) goes to our stdout
             threading.Thread(target=self._forward_output, name="zsched-cluster-output",
                              daemon=True).start()
-            if wait:  # True: all of them; a number: that many
-                count = n_executors if wait is True else min(int(wait), n_executors)
-                self.wait_for_executors(count, config.registration_timeout)
+            self._wait_for_start(wait, n_executors, config.registration_timeout)
         except BaseException:
             self.close()
             raise
@@ -182,12 +180,15 @@ class LocalCluster:
         _live_clusters.add(self)
         try:
             self._driver.start_thread()
-            if wait:  # True: all of them; a number: that many
-                count = n_executors if wait is True else min(int(wait), n_executors)
-                self.wait_for_executors(count, config.registration_timeout)
+            self._wait_for_start(wait, n_executors, config.registration_timeout)
         except BaseException:
             self.close()
             raise
+
+    def _wait_for_start(self, wait, n_executors, timeout):
+        if wait:  # True: all of them; a number: that many
+            count = n_executors if wait is True else min(int(wait), n_executors)
+            self.wait_for_executors(count, timeout)
 
     def _manager_arguments(self, n_executors):
         """The driver's cluster manager options."""
