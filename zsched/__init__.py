@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 # Each name is imported from its module on first use, so a driver or an executor process
 # does not pay for the client's imports (cloudpickle, tqdm, ...) at start.
 _SOURCES = {
-    "Client": "client", "TaskFuture": "client",
+    "Client": "client", "TaskFuture": "future",
     "Config": "config",
     "ConfigError": "errors", "DriverConnectionError": "errors", "MessageTooLarge": "errors",
     "ProtocolError": "errors", "RemoteTraceback": "errors", "TaskFailed": "errors",

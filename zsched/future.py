@@ -1,0 +1,97 @@
+"""``TaskFuture``: the ``concurrent.futures.Future`` of a task submitted to a zsched client."""
+import concurrent.futures
+import time
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+
+DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
+
+
+class TaskFuture(concurrent.futures.Future):
+    """A Future whose ``cancel`` also removes the task from the cluster.
+
+    A plain ``Future`` makes a Condition (a lock, a deque and bound methods) and two lists
+    of its own, which made it the largest cost of a submission, and with 100,000 futures
+    alive their objects made the cyclic GC run often and traverse much. The futures of one
+    client share the client's condition instead, and make their lists of waiters and
+    done-callbacks only when something asks for one (under the condition, like every use
+    of them): a future is one object for the GC. A batch of results completes under one
+    acquisition of the condition (``Client._complete``). The attributes that
+    ``concurrent.futures.wait``, ``as_completed`` and the base methods use stay.
+    A notification on the shared condition wakes every thread waiting on one of the
+    client's futures, so ``result`` and ``exception`` wait in a loop until their own
+    future is done.
+    """
+
+    __slots__ = ("_waiter_list", "_callback_list")
+
+    def __init__(self, client, task_id, condition):
+        # What Future.__init__ sets, all of it and always in this order: instance attributes
+        # then stay in CPython's shared-key storage, with no dict object per future (class
+        # defaults overridden later would make one, a second object for the GC).
+        self._condition = condition
+        self._state = PENDING
+        self._result = None
+        self._exception = None
+        self._waiter_list = None
+        self._callback_list = None
+        self._client = client
+        self._task_id = task_id
+
+    @property
+    def _waiters(self):
+        waiters = self._waiter_list
+        if waiters is None:
+            waiters = self._waiter_list = []
+        return waiters
+
+    @property
+    def _done_callbacks(self):
+        callbacks = self._callback_list
+        if callbacks is None:
+            callbacks = self._callback_list = []
+        return callbacks
+
+    def cancel(self):
+        if not super().cancel():
+            return False
+        with self._condition:
+            # Future.cancel leaves the waiters of concurrent.futures.wait and as_completed
+            # to whoever runs futures (set_running_or_notify_cancel); nothing else would
+            # tell them, and they would wait for a cancelled future until their timeout.
+            # As set_running_or_notify_cancel does, without making a list of waiters.
+            first = self._state == CANCELLED
+            if first:
+                self._state = CANCELLED_AND_NOTIFIED
+                for waiter in self._waiter_list or ():
+                    waiter.add_cancelled(self)
+        if first and self._client is not None:
+            self._client._cancel_task(self._task_id)
+        return True
+
+    def _invoke_callbacks(self):
+        if self._callback_list:  # without making the list when there is none
+            super()._invoke_callbacks()
+
+    def result(self, timeout=None):
+        if self._state == FINISHED and self._exception is None:
+            return self._result  # final: set before the state, which never changes again
+        self._wait_until_done(timeout)
+        return super().result(0)
+
+    def exception(self, timeout=None):
+        self._wait_until_done(timeout)
+        return super().exception(0)
+
+    def _wait_until_done(self, timeout):
+        condition = self._condition
+        with condition:
+            if timeout is None:
+                while self._state not in DONE_STATES:
+                    condition.wait()
+                return
+            end = time.monotonic() + timeout
+            while self._state not in DONE_STATES:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return
+                condition.wait(remaining)
