@@ -214,26 +214,23 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         if self._driver is not None:
             # the driver's thread alone changes this dict; its size is read in one step
-            while len(self._driver.executors) < n:
-                if not self._driver.is_running():
-                    raise DriverConnectionError("the cluster's driver stopped while starting "
-                                                "(see its log above)")
-                if time.monotonic() > deadline:
-                    raise DriverConnectionError(
-                        f"only {len(self._driver.executors)} of {n} executors registered "
-                        f"within {timeout:g} s")
-                time.sleep(0.005)
+            self._wait_until_registered(n, timeout, deadline, lambda: len(self._driver.executors),
+                                        self._driver.is_running)
             return
         with Client(self.address, secret_file=self.secret_file, timeout=timeout) as client:
-            while len(client.executor_ids()) < n:
-                if self._process.poll() is not None:
-                    raise DriverConnectionError("the cluster's driver stopped while starting "
-                                                "(see its log above)")
-                if time.monotonic() > deadline:
-                    raise DriverConnectionError(
-                        f"only {len(client.executor_ids())} of {n} executors registered "
-                        f"within {timeout:g} s")
-                time.sleep(0.005)
+            self._wait_until_registered(n, timeout, deadline, lambda: len(client.executor_ids()),
+                                        lambda: self._process.poll() is None)
+
+    @staticmethod
+    def _wait_until_registered(n, timeout, deadline, registered, driver_running):
+        while (count := registered()) < n:
+            if not driver_running():
+                raise DriverConnectionError("the cluster's driver stopped while starting "
+                                            "(see its log above)")
+            if time.monotonic() > deadline:
+                raise DriverConnectionError(f"only {count} of {n} executors registered "
+                                            f"within {timeout:g} s")
+            time.sleep(0.005)
 
     def close(self):
         """Stop the driver and its executors (bounded), and remove the private secret."""
