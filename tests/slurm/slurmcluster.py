@@ -123,6 +123,17 @@ def cluster_processes(base):
     return list(found.values())
 
 
+def process_names(procs):
+    """The names of those of ``procs`` still alive: a process found a moment ago may be gone."""
+    names = set()
+    for proc in procs:
+        try:
+            names.add(proc.name())
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            pass
+    return names
+
+
 def stop_processes(procs, timeout=10):
     """SIGTERM, then SIGKILL to what is alive after ``timeout`` s."""
     procs = [p for p in procs if _alive(p)]

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import wait_for
 
-from .slurmcluster import SlurmCluster, cluster_processes, remove_stale
+from .slurmcluster import SlurmCluster, cluster_processes, process_names, remove_stale
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -117,7 +117,7 @@ def test_close_leaves_no_process_and_no_directory(slurm, tmp_path):
                              f"(setsid sleep 301 &); trap '' TERM; touch {ready}; sleep 300")
         wait_for(ready.exists, 15, message="the job to run")
         procs = cluster_processes(cluster.base)
-        names = {p.name() for p in procs}
+        names = process_names(procs)
         assert {"munged", "slurmctld", "slurmscriptd", "slurmd", "slurmstepd", "sleep"} <= names
         assert {"sleep 300", "sleep 301"} <= {" ".join(p.cmdline()) for p in procs}
         assert cluster.job_state(job)[0] == "RUNNING"
@@ -141,7 +141,7 @@ def test_the_next_run_removes_what_a_killed_run_left(slurm, tmp_path):
     run.wait()
     run.stdout.close()
     assert base and os.path.isdir(base)
-    wait_for(lambda: "slurmstepd" in {p.name() for p in cluster_processes(base)}, 15,
+    wait_for(lambda: "slurmstepd" in process_names(cluster_processes(base)), 15,
              message="the job to run")
     remove_stale()
     assert not cluster_processes(base)
