@@ -2,7 +2,11 @@
 
 The thread that calls ``run`` owns the DEALER socket and runs the loop; ``cores`` task
 threads run tasks taken from a local queue and hand results back through a deque and a
-wake-up pipe, so status updates leave in batches of whatever finished meanwhile.
+wake-up pipe, so status updates leave in batches of whatever finished meanwhile. The
+per-task path takes no lock and makes no system call while work is queued: task threads
+take tasks from a deque (they wait on a condition only when it is empty), write the
+wake-up pipe only while the loop sleeps, and take the kill lock only while a KillTask is
+pending (see ``_run_here``).
 
 A lone task reaching an idle one-core executor is run by the loop's own thread instead,
 and its status update leaves at once: two thread hand-offs fewer, which is most of what
@@ -16,7 +20,6 @@ import ctypes
 import logging
 import os
 import pickle
-import queue
 import select
 import signal
 import sys
@@ -154,13 +157,14 @@ class ExecutorBackend:
         self.incarnation = None
         self.context = zmq.Context()
         self.socket = None
-        self._work = queue.SimpleQueue()     # [task id, attempt, digest, args] for task threads
+        self._work = deque()                 # [task id, attempt, digest, args] for task threads
+        self._work_ready = threading.Condition()  # task threads wait on it while _work is empty
         self._results = deque()              # [task id, attempt, state, payload] for the loop
         self._function_blobs = {}            # digest -> cloudpickled function
         self._functions = {}                 # digest -> function, unpickled by a task thread
         self._running = {}                   # task id -> (attempt, thread ident)
         self._killed = set()                 # (task id, attempt) killed before or while running
-        self._lock = threading.Lock()        # guards _running and _killed
+        self._lock = threading.Lock()        # serialises KillTask with task threads (see _run_here)
         self._wakeup = WakeupPipe()
         self._busy = 0.0                     # seconds spent in tasks since the last StatusUpdates
         self._outstanding = 0                # tasks launched here and not yet reported
@@ -328,7 +332,16 @@ class ExecutorBackend:
             self._send_heartbeat()
             self._next_heartbeat = now + self.config.executor_heartbeat_interval
         socket = self.socket
-        events = dict(self._poller.poll(max(0.0, min(self._next_heartbeat - now, 1.0)) * 1000))
+        # Task threads write the wake-up pipe only while ``pending`` is False, that is while
+        # this thread sleeps in poll with no result to send: while it is awake they make no
+        # system call, and this turn takes every row added meanwhile.
+        wakeup = self._wakeup
+        wakeup.pending = False
+        if self._results:  # after pending: a row added later wakes the poll
+            events = dict(self._poller.poll(0))
+        else:
+            events = dict(self._poller.poll(max(0.0, min(self._next_heartbeat - now, 1.0)) * 1000))
+        wakeup.pending = True
         # silence counts only when nothing is waiting: after this process itself was
         # stalled (a task holding the GIL), the driver's answers are already here
         if (socket not in events
@@ -338,8 +351,8 @@ class ExecutorBackend:
             return
         if self._worker is not None and self._worker[1] in events:
             self._worker_event()
-        if self._wakeup.fd in events:
-            self._wakeup.clear()
+        if wakeup.fd in events:
+            wakeup.drain()
         self._send_status_updates()
         if self._kill_deadlines:
             self._reap_killed_tasks()
@@ -385,7 +398,7 @@ class ExecutorBackend:
         with self._handover:
             self._inline_running = True
         self._timer.arm()
-        row = self._run_here(*task)
+        row = self._run_here(task)
         self._timer.disarm()
         self._results.append(row)
         with self._handover:
@@ -396,10 +409,9 @@ class ExecutorBackend:
             self._handed_back.wait()
             self._handed_back.clear()
         self._inline_task = None
-        put = self._work.put
-        for deferred in self._deferred:
-            put(deferred)
-        self._deferred.clear()
+        if self._deferred:
+            self._queue_tasks(self._deferred)
+            self._deferred.clear()
         self._send_status_updates()
 
     def _relief_thread(self):
@@ -459,41 +471,46 @@ class ExecutorBackend:
         if self._decommissioning:  # launched before the driver knew: give them back
             self._results.extend([task_id, attempt, TaskState.RETURNED, b""]
                                  for task_id, attempt, _, _ in tasks)
-            self._wakeup.wake()
-            return
+            return  # the next turn sends them
         if self._lone is not None:  # more came before the lone task started: it queues first
-            self._work.put(self._lone)
+            tasks = [self._lone, *tasks]
             self._lone = None
-        if idle and len(tasks) == 1 and self._relief is not None and not self._covering:
+        elif idle and len(tasks) == 1 and self._relief is not None and not self._covering:
             self._lone = tasks[0]  # run by the loop's thread at the end of this turn
             return
         if self._inline_task is not None:  # the one core runs a task inline: these wait
             self._deferred.extend(tasks)
             return
-        put = self._work.put
-        for task in tasks:
-            put(task)
+        self._queue_tasks(tasks)
+
+    def _queue_tasks(self, tasks):
+        """Hand ``tasks`` to the task threads: one notification for the lot."""
+        self._work.extend(tasks)
+        with self._work_ready:
+            self._work_ready.notify(len(tasks))
 
     def _on_decommission_executor(self, msg):
         """Take nothing new, give back what has not started, finish what runs, then exit 0."""
         log.info("executor %s decommissioned: %s", self.executor_id, msg.reason)
         self._decommissioning = True
-        self._wakeup.wake()
+        self._wakeup.wake_always()  # the next turn does not sleep: it may be time to leave
         unstarted = self._deferred + ([self._lone] if self._lone is not None else [])
         self._deferred.clear()
         self._lone = None
         while True:
             try:
-                unstarted.append(self._work.get_nowait())
-            except queue.Empty:
+                unstarted.append(self._work.popleft())  # task threads may take some meanwhile
+            except IndexError:
                 break
         for task_id, attempt, _, _ in unstarted:
             self._results.append([task_id, attempt, TaskState.RETURNED, b""])
 
     def _on_kill_task(self, msg):
+        if self._outstanding == 0:
+            return  # reported already: nothing here to kill
         key = (msg.task_id, msg.attempt)
         with self._lock:
-            self._killed.add(key)
+            self._killed.add(key)  # before _running is read: see _run_here
             running = self._running.get(msg.task_id)
             if running is None or running[0] != msg.attempt:
                 return
@@ -561,10 +578,12 @@ class ExecutorBackend:
         results = self._results
         if not results:
             return
-        rows = []
-        while results:
-            rows.append(results.popleft())
+        popleft = results.popleft  # task threads append meanwhile: take what is there now
+        rows = [popleft() for _ in range(len(results))]
         self._outstanding -= len(rows)
+        if self._outstanding == 0 and self._killed:
+            with self._lock:  # nothing launched here is left: kills that came late are moot
+                self._killed.clear()
         busy, self._busy = self._busy, 0.0
         for batch in p.batch_rows(rows, 3, self.config.max_message_size):
             self._send(p.StatusUpdates(self.incarnation, busy * len(batch) / len(rows), batch))
@@ -600,68 +619,92 @@ class ExecutorBackend:
     # ------------------------------------------------------------ task threads
 
     def _task_thread(self):
-        get = self._work.get
+        work, ready, results, wakeup = self._work, self._work_ready, self._results, self._wakeup
+        run = self._run_here
         while True:
-            item = get()
-            if item is None:
+            try:
+                task = work.popleft()
+            except IndexError:
+                with ready:
+                    while not work:
+                        ready.wait()
+                continue
+            if task is None:
                 return
-            self._results.append(self._run_here(*item))
-            self._wakeup.wake()
+            results.append(run(task))
+            if not wakeup.pending:  # else the loop is awake and takes this row too
+                wakeup.wake()
 
-    def _run_here(self, task_id, attempt, digest, args):
-        """Run a task in this thread, where KillTask can interrupt it; its status row."""
-        key = (task_id, attempt)
-        with self._lock:
-            if key in self._killed:
-                self._killed.discard(key)
-                return [task_id, attempt, TaskState.KILLED, b"killed before it started"]
-            self._running[task_id] = (attempt, threading.get_ident())
+    def _run_here(self, task):
+        """Run a task in this thread, where KillTask can interrupt it; its status row.
+
+        No lock is taken while no kill is pending. The task is published in ``_running``
+        before ``_killed`` is looked at, and ``_on_kill_task`` adds to ``_killed`` before it
+        looks at ``_running`` (under ``_lock``, raising TaskKilled in the thread it finds):
+        so either this thread sees the kill, or the kill sees the task. Whenever ``_killed``
+        is not empty as a task starts or ends, this thread takes ``_lock``, which also waits
+        for a KillTask in progress, and withdraws a TaskKilled not yet raised that was meant
+        for this task (see ``_consume_kill``)."""
+        task_id, attempt, digest, args = task
+        running = self._running
+        running[task_id] = (attempt, threading.get_ident())
         started = time.perf_counter()
         try:
-            state, payload = self._run_task(task_id, digest, args)
-            self._task_left(task_id, key)
+            if self._killed and self._consume_kill(task_id, attempt):
+                state, payload = TaskState.KILLED, b"killed before it started"
+            else:
+                state, payload = self._run_task(task_id, digest, args)
+            running.pop(task_id, None)
+            if self._killed:
+                self._consume_kill(task_id, attempt)
         except TaskKilled:  # the kill arrived as the task ended
-            self._task_left(task_id, key)
+            running.pop(task_id, None)
+            self._consume_kill(task_id, attempt)
             state, payload = TaskState.KILLED, b"killed while running"
         self._busy += time.perf_counter() - started
         return [task_id, attempt, state, payload]
 
-    def _task_left(self, task_id, key):
+    def _consume_kill(self, task_id, attempt):
+        """Whether a KillTask for this attempt is pending; if so it is used up, and the
+        TaskKilled it may have raised in this thread, if not raised yet, is withdrawn: it
+        must not hit this thread later, in another task."""
+        key = (task_id, attempt)
         with self._lock:
-            self._running.pop(task_id, None)
-            if key in self._killed:
-                self._killed.discard(key)
-                # a kill sent as the task ended, not raised yet, must not hit this thread later
-                _raise_in_thread(threading.get_ident(), None)
+            if key not in self._killed:
+                return False
+            self._killed.discard(key)
+            _raise_in_thread(threading.get_ident(), None)
+            return True
 
     def _run_task(self, task_id, digest, args):
+        """Call the task's function; (state, payload) of its status row. A TaskKilled
+        after the call has returned reaches ``_run_here``."""
         try:
-            try:
-                function = self._functions.get(digest)
-                if function is None:
-                    function = self._functions[digest] = pickle.loads(self._function_blobs[digest])
-                call_args, call_kwargs = pickle.loads(args)
-                value = function(*call_args, **call_kwargs)
-            except TaskKilled:
-                return TaskState.KILLED, b"killed while running"
-            except BaseException as exc:  # SystemExit and MemoryError fail the task only
-                return TaskState.FAILED, exception_payload(exc)
-            try:
-                payload = dumps_value(value)
-            except Exception as exc:
-                return TaskState.ERROR, f"the result of task {task_id} could not be pickled: {exc!r}".encode()
-            if len(payload) > self.config.max_message_size:
-                return TaskState.ERROR, str(MessageTooLarge(
-                    f"the result of task {task_id}", len(payload), self.config.max_message_size)).encode()
-            return TaskState.FINISHED, payload
-        except TaskKilled:  # the kill arrived just after the task ended
+            function = self._functions.get(digest)
+            if function is None:
+                function = self._functions[digest] = pickle.loads(self._function_blobs[digest])
+            call_args, call_kwargs = pickle.loads(args)
+            value = function(*call_args, **call_kwargs)
+        except TaskKilled:
             return TaskState.KILLED, b"killed while running"
+        except BaseException as exc:  # SystemExit and MemoryError fail the task only
+            return TaskState.FAILED, exception_payload(exc)
+        try:
+            payload = dumps_value(value)
+        except Exception as exc:
+            return TaskState.ERROR, f"the result of task {task_id} could not be pickled: {exc!r}".encode()
+        if len(payload) > self.config.max_message_size:
+            return TaskState.ERROR, str(MessageTooLarge(
+                f"the result of task {task_id}", len(payload), self.config.max_message_size)).encode()
+        return TaskState.FINISHED, payload
 
     # ------------------------------------------------------------ closing
 
     def _close(self, linger=2000):
-        for _ in self._threads:
-            self._work.put(None)
+        if self._threads:
+            self._work.extend([None] * len(self._threads))  # each task thread takes one and ends
+            with self._work_ready:
+                self._work_ready.notify_all()
         if self._relief is not None and self._relief is not threading.current_thread():
             self._relief_exit = True
             self._timer.fire_now()
