@@ -171,18 +171,26 @@ def test_agreement_at_scale():
 
 # ---------------------------------------------------------------- tasks: queue, launch, status
 
-def _executor(index, cores=1):
-    return ExecutorData(str(index), b"r%d" % index, "host", cores, 100 + index, index, cores, 0.0)
+def _executor(impl, index, cores=1):
+    executor = ExecutorData(str(index), b"r%d" % index, "host", cores, 100 + index, index, cores, 0.0)
+    executor.running = impl.RunningTasks()  # ExecutorData makes the one zsched.fastpath picked
+    return executor
+
+
+def _client(impl, routing_id=b"c", pid=1):
+    client = ClientData(routing_id, pid)
+    client.tasks = impl.ClientTasks()
+    return client
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
-    client, pending, latency = ClientData(b"c", 1), deque(), impl.LatencyHistogram()
+    client, pending, latency = _client(impl), deque(), impl.LatencyHistogram()
     f = b"digest of f"
     rows = [[7, f, b"a1", 0], [8, bytes(bytearray(f)), b"a2", 0], [9, b"g", b"a3", 0]]
     assert impl.queue_tasks(client, rows, 100, 1.0, pending) == 103
     assert [t.task_id for t in pending] == [100, 101, 102] and set(client.tasks) == {7, 8, 9}
-    executor = _executor(0)
+    executor = _executor(impl, 0)
     batches, launched = impl.launch_tasks(pending, 2, executor, {f: b"F", b"g": b"G"},
                                           1 << 20, latency, 1.0003)
     assert launched == 2 and len(pending) == 1
@@ -201,10 +209,10 @@ def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_launches_split_at_the_size_limit_and_ship_each_function_once(impl):
-    client, pending = ClientData(b"c", 1), deque()
+    client, pending = _client(impl), deque()
     impl.queue_tasks(client, [[i, b"f" if i < 3 else b"g", b"x" * 10, 0] for i in range(6)],
                      1, 0.0, pending)
-    executor = _executor(0)
+    executor = _executor(impl, 0)
     batches, launched = impl.launch_tasks(pending, 6, executor, {b"f": b"F" * 15, b"g": b"G" * 5},
                                           30, impl.LatencyHistogram(), 0.0)
     assert launched == 6
@@ -217,9 +225,9 @@ def test_launches_split_at_the_size_limit_and_ship_each_function_once(impl):
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_status_updates_retry_return_and_cancel(impl):
-    client, pending = ClientData(b"c", 1), deque()
+    client, pending = _client(impl), deque()
     impl.queue_tasks(client, [[i, b"f", b"x", 1 if i == 1 else 0] for i in range(1, 5)], 1, 0.0, pending)
-    executor = _executor(0, cores=4)
+    executor = _executor(impl, 0, cores=4)
     impl.launch_tasks(pending, 4, executor, {b"f": b"F"}, 1 << 20, impl.LatencyHistogram(), 0.0)
     executor.running[4].cancelled = True
     counts = {"finished": 0, "failed": 0, "retried": 0}
@@ -230,14 +238,14 @@ def test_status_updates_retry_return_and_cancel(impl):
     assert pending[0].retries == 0 and pending[0].queued_at == 5.0
     assert client.results == [[3, 4, b"error"]]
     assert counts == {"finished": 0, "failed": 1, "retried": 1}
-    assert (executor.tasks_done, executor.tasks_failed) == (1, 2) and executor.running == {}
+    assert (executor.tasks_done, executor.tasks_failed) == (1, 2) and not executor.running
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_huge_attempt_or_state_numbers_are_stale_or_errors_not_crashes(impl):
-    client, pending = ClientData(b"c", 1), deque()
+    client, pending = _client(impl), deque()
     impl.queue_tasks(client, [[1, b"f", b"x", 0]], 1, 0.0, pending)
-    executor = _executor(0)
+    executor = _executor(impl, 0)
     impl.launch_tasks(pending, 1, executor, {b"f": b"F"}, 1 << 20, impl.LatencyHistogram(), 0.0)
     counts = {"finished": 0, "failed": 0, "retried": 0}
     assert impl.apply_status_updates(executor, [[1, 1 << 70, 1, b""]], pending, 0.0, counts)[0] == 1
@@ -257,9 +265,9 @@ def test_latency_histogram(impl):
 
 def _simulate(impl, ops):
     """Drive queue/launch/status with ``ops`` on 3 executors; every observable outcome."""
-    clients = [ClientData(b"c", 1), ClientData(b"d", 2)]
+    clients = [_client(impl), _client(impl, b"d", 2)]
     functions = {b"f": b"F" * 12, b"g": b"G" * 3, b"h": b"H" * 40}
-    executors = [_executor(i, cores=1 + i) for i in range(3)]
+    executors = [_executor(impl, i, cores=1 + i) for i in range(3)]
     pending, latency = deque(), impl.LatencyHistogram()
     counts = {"finished": 0, "failed": 0, "retried": 0}
     next_id, client_task_id, now, out = 1, 1, 0.0, []

@@ -143,6 +143,16 @@ class SlotTable:
             raise KeyError(index)
 
 
+# An executor's tasks launched and not yet reported: task id -> Task, in launch order
+# (``executor.running``). The compiled fast path has a class of its own, with the same
+# reads (len, iteration, ``[]``, ``get``, ``in``, ``keys``, ``values``, ``items``) and ``clear``.
+RunningTasks = dict
+
+# A client's tasks in flight: client task id -> Task, in submission order (``client.tasks``).
+# The compiled fast path has a class of its own, with the reads above, ``pop`` and ``clear``.
+ClientTasks = dict
+
+
 class Task:
     """A submitted task as the driver holds it.
 
