@@ -18,6 +18,8 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(object)
+    PyObject *PyList_GET_ITEM(object, Py_ssize_t)
+    void PyList_SET_ITEM(object, Py_ssize_t, PyObject *)
 from libc.stdlib cimport malloc, calloc, realloc, free
 
 from .protocol import TaskState
@@ -25,6 +27,14 @@ from .protocol import TaskState
 cdef long FINISHED = TaskState.FINISHED
 cdef long FAILED = TaskState.FAILED
 cdef long RETURNED = TaskState.RETURNED
+
+
+cdef inline void set_item(list row, Py_ssize_t i, object value) noexcept:
+    """``row[i] = value``, for ``i`` below ``len(row)``, inline."""
+    cdef PyObject *old = PyList_GET_ITEM(row, i)
+    Py_INCREF(value)
+    PyList_SET_ITEM(row, i, <PyObject *>value)
+    Py_DECREF(<object>old)
 
 
 cdef struct Ring:
@@ -287,6 +297,15 @@ cdef long long as_long_long(object value) noexcept:
     return 0 if overflow else result
 
 
+cdef inline Py_ssize_t home_slot(long long key, Py_ssize_t mask) noexcept:
+    """The first slot to probe for task id ``key``: runs of 16 consecutive ids take
+    consecutive slots (an executor is given runs of consecutive ids, and reports them in
+    about that order), and the runs are spread over the table by Fibonacci hashing, since
+    the runs an executor holds are often a fixed distance apart."""
+    cdef unsigned long long run = (<unsigned long long>key) >> 4
+    return <Py_ssize_t>((((run * 0x9E3779B97F4A7C15ULL) >> 32) << 4) | (key & 15)) & mask
+
+
 cdef struct Entry:
     long long key          # a task id; in an empty slot 0, in a slot left by a task -1
     PyObject *task         # NULL in an empty or left slot
@@ -331,7 +350,7 @@ cdef class RunningTasks:
         self._left = 0
         for i in range(old_n):
             if old[i].task != NULL:
-                j = old[i].key & self._mask
+                j = home_slot(old[i].key, self._mask)
                 while slots[j].task != NULL:
                     j = (j + 1) & self._mask
                 slots[j] = old[i]
@@ -340,7 +359,7 @@ cdef class RunningTasks:
     cdef inline Py_ssize_t _slot_of(self, long long key) noexcept:
         """The slot holding task id ``key``, or -1."""
         cdef Entry *slots = self._slots
-        cdef Py_ssize_t i = key & self._mask
+        cdef Py_ssize_t i = home_slot(key, self._mask)
         while slots[i].task != NULL or slots[i].key != 0:
             if slots[i].key == key and slots[i].task != NULL:
                 return i
@@ -350,9 +369,9 @@ cdef class RunningTasks:
     cdef int _add(self, Task task) except -1:
         """Append ``task`` (not held yet: launch_tasks launches a task held nowhere)."""
         cdef Py_ssize_t i, n = self._mask + 1
-        if 4 * (self._count + self._left + 1) > 3 * n:
-            self._rebuild(2 * n if 2 * (self._count + 1) > n else n)
-        i = task._id & self._mask
+        if 2 * (self._count + self._left + 1) > n:  # short probes: half the slots empty
+            self._rebuild(2 * n if 4 * (self._count + 1) > n else n)
+        i = home_slot(task._id, self._mask)
         while self._slots[i].task != NULL:
             i = (i + 1) & self._mask
         if self._slots[i].key != 0:
@@ -654,10 +673,10 @@ def queue_tasks(client, list rows, next_id, double now, pending):
         task = Task.__new__(Task)
         task.task_id = PyLong_FromLongLong(task_id)
         task._id = task_id
-        row[0] = task.task_id
-        row[1] = 0
-        row[2] = function
-        row[3] = args
+        set_item(row, 0, task.task_id)  # four items: the unpacking above checked
+        set_item(row, 1, 0)
+        set_item(row, 2, function)
+        set_item(row, 3, args)
         PyObject_GC_UnTrack(row)  # ints and bytes only, now and after each launch: no cycle
         task.client = client
         task.client_task_id = client_task_id
@@ -699,7 +718,7 @@ def launch_tasks(tasks, long count, executor, dict functions, Py_ssize_t limit,
         running._add(task)
         latency.observe_one(now - task.queued_at)
         row = task.row
-        row[1] = task.attempt
+        set_item(row, 1, task.attempt)  # the task's own row of four
         digest = row[2]
         if digest is last_digest:  # seen in this call: held by the executor or in needed
             new = False
@@ -788,9 +807,9 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
         client_tasks._remove(task)
         # the update row becomes the result row, [client task id, state, payload]
         payload = row[3]
-        row[0] = task.client_task_id
-        row[1] = state_value
-        row[2] = payload
+        set_item(row, 0, task.client_task_id)
+        set_item(row, 1, state_value)
+        set_item(row, 2, payload)
         del row[3]
         client_results.append(row)
     executor.tasks_done += done
