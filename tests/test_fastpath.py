@@ -171,18 +171,26 @@ def test_agreement_at_scale():
 
 # ---------------------------------------------------------------- tasks: queue, launch, status
 
-def _executor(index, cores=1):
-    return ExecutorData(str(index), b"r%d" % index, "host", cores, 100 + index, index, cores, 0.0)
+def _executor(impl, index, cores=1):
+    executor = ExecutorData(str(index), b"r%d" % index, "host", cores, 100 + index, index, cores, 0.0)
+    executor.running = impl.RunningTasks()  # ExecutorData makes the one zsched.fastpath picked
+    return executor
+
+
+def _client(impl, routing_id=b"c", pid=1):
+    client = ClientData(routing_id, pid)
+    client.tasks = impl.ClientTasks()
+    return client
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
-    client, pending, latency = ClientData(b"c", 1), deque(), impl.LatencyHistogram()
+    client, pending, latency = _client(impl), deque(), impl.LatencyHistogram()
     f = b"digest of f"
     rows = [[7, f, b"a1", 0], [8, bytes(bytearray(f)), b"a2", 0], [9, b"g", b"a3", 0]]
     assert impl.queue_tasks(client, rows, 100, 1.0, pending) == 103
     assert [t.task_id for t in pending] == [100, 101, 102] and set(client.tasks) == {7, 8, 9}
-    executor = _executor(0)
+    executor = _executor(impl, 0)
     batches, launched = impl.launch_tasks(pending, 2, executor, {f: b"F", b"g": b"G"},
                                           1 << 20, latency, 1.0003)
     assert launched == 2 and len(pending) == 1
@@ -201,10 +209,10 @@ def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_launches_split_at_the_size_limit_and_ship_each_function_once(impl):
-    client, pending = ClientData(b"c", 1), deque()
+    client, pending = _client(impl), deque()
     impl.queue_tasks(client, [[i, b"f" if i < 3 else b"g", b"x" * 10, 0] for i in range(6)],
                      1, 0.0, pending)
-    executor = _executor(0)
+    executor = _executor(impl, 0)
     batches, launched = impl.launch_tasks(pending, 6, executor, {b"f": b"F" * 15, b"g": b"G" * 5},
                                           30, impl.LatencyHistogram(), 0.0)
     assert launched == 6
@@ -217,9 +225,9 @@ def test_launches_split_at_the_size_limit_and_ship_each_function_once(impl):
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_status_updates_retry_return_and_cancel(impl):
-    client, pending = ClientData(b"c", 1), deque()
+    client, pending = _client(impl), deque()
     impl.queue_tasks(client, [[i, b"f", b"x", 1 if i == 1 else 0] for i in range(1, 5)], 1, 0.0, pending)
-    executor = _executor(0, cores=4)
+    executor = _executor(impl, 0, cores=4)
     impl.launch_tasks(pending, 4, executor, {b"f": b"F"}, 1 << 20, impl.LatencyHistogram(), 0.0)
     executor.running[4].cancelled = True
     counts = {"finished": 0, "failed": 0, "retried": 0}
@@ -230,14 +238,14 @@ def test_status_updates_retry_return_and_cancel(impl):
     assert pending[0].retries == 0 and pending[0].queued_at == 5.0
     assert client.results == [[3, 4, b"error"]]
     assert counts == {"finished": 0, "failed": 1, "retried": 1}
-    assert (executor.tasks_done, executor.tasks_failed) == (1, 2) and executor.running == {}
+    assert (executor.tasks_done, executor.tasks_failed) == (1, 2) and not executor.running
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_huge_attempt_or_state_numbers_are_stale_or_errors_not_crashes(impl):
-    client, pending = ClientData(b"c", 1), deque()
+    client, pending = _client(impl), deque()
     impl.queue_tasks(client, [[1, b"f", b"x", 0]], 1, 0.0, pending)
-    executor = _executor(0)
+    executor = _executor(impl, 0)
     impl.launch_tasks(pending, 1, executor, {b"f": b"F"}, 1 << 20, impl.LatencyHistogram(), 0.0)
     counts = {"finished": 0, "failed": 0, "retried": 0}
     assert impl.apply_status_updates(executor, [[1, 1 << 70, 1, b""]], pending, 0.0, counts)[0] == 1
@@ -257,9 +265,9 @@ def test_latency_histogram(impl):
 
 def _simulate(impl, ops):
     """Drive queue/launch/status with ``ops`` on 3 executors; every observable outcome."""
-    clients = [ClientData(b"c", 1), ClientData(b"d", 2)]
+    clients = [_client(impl), _client(impl, b"d", 2)]
     functions = {b"f": b"F" * 12, b"g": b"G" * 3, b"h": b"H" * 40}
-    executors = [_executor(i, cores=1 + i) for i in range(3)]
+    executors = [_executor(impl, i, cores=1 + i) for i in range(3)]
     pending, latency = deque(), impl.LatencyHistogram()
     counts = {"finished": 0, "failed": 0, "retried": 0}
     next_id, client_task_id, now, out = 1, 1, 0.0, []
@@ -268,7 +276,10 @@ def _simulate(impl, ops):
         if op == "submit":
             rows = []
             for i in range(1 + a % 5):
-                rows.append([client_task_id, sorted(functions)[(a + i) % 3], b"x" * ((b + i) % 23),
+                # now and then an id not above the last one (a repeat, even): what a client
+                # numbering its tasks otherwise would send
+                ctid = client_task_id - (b % 4) if a % 13 == 0 and i == 0 else client_task_id
+                rows.append([ctid, sorted(functions)[(a + i) % 3], b"x" * ((b + i) % 23),
                              (a + i) % 3 - 1 if (a + i) % 3 else 0])
                 client_task_id += 1
             next_id = impl.queue_tasks(clients[b % 2], rows, next_id, now, pending)
@@ -297,18 +308,33 @@ def _simulate(impl, ops):
                 client.results = []
         elif op == "cancel" and pending:
             pending[a % len(pending)].cancelled = True
+        elif op == "cancel_id":  # as the scheduler cancels a client's task by its id
+            client = clients[b % 2]
+            task = client.tasks.pop(a % (client_task_id + 1), None)
+            out.append(("cancel_id", None if task is None else task.task_id, len(client.tasks),
+                        a % (client_task_id + 1) in client.tasks))
+            if task is not None:
+                task.cancelled = True
         elif op == "charge" and pending:  # as after a loss: a suspect of loss 1 or 2
             task = pending[a % len(pending)]
             task.failures += ((task.attempt, "9", "lost"),)
             task.loss = 1 + b % 2
     out.append(("end", counts, latency.counts, round(latency.sum, 9), latency.count,
                 [(t.task_id, t.attempt, t.retries, t.cancelled) for t in pending],
-                [(sorted(e.running), e.suspect_losses, sorted(e.functions)) for e in executors],
-                [sorted(c.tasks) for c in clients]))
+                [(list(e.running), len(e.running), e.suspect_losses, sorted(e.functions))
+                 for e in executors],
+                [(list(c.tasks), len(c.tasks), [t.task_id for t in c.tasks.values()]) for c in clients]))
+    for client in clients:
+        client.tasks.clear()
+        assert len(client.tasks) == 0 and list(client.tasks) == []
+    for executor in executors:
+        executor.running.clear()
+        assert len(executor.running) == 0 and list(executor.running) == []
     return out
 
 
-TASK_OPS = st.lists(st.tuples(st.sampled_from(["submit", "launch", "update", "update", "cancel", "charge"]),
+TASK_OPS = st.lists(st.tuples(st.sampled_from(["submit", "launch", "update", "update", "cancel", "charge",
+                                               "cancel_id"]),
                               st.integers(min_value=0, max_value=100),
                               st.integers(min_value=0, max_value=100)), max_size=120)
 
@@ -322,5 +348,53 @@ def test_task_path_compiled_agrees_with_reference(ops):
 def test_task_path_agreement_at_scale():
     rng = random.Random(5)
     ops = [(rng.choice(["submit", "submit", "launch", "launch", "update", "update", "update", "cancel",
-                        "charge"]), rng.randint(0, 100), rng.randint(0, 100)) for _ in range(20000)]
+                        "charge", "cancel_id"]), rng.randint(0, 100), rng.randint(0, 100))
+           for _ in range(20000)]
     assert _simulate(_fastpath, ops) == _simulate(_fastpath_py, ops)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_running_and_client_tasks_read_like_dicts(impl):
+    client, pending = _client(impl), deque()
+    impl.queue_tasks(client, [[i, b"f", b"x", 0] for i in (5, 9, 12, 40)], 1, 0.0, pending)
+    executor = _executor(impl, 0, cores=8)
+    impl.launch_tasks(pending, 3, executor, {b"f": b"F"}, 1 << 20, impl.LatencyHistogram(), 0.0)
+    running = executor.running
+    assert list(running) == list(running.keys()) == [1, 2, 3] and len(running) == 3
+    assert [t.task_id for t in running.values()] == [1, 2, 3]
+    assert [(i, t.task_id) for i, t in running.items()] == [(1, 1), (2, 2), (3, 3)]
+    assert 2 in running and 4 not in running and "2" not in running and (1 << 80) not in running
+    assert running[2].client_task_id == 9 and running.get(4) is None and running.get(4, 0) == 0
+    with pytest.raises(KeyError):
+        running[4]
+    tasks = client.tasks
+    assert list(tasks) == [5, 9, 12, 40] and len(tasks) == 4 and 12 in tasks and 13 not in tasks
+    assert tasks[40].task_id == 4 and tasks.get(41) is None and tasks.pop(41, None) is None
+    assert tasks.pop(12).task_id == 3 and list(tasks) == [5, 9, 40]
+    with pytest.raises(KeyError):
+        tasks.pop(12)
+    impl.queue_tasks(client, [[7, b"f", b"x", 0], [9, b"f", b"y", 0]], 5, 0.0, pending)  # not above 40
+    assert list(tasks) == [5, 9, 40, 7] and tasks[9].task_id == 6 and len(tasks) == 4
+    tasks.clear()
+    running.clear()
+    assert not tasks and not running and list(tasks) == list(running) == []
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_many_tasks_in_and_out_of_the_tables(impl):
+    # enough to grow, compact and rebuild the compiled tables many times over
+    client, pending, latency = _client(impl), deque(), impl.LatencyHistogram()
+    executors = [_executor(impl, i, cores=64) for i in range(3)]
+    counts = {"finished": 0, "failed": 0, "retried": 0}
+    impl.queue_tasks(client, [[i, b"f", b"x", 0] for i in range(20000)], 1, 0.0, pending)
+    rng = random.Random(7)
+    while pending or any(e.running for e in executors):
+        executor = rng.choice(executors)
+        impl.launch_tasks(pending, rng.randint(0, 300), executor, {b"f": b"F"}, 1 << 20, latency, 0.0)
+        held = list(executor.running)
+        rng.shuffle(held)
+        updates = [[task_id, 1, 1, b"r"] for task_id in held[:rng.randint(0, len(held))]]
+        impl.apply_status_updates(executor, updates, pending, 0.0, counts)
+        assert len(client.tasks) == 20000 - counts["finished"]
+    assert counts["finished"] == 20000 and not client.tasks
+    assert sorted(row[0] for row in client.results) == list(range(20000))

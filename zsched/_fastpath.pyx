@@ -6,22 +6,35 @@ for what each name does).
 buffers, so ``offer`` touches no Python object per task: Python objects are made once per
 executor that receives tasks. ``Task`` is a C struct with typed fields; ``launch_tasks``
 and ``apply_status_updates`` loop over it in C, with only the container operations that
-the messages need (a dict entry per running task, the rows themselves), no attribute
-lookups and no interpreter in between.
+the messages need (the rows themselves), no attribute lookups and no interpreter in
+between. ``RunningTasks`` (an executor's tasks by task id) and ``ClientTasks`` (a client's
+tasks by client task id) keep their tasks in C arrays, so a task joins and leaves them
+without a dict entry made and dropped per task.
 """
 cimport cython
-from cpython.long cimport PyLong_AsLongAndOverflow
+from cpython.long cimport PyLong_AsLongAndOverflow, PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(object)
-from libc.stdlib cimport malloc, realloc, free
+    PyObject *PyList_GET_ITEM(object, Py_ssize_t)
+    void PyList_SET_ITEM(object, Py_ssize_t, PyObject *)
+from libc.stdlib cimport malloc, calloc, realloc, free
 
 from .protocol import TaskState
 
 cdef long FINISHED = TaskState.FINISHED
 cdef long FAILED = TaskState.FAILED
 cdef long RETURNED = TaskState.RETURNED
+
+
+cdef inline void set_item(list row, Py_ssize_t i, object value) noexcept:
+    """``row[i] = value``, for ``i`` below ``len(row)``, inline."""
+    cdef PyObject *old = PyList_GET_ITEM(row, i)
+    Py_INCREF(value)
+    PyList_SET_ITEM(row, i, <PyObject *>value)
+    Py_DECREF(<object>old)
 
 
 cdef struct Ring:
@@ -245,15 +258,21 @@ cdef class Task:
     cdef public object loss
     cdef public bint cancelled
     cdef public double queued_at
+    cdef long long _id            # task_id as a C integer: its key in RunningTasks
+    cdef PyObject *_run_prev      # its neighbours in its executor's RunningTasks, in launch order
+    cdef PyObject *_run_next
+    cdef Py_ssize_t _client_pos   # its index in its client's ClientTasks array, or -1
 
     def __init__(self, task_id, client, client_task_id, retries, list row, double queued_at=0.0):
         self.task_id = task_id
+        self._id = as_long_long(task_id)
         self.client = client
         self.client_task_id = client_task_id
         self.retries = retries
         self.row = row
         self.failures = ()
         self.queued_at = queued_at
+        self._client_pos = -1
 
     @property
     def function(self):
@@ -264,12 +283,386 @@ cdef class Task:
         return self.row[3]
 
 
+cdef long as_long(object value) noexcept:
+    """``value`` (an int) as a C long, or 0 when it does not fit: no attempt or state is 0."""
+    cdef int overflow = 0
+    cdef long result = PyLong_AsLongAndOverflow(value, &overflow)
+    return 0 if overflow else result
+
+
+cdef long long as_long_long(object value) noexcept:
+    """``value`` (an int) as a C long long, or 0 when it does not fit (no task id is 0)."""
+    cdef int overflow = 0
+    cdef long long result = PyLong_AsLongLongAndOverflow(value, &overflow)
+    return 0 if overflow else result
+
+
+cdef inline Py_ssize_t home_slot(long long key, Py_ssize_t mask) noexcept:
+    """The first slot to probe for task id ``key``: runs of 16 consecutive ids take
+    consecutive slots (an executor is given runs of consecutive ids, and reports them in
+    about that order), and the runs are spread over the table by Fibonacci hashing, since
+    the runs an executor holds are often a fixed distance apart."""
+    cdef unsigned long long run = (<unsigned long long>key) >> 4
+    return <Py_ssize_t>((((run * 0x9E3779B97F4A7C15ULL) >> 32) << 4) | (key & 15)) & mask
+
+
+cdef struct Entry:
+    long long key          # a task id; in an empty slot 0, in a slot left by a task -1
+    PyObject *task         # NULL in an empty or left slot
+
+
+cdef class RunningTasks:
+    """The tasks launched on one executor and not yet reported: task id -> Task, in launch
+    order (``executor.running``; a dict in the reference). A hash table of task ids (open
+    addressing, linear probing, slots left by a task marked until the table is rebuilt)
+    finds a task; the tasks are linked in launch order through two fields of their own.
+    The home slot of a task id is the id modulo the table size: an executor is given runs
+    of consecutive task ids and reports them in about that order, so its lookups and
+    removals walk the table in order and most tasks sit in their home slot. The table
+    holds a reference to each task."""
+    cdef Entry *_slots
+    cdef Py_ssize_t _mask      # slots - 1; slots is a power of two
+    cdef Py_ssize_t _count     # slots holding a task
+    cdef Py_ssize_t _left      # slots left by a task
+    cdef PyObject *_first
+    cdef PyObject *_last
+
+    def __cinit__(self):
+        self._slots = <Entry *>calloc(16, sizeof(Entry))
+        if self._slots == NULL:
+            raise MemoryError()
+        self._mask = 15
+
+    def __dealloc__(self):
+        if self._slots != NULL:
+            self._clear()
+        free(self._slots)
+
+    cdef void _rebuild(self, Py_ssize_t n) except *:
+        """Move the tasks to a table of ``n`` slots, with no left slot."""
+        cdef Entry *old = self._slots
+        cdef Py_ssize_t i, j, old_n = self._mask + 1
+        cdef Entry *slots = <Entry *>calloc(n, sizeof(Entry))
+        if slots == NULL:
+            raise MemoryError()
+        self._slots = slots
+        self._mask = n - 1
+        self._left = 0
+        for i in range(old_n):
+            if old[i].task != NULL:
+                j = home_slot(old[i].key, self._mask)
+                while slots[j].task != NULL:
+                    j = (j + 1) & self._mask
+                slots[j] = old[i]
+        free(old)
+
+    cdef inline Py_ssize_t _slot_of(self, long long key) noexcept:
+        """The slot holding task id ``key``, or -1."""
+        cdef Entry *slots = self._slots
+        cdef Py_ssize_t i = home_slot(key, self._mask)
+        while slots[i].task != NULL or slots[i].key != 0:
+            if slots[i].key == key and slots[i].task != NULL:
+                return i
+            i = (i + 1) & self._mask
+        return -1
+
+    cdef int _add(self, Task task) except -1:
+        """Append ``task`` (not held yet: launch_tasks launches a task held nowhere)."""
+        cdef Py_ssize_t i, n = self._mask + 1
+        if 2 * (self._count + self._left + 1) > n:  # short probes: half the slots empty
+            self._rebuild(2 * n if 4 * (self._count + 1) > n else n)
+        i = home_slot(task._id, self._mask)
+        while self._slots[i].task != NULL:
+            i = (i + 1) & self._mask
+        if self._slots[i].key != 0:
+            self._left -= 1
+        Py_INCREF(task)
+        self._slots[i].key = task._id
+        self._slots[i].task = <PyObject *>task
+        task._run_prev = self._last
+        task._run_next = NULL
+        if self._last != NULL:
+            (<Task>self._last)._run_next = <PyObject *>task
+        else:
+            self._first = <PyObject *>task
+        self._last = <PyObject *>task
+        self._count += 1
+        return 0
+
+    cdef void _remove_slot(self, Py_ssize_t i) noexcept:
+        """Take out the task in slot ``i`` and drop the table's reference to it."""
+        cdef Task task = <Task>self._slots[i].task
+        if task._run_prev != NULL:
+            (<Task>task._run_prev)._run_next = task._run_next
+        else:
+            self._first = task._run_next
+        if task._run_next != NULL:
+            (<Task>task._run_next)._run_prev = task._run_prev
+        else:
+            self._last = task._run_prev
+        task._run_prev = task._run_next = NULL
+        self._slots[i].task = NULL
+        self._slots[i].key = -1
+        self._left += 1
+        self._count -= 1
+        Py_DECREF(task)  # the caller's ``task`` still holds one
+
+    cdef void _clear(self) noexcept:
+        cdef PyObject *p = self._first
+        cdef Task task
+        cdef Py_ssize_t i
+        while p != NULL:
+            task = <Task>p
+            p = task._run_next
+            task._run_prev = task._run_next = NULL
+            Py_DECREF(task)
+        for i in range(self._mask + 1):
+            self._slots[i].task = NULL
+            self._slots[i].key = 0
+        self._first = self._last = NULL
+        self._count = self._left = 0
+
+    cdef Py_ssize_t _find(self, object task_id):
+        if type(task_id) is not int:
+            return -1
+        cdef long long key = as_long_long(task_id)
+        return -1 if key == 0 else self._slot_of(key)
+
+    def __len__(self):
+        return self._count
+
+    def __contains__(self, task_id):
+        return self._find(task_id) >= 0
+
+    def __getitem__(self, task_id):
+        cdef Py_ssize_t i = self._find(task_id)
+        if i < 0:
+            raise KeyError(task_id)
+        return <object>self._slots[i].task
+
+    def get(self, task_id, default=None):
+        cdef Py_ssize_t i = self._find(task_id)
+        return default if i < 0 else <object>self._slots[i].task
+
+    def values(self):
+        """The tasks, in launch order (a list)."""
+        cdef list tasks = []
+        cdef PyObject *p = self._first
+        while p != NULL:
+            tasks.append(<object>p)
+            p = (<Task>p)._run_next
+        return tasks
+
+    def keys(self):
+        return [task.task_id for task in self.values()]
+
+    def items(self):
+        return [(task.task_id, task) for task in self.values()]
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def clear(self):
+        self._clear()
+
+
+cdef class ClientTasks:
+    """A client's tasks in flight: client task id -> Task, in submission order
+    (``client.tasks``; a dict in the reference).
+
+    While the client numbers its tasks in increasing order, as zsched's client does, they
+    sit in an array in that order, their ids in another beside it: a task joins and leaves
+    with a store, and a cancel finds its id by bisection. The array is compacted when it is
+    full and half empty. Once an id is not above the one before (or not a 64-bit int), the
+    tasks move to a dict, for good: the same behaviour, at a dict's cost. It holds a
+    reference to each task."""
+    cdef PyObject **_tasks     # NULL where a task left
+    cdef long long *_keys      # increasing
+    cdef Py_ssize_t _head      # _tasks[:_head] are all NULL
+    cdef Py_ssize_t _end
+    cdef Py_ssize_t _capacity
+    cdef Py_ssize_t _count
+    cdef bint _any             # a task was added: _last_key holds
+    cdef long long _last_key
+    cdef dict _by_id           # None while the ids increase
+
+    def __dealloc__(self):
+        self._clear()
+        free(self._tasks)
+        free(self._keys)
+
+    cdef int _add(self, Task task, object client_task_id) except -1:
+        cdef int overflow = 0
+        cdef long long key
+        if self._by_id is not None:
+            self._by_id[client_task_id] = task
+            return 0
+        if type(client_task_id) is int:
+            key = PyLong_AsLongLongAndOverflow(client_task_id, &overflow)
+        if type(client_task_id) is not int or overflow or (self._any and key <= self._last_key):
+            self._to_dict()
+            self._by_id[client_task_id] = task
+            return 0
+        if self._end == self._capacity:
+            self._make_room()
+        Py_INCREF(task)
+        self._tasks[self._end] = <PyObject *>task
+        self._keys[self._end] = key
+        task._client_pos = self._end
+        self._end += 1
+        self._count += 1
+        self._any = True
+        self._last_key = key
+        return 0
+
+    cdef void _make_room(self) except *:
+        cdef Py_ssize_t i, n = 0
+        cdef Py_ssize_t capacity = self._capacity
+        for i in range(self._head, self._end):  # compact: the tasks to the front, in order
+            if self._tasks[i] != NULL:
+                self._tasks[n] = self._tasks[i]
+                self._keys[n] = self._keys[i]
+                (<Task>self._tasks[n])._client_pos = n
+                n += 1
+        self._head = 0
+        self._end = n
+        if 2 * n >= capacity:
+            capacity = 2 * capacity if capacity else 64
+            self._tasks = <PyObject **>grow_array(self._tasks, capacity, sizeof(PyObject *))
+            self._keys = <long long *>grow_array(self._keys, capacity, sizeof(long long))
+            self._capacity = capacity
+
+    cdef void _to_dict(self) except *:
+        cdef dict by_id = {}
+        cdef Py_ssize_t i
+        cdef Task task
+        for i in range(self._head, self._end):
+            if self._tasks[i] != NULL:
+                task = <Task>self._tasks[i]
+                by_id[task.client_task_id] = task
+        self._clear()
+        self._by_id = by_id
+
+    cdef inline void _discard(self, Task task) noexcept:
+        """Take ``task`` out (array mode; the caller holds a reference to it)."""
+        cdef Py_ssize_t pos = task._client_pos
+        if pos < 0:
+            return
+        task._client_pos = -1
+        self._tasks[pos] = NULL
+        self._count -= 1
+        if self._count == 0:
+            self._head = self._end = 0
+        else:
+            while self._tasks[self._head] == NULL:
+                self._head += 1
+        Py_DECREF(task)
+
+    cdef int _remove(self, Task task) except -1:
+        """``task`` ended: as ``pop(task.client_task_id, None)``."""
+        if self._by_id is not None:
+            self._by_id.pop(task.client_task_id, None)
+        else:
+            self._discard(task)
+        return 0
+
+    cdef Py_ssize_t _find(self, object client_task_id):
+        """The array index of a task of the client with this id, or -1."""
+        cdef int overflow = 0
+        cdef long long key
+        cdef Py_ssize_t low = self._head, high = self._end, middle
+        if type(client_task_id) is not int:
+            return -1
+        key = PyLong_AsLongLongAndOverflow(client_task_id, &overflow)
+        if overflow:
+            return -1
+        while low < high:
+            middle = (low + high) // 2
+            if self._keys[middle] < key:
+                low = middle + 1
+            else:
+                high = middle
+        if low < self._end and self._keys[low] == key and self._tasks[low] != NULL:
+            return low
+        return -1
+
+    cdef void _clear(self) noexcept:
+        cdef Py_ssize_t i
+        cdef Task task
+        for i in range(self._head, self._end):
+            if self._tasks[i] != NULL:
+                task = <Task>self._tasks[i]
+                self._tasks[i] = NULL
+                task._client_pos = -1
+                Py_DECREF(task)
+        self._head = self._end = self._count = 0
+
+    def __len__(self):
+        return len(self._by_id) if self._by_id is not None else self._count
+
+    def __contains__(self, client_task_id):
+        if self._by_id is not None:
+            return client_task_id in self._by_id
+        return self._find(client_task_id) >= 0
+
+    def get(self, client_task_id, default=None):
+        if self._by_id is not None:
+            return self._by_id.get(client_task_id, default)
+        cdef Py_ssize_t i = self._find(client_task_id)
+        return default if i < 0 else <object>self._tasks[i]
+
+    def __getitem__(self, client_task_id):
+        task = self.get(client_task_id)
+        if task is None:
+            raise KeyError(client_task_id)
+        return task
+
+    def pop(self, client_task_id, *default):
+        cdef Task task
+        if self._by_id is not None:
+            return self._by_id.pop(client_task_id, *default)
+        cdef Py_ssize_t i = self._find(client_task_id)
+        if i < 0:
+            if default:
+                return default[0]
+            raise KeyError(client_task_id)
+        task = <Task>self._tasks[i]
+        self._discard(task)
+        return task
+
+    def values(self):
+        """The tasks, in submission order (a list)."""
+        if self._by_id is not None:
+            return list(self._by_id.values())
+        return [<object>self._tasks[i] for i in range(self._head, self._end)
+                if self._tasks[i] != NULL]
+
+    def keys(self):
+        if self._by_id is not None:
+            return list(self._by_id)
+        return [task.client_task_id for task in self.values()]
+
+    def items(self):
+        return [(task.client_task_id, task) for task in self.values()] if self._by_id is None \
+            else list(self._by_id.items())
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def clear(self):
+        if self._by_id is not None:
+            self._by_id.clear()
+        else:
+            self._clear()
+
+
 def queue_tasks(client, list rows, next_id, double now, pending):
-    cdef dict client_tasks = client.tasks
+    cdef ClientTasks client_tasks = client.tasks
     cdef list row
     cdef Task task
     cdef tuple no_failures = ()
     cdef object last_function = None
+    cdef long long task_id = next_id
     append = pending.append
     for row in rows:
         client_task_id, function, args, retries = row
@@ -277,28 +670,30 @@ def queue_tasks(client, list rows, next_id, double now, pending):
             function = last_function
         else:
             last_function = function
-        row[0] = next_id
-        row[1] = 0
-        row[2] = function
-        row[3] = args
-        PyObject_GC_UnTrack(row)  # ints and bytes only, now and after each launch: no cycle
         task = Task.__new__(Task)
-        task.task_id = next_id
+        task.task_id = PyLong_FromLongLong(task_id)
+        task._id = task_id
+        set_item(row, 0, task.task_id)  # four items: the unpacking above checked
+        set_item(row, 1, 0)
+        set_item(row, 2, function)
+        set_item(row, 3, args)
+        PyObject_GC_UnTrack(row)  # ints and bytes only, now and after each launch: no cycle
         task.client = client
         task.client_task_id = client_task_id
         task.retries = retries
         task.row = row
         task.failures = no_failures
         task.queued_at = now
-        client_tasks[client_task_id] = task
+        task._client_pos = -1
+        client_tasks._add(task, client_task_id)
         append(task)
-        next_id += 1
-    return next_id
+        task_id += 1
+    return task_id
 
 
 def launch_tasks(tasks, long count, executor, dict functions, Py_ssize_t limit,
                  LatencyHistogram latency, double now):
-    cdef dict running = executor.running
+    cdef RunningTasks running = executor.running
     cdef dict avoid = executor.suspect_losses
     cdef set known = executor.functions
     cdef list batches = []
@@ -320,10 +715,10 @@ def launch_tasks(tasks, long count, executor, dict functions, Py_ssize_t limit,
             avoid[task.loss] = avoid.get(task.loss, 0) + 1
         task.attempt += 1
         task.executor = executor
-        running[task.task_id] = task
+        running._add(task)
         latency.observe_one(now - task.queued_at)
         row = task.row
-        row[1] = task.attempt
+        set_item(row, 1, task.attempt)  # the task's own row of four
         digest = row[2]
         if digest is last_digest:  # seen in this call: held by the executor or in needed
             new = False
@@ -350,34 +745,30 @@ def launch_tasks(tasks, long count, executor, dict functions, Py_ssize_t limit,
     return batches, launched
 
 
-cdef long as_long(object value) noexcept:
-    """``value`` (an int) as a C long, or 0 when it does not fit: no attempt or state is 0."""
-    cdef int overflow = 0
-    cdef long result = PyLong_AsLongAndOverflow(value, &overflow)
-    return 0 if overflow else result
-
-
 def apply_status_updates(executor, list updates, pending, double now, dict counts):
-    cdef dict running = executor.running
+    cdef RunningTasks running = executor.running
     cdef dict losses = executor.suspect_losses
     cdef Py_ssize_t stale = 0, freed = 0, finished = 0, failed = 0, done = 0, errors = 0
-    cdef Py_ssize_t retried = 0
+    cdef Py_ssize_t retried = 0, slot
     cdef list returned = []
+    cdef list row
     cdef Task task
     cdef long state
-    cdef object found, left, client, last_client = None
-    cdef dict client_tasks = None
+    cdef object state_value, payload, left, client, last_client = None
+    cdef ClientTasks client_tasks = None
     cdef list client_results = None
-    for task_id, attempt, state_value, payload in updates:
-        found = running.get(task_id)
-        if found is None:
+    for row in updates:
+        if len(row) != 4:
+            raise ValueError(f"a status update has 4 fields, not {len(row)}")
+        slot = running._slot_of(as_long_long(row[0]))
+        if slot < 0:
             stale += 1
             continue
-        task = <Task>found
-        if task.attempt != as_long(attempt):
+        task = <Task>running._slots[slot].task
+        if task.attempt != as_long(row[1]):
             stale += 1
             continue
-        del running[task_id]
+        running._remove_slot(slot)
         freed += 1
         task.executor = None
         if task.failures:
@@ -386,6 +777,7 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
                 losses[task.loss] = left
             else:
                 del losses[task.loss]
+        state_value = row[2]
         state = as_long(state_value)
         if state == FINISHED:
             done += 1
@@ -412,8 +804,14 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
             last_client = client
             client_tasks = client.tasks
             client_results = client.results
-        client_tasks.pop(task.client_task_id, None)
-        client_results.append([task.client_task_id, state_value, payload])
+        client_tasks._remove(task)
+        # the update row becomes the result row, [client task id, state, payload]
+        payload = row[3]
+        set_item(row, 0, task.client_task_id)
+        set_item(row, 1, state_value)
+        set_item(row, 2, payload)
+        del row[3]
+        client_results.append(row)
     executor.tasks_done += done
     executor.tasks_failed += errors
     counts["finished"] += finished

@@ -143,6 +143,16 @@ class SlotTable:
             raise KeyError(index)
 
 
+# An executor's tasks launched and not yet reported: task id -> Task, in launch order
+# (``executor.running``). The compiled fast path has a class of its own, with the same
+# reads (len, iteration, ``[]``, ``get``, ``in``, ``keys``, ``values``, ``items``) and ``clear``.
+RunningTasks = dict
+
+# A client's tasks in flight: client task id -> Task, in submission order (``client.tasks``).
+# The compiled fast path has a class of its own, with the reads above, ``pop`` and ``clear``.
+ClientTasks = dict
+
+
 class Task:
     """A submitted task as the driver holds it.
 
@@ -253,7 +263,9 @@ def apply_status_updates(executor, updates, pending, now, counts):
     and has retries left it goes back to the front of ``pending`` (``retried`` of them),
     else its result is queued for its client (``client.results``) and counted in
     ``counts``. Tasks given back unstarted are ``returned``, in order, for the scheduler
-    to queue again. ``freed`` tasks left the executor, ``ran`` of them ran."""
+    to queue again. ``freed`` tasks left the executor, ``ran`` of them ran. A result row
+    may be the update row itself, changed in place (the compiled path does so: no list
+    made per task), so the caller must not use ``updates`` afterwards."""
     running = executor.running
     losses = executor.suspect_losses
     stale = freed = finished = failed = done = errors = retried = 0

@@ -2,18 +2,18 @@
 selects the pure-Python reference ``_fastpath_py``. Both export ``NAMES``."""
 import os
 
-NAMES = ("SlotTable", "Task", "queue_tasks", "launch_tasks", "apply_status_updates",
-         "LatencyHistogram", "LATENCY_BUCKETS")
+NAMES = ("SlotTable", "Task", "RunningTasks", "ClientTasks", "queue_tasks", "launch_tasks",
+         "apply_status_updates", "LatencyHistogram", "LATENCY_BUCKETS")
 __all__ = [*NAMES, "IMPLEMENTATION"]
 
 if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0"):
-    from ._fastpath_py import (LATENCY_BUCKETS, LatencyHistogram, SlotTable, Task,
-                               apply_status_updates, launch_tasks, queue_tasks)
+    from ._fastpath_py import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, RunningTasks,
+                               SlotTable, Task, apply_status_updates, launch_tasks, queue_tasks)
     IMPLEMENTATION = "pure-Python reference (ZSCHED_PUREPYTHON is set)"
 else:
     try:
-        from ._fastpath import (LATENCY_BUCKETS, LatencyHistogram, SlotTable, Task,
-                                apply_status_updates, launch_tasks, queue_tasks)
+        from ._fastpath import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, RunningTasks,
+                                SlotTable, Task, apply_status_updates, launch_tasks, queue_tasks)
     except ImportError as exc:  # pragma: no cover - depends on the build
         raise ImportError(
             "zsched's compiled fast path is missing; build it with `pip install .` "

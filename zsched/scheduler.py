@@ -9,7 +9,8 @@ import math
 import time
 from collections import deque
 
-from .fastpath import LatencyHistogram, SlotTable, apply_status_updates, launch_tasks, queue_tasks
+from .fastpath import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
+                       launch_tasks, queue_tasks)
 from .protocol import TaskState
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ class ClientData:
         self.routing_id = routing_id
         self.pid = pid
         self.functions = set()  # digests of the functions it sent
-        self.tasks = {}      # client task id -> Task
+        self.tasks = ClientTasks()  # client task id -> Task, in submission order
         self.results = []    # [client task id, state, payload] waiting to be sent
 
 
@@ -44,7 +45,7 @@ class ExecutorData:
         self.slot = slot          # index in the SlotTable
         self.slots = slots        # tasks it may hold, running and queued
         self.task_seconds = None  # moving average of its tasks' run time
-        self.running = {}         # task id -> Task launched here and not yet reported, in launch order
+        self.running = RunningTasks()  # task id -> Task launched here and not yet reported, in launch order
         self.suspect_losses = {}  # loss id -> tasks running here that were lost together before
         self.decommissioning = False
         self.functions = set()    # function digests this executor already holds
