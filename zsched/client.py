@@ -572,11 +572,18 @@ class Client(concurrent.futures.Executor):
         """The messages for the driver out of what the calling threads queued since the
         last turn, in their order; nothing after a ClientGoodbye. Called by the thread that
         talks to the driver: the I/O thread, or the thread of a driver in this process."""
+        outbox = self._outbox
+        if not self._cancels and len(outbox) <= 1:
+            if not outbox:
+                return ()
+            if type(outbox[0][0]) is int:
+                # a lone task (a caller that waits for each result): no pass over the
+                # queue. Only this thread pops, so the row seen is the row taken.
+                return self._lone_task_messages(outbox.popleft())
         # cancels first: a task cancelled before this turn's items were taken is among
         # them (sent now: withdrawn) or left in an earlier turn (its CancelTasks may go first)
         cancels = self._cancels
         cancels = list(itertools.islice(iter(cancels.popleft, None), len(cancels)))
-        outbox = self._outbox
         items = list(itertools.islice(iter(outbox.popleft, None), len(outbox)))
         if not (items or cancels):
             return ()
@@ -611,6 +618,19 @@ class Client(concurrent.futures.Executor):
                 return messages
         self._submit_messages(items[start:], messages)
         return messages
+
+    def _lone_task_messages(self, row):
+        """``_submit_messages`` for one task row: it fits in a frame with its function
+        (``submit`` checked that)."""
+        if self._lost is not None:
+            return ()
+        digest = row[1]
+        if digest in self._sent_functions:
+            functions = {}
+        else:
+            functions = {digest: self._function_blobs.pop(digest)}
+            self._sent_functions.add(digest)
+        return [p.SubmitTasks(functions, [row])]
 
     def _submit_messages(self, tasks, messages):
         """Append to ``messages`` the SubmitTasks for these task rows, with the functions

@@ -115,9 +115,13 @@ def _rows(*types):
     just_list, just_n = {list}, {n}
 
     def check(value):
+        if type(value) is not list:
+            return False
+        if len(value) == 1:  # a lone task: a third of the passes below
+            row = value[0]
+            return type(row) is list and list(map(type, row)) == expected
         # three passes that each loop in C: rows are lists, of length n, of these types
-        return (type(value) is list
-                and set(map(type, value)) <= just_list
+        return (set(map(type, value)) <= just_list
                 and set(map(len, value)) <= just_n
                 and list(map(type, chain.from_iterable(value))) == expected * len(value))
     return check
