@@ -256,6 +256,21 @@ def test_wait_as_completed_and_callbacks_see_each_future_once(client):
     assert sorted(map(str, calls)) == sorted(map(str, [("early", "early"), *range(10), "late"]))
 
 
+def test_a_done_callback_may_submit_and_a_task_may_follow_in_the_caller(client):
+    """Callbacks run in the thread that completes futures (the client's I/O thread, or the
+    driver's thread for a client in its process): one that submits must not stall it."""
+    chained = []
+    done = threading.Event()
+
+    def then(future):
+        follow = client.submit(identity, future.result() + 1)
+        follow.add_done_callback(lambda f: (chained.append(f.result()), done.set()))
+
+    client.submit(identity, 41).add_done_callback(then)
+    assert done.wait(30) and chained == [42]
+    assert client.submit(identity, "after").result(30) == "after"
+
+
 def test_a_pending_future_is_one_object_for_the_gc():
     condition = threading.Condition()
     gc.collect()

@@ -109,8 +109,9 @@ class Client(concurrent.futures.Executor):
     """Submit Python callables to a zsched driver.
 
     ``Client()`` starts an embedded local cluster (its driver in a thread of this process,
-    reached over inproc://, and one executor process per core; see ``LocalCluster`` and
-    its ``in_process``) and stops it at shutdown. ``Client("tcp://host:port",
+    and one executor process per core; see ``LocalCluster`` and its ``in_process``) and
+    stops it at shutdown; the driver's thread takes this client's tasks and completes its
+    futures (and runs their done-callbacks) itself. ``Client("tcp://host:port",
     secret_file=...)`` connects to a running driver; without a secret file (argument,
     ``ZSCHED_SECRET_FILE`` or ``ZSCHED_SECRET``) it connects without security, which only
     a driver started with ``--insecure`` accepts.
@@ -812,7 +813,9 @@ class Client(concurrent.futures.Executor):
             with self._submit_lock:
                 self._queue_control(("goodbye",))
             # the I/O thread, or the driver's thread in this process, sends it or stops
-            self._io_done.wait(self.timeout)
+            # (not waited for in the driver's thread itself: a done-callback that shuts down)
+            if self._driver is None or threading.current_thread() is not self._driver._thread:
+                self._io_done.wait(self.timeout)
             if self._io_thread is not None:
                 self._io_thread.join(self.timeout)
         self._fail_all(TaskFailed("the client was shut down"))
