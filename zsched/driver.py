@@ -264,7 +264,7 @@ class Driver:
     def _receive(self):
         """Handle up to ``_RECV_BATCH`` waiting messages; True if more may wait."""
         router = self.router
-        handlers = self._handlers
+        handle = self._handle
         counters = self.counters
         for _ in range(_RECV_BATCH):
             try:
@@ -282,20 +282,24 @@ class Driver:
                 except ProtocolError as exc:
                     self._warn_peer(rid, str(exc))
                 else:
-                    handler = handlers.get(msg.TYPE)
-                    if handler is None:
-                        self._warn_peer(rid, f"{type(msg).__name__} is not a message for the driver")
-                    else:
-                        try:
-                            handler(self, rid, msg)
-                        except Exception:
-                            # a bug for one message must not stop the loop
-                            log.exception("error handling %s from peer %s", type(msg).__name__,
-                                          rid.hex())
+                    handle(rid, msg)
             # whether more waits: a recv that raises zmq.Again would cost five times as much
             if not router.getsockopt(_ZMQ_EVENTS) & _POLLIN:
                 return False
         return True  # more may wait
+
+    def _handle(self, rid, msg):
+        """Handle a well-formed message from peer ``rid`` (of the ROUTER, or a client in this
+        process)."""
+        handler = self._handlers.get(msg.TYPE)
+        if handler is None:
+            self._warn_peer(rid, f"{type(msg).__name__} is not a message for the driver")
+            return
+        try:
+            handler(self, rid, msg)
+        except Exception:
+            # a bug for one message must not stop the loop
+            log.exception("error handling %s from peer %s", type(msg).__name__, rid.hex())
 
     def _receive_local(self):
         """Handle what the clients in this process queued (see ``connect_local``): the same
@@ -304,7 +308,7 @@ class Driver:
         while arrivals:
             key, client = arrivals.popleft()
             self._local_clients[key] = client
-        handlers = self._handlers
+        handle = self._handle
         counters = self.counters
         for key, client in list(self._local_clients.items()):
             try:
@@ -315,18 +319,11 @@ class Driver:
             for msg in messages:
                 counters["messages_in"] += 1
                 try:
-                    p.check(msg)
+                    p.check(msg)  # what decode checks of a frame
                 except ProtocolError as exc:
                     self._warn_peer(key, str(exc))
                     continue
-                handler = handlers.get(msg.TYPE)
-                if handler is None:
-                    self._warn_peer(key, f"{type(msg).__name__} is not a message for the driver")
-                    continue
-                try:
-                    handler(self, key, msg)
-                except Exception:
-                    log.exception("error handling %s from client %s", type(msg).__name__, key.hex())
+                handle(key, msg)
                 if msg.TYPE == MsgType.CLIENT_GOODBYE:
                     del self._local_clients[key]  # it sends nothing after its goodbye
                     break
