@@ -79,8 +79,8 @@ class Driver:
         self._local_arrivals = deque()  # (key, Client) that asked to connect, for the loop
         self._local_keys = itertools.count(1)
         self.url = None
-        # inproc: the ROUTER also listens at ``inproc_url``, for clients in this process that
-        # share ``context`` (no network between them: no handshake, no ZeroMQ I/O thread)
+        # inproc: the ROUTER also listens at ``inproc_url``, for sockets in this process that
+        # share ``context`` (zsched's own clients here use connect_local instead)
         self.inproc = inproc
         self.inproc_url = None
         self.context = zmq.Context()
