@@ -1,4 +1,6 @@
-"""The Client as a concurrent.futures.Executor, against real local clusters."""
+"""The Client as a concurrent.futures.Executor, against real local clusters: with the
+driver in a process of its own (the client's socket and I/O thread), and in a thread of
+this process (the client hands its tasks to the driver's thread, which completes them)."""
 import concurrent.futures
 import os
 import subprocess
@@ -13,10 +15,10 @@ from zsched.errors import MessageTooLarge, RemoteTraceback, TaskFailed
 from conftest import wait_for
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with zsched.LocalCluster(n_executors=2, cores_per_executor=1,
-                             max_message_size="1MiB") as cluster:
+@pytest.fixture(scope="module", params=["driver process", "driver thread"])
+def cluster(request):
+    with zsched.LocalCluster(n_executors=2, cores_per_executor=1, max_message_size="1MiB",
+                             in_process=request.param == "driver thread") as cluster:
         yield cluster
 
 
@@ -221,6 +223,8 @@ def test_embedded_client_starts_and_stops_its_own_cluster():
     before = set(threading.enumerate())
     with zsched.Client() as client:
         assert client.address.startswith("inproc://")  # its driver is a thread of this process
+        # the driver's thread completes the futures: the client has no thread of its own
+        assert not [t for t in threading.enumerate() if t.name.startswith("zsched-client")]
         ids = client.executor_ids()
         assert len(ids) == (os.cpu_count() or 1)
         assert client.submit(add, 3, 4).result(10) == 7

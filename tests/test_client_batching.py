@@ -17,9 +17,12 @@ from conftest import wait_for
 FLOOD = 20_000
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with zsched.LocalCluster(n_executors=2, cores_per_executor=1) as cluster:
+@pytest.fixture(scope="module", params=["driver process", "driver thread"])
+def cluster(request):
+    # the client's socket and I/O thread, or (driver thread) the driver's thread taking the
+    # client's tasks and completing its futures
+    with zsched.LocalCluster(n_executors=2, cores_per_executor=1,
+                             in_process=request.param == "driver thread") as cluster:
         yield cluster
 
 
@@ -67,10 +70,11 @@ def test_submissions_from_many_threads_all_complete(client):
         k * 10_000: list(range(k * 10_000, k * 10_000 + 2_000)) for k in range(4)}
 
 
-def test_control_messages_keep_their_place_among_submissions():
+@pytest.mark.parametrize("in_process", [False, True], ids=["driver process", "driver thread"])
+def test_control_messages_keep_their_place_among_submissions(in_process):
     # no executor: every task the driver received stays queued, so its counts show what
     # arrived before each admin request
-    with zsched.LocalCluster(n_executors=0) as cluster:
+    with zsched.LocalCluster(n_executors=0, in_process=in_process) as cluster:
         client = cluster.client()
         futures = [client.submit(identity, i) for i in range(FLOOD)]
         tasks = client.status()["tasks"]
@@ -150,6 +154,47 @@ def test_a_driver_lost_during_a_flood_fails_every_future(driver_factory):
     client.shutdown()
 
 
+def test_a_driver_thread_stopped_during_a_flood_fails_every_future_of_its_client():
+    """The driver in this process stops while a thread floods its client: every future
+    fails (the driver's own error for the tasks it held, DriverConnectionError for the
+    others) and submitting raises DriverConnectionError."""
+    cluster = zsched.LocalCluster(n_executors=0, in_process=True)
+    try:
+        client = cluster.client()
+        submitted = []
+        raised = []
+        started = threading.Event()
+
+        def flood():
+            try:
+                for i in range(50 * FLOOD):
+                    submitted.append(client.submit(identity, i))
+                    if i == 1_000:
+                        started.set()
+            except zsched.DriverConnectionError as exc:
+                raised.append(exc)
+            finally:
+                started.set()
+
+        thread = threading.Thread(target=flood)
+        thread.start()
+        started.wait(60)
+        cluster._driver.request_stop()
+        cluster._driver.join(60)
+        thread.join(120)
+        assert raised, "the flood ended before the driver stopped: make it longer"
+        concurrent.futures.wait(submitted, timeout=60)
+        errors = {type(f.exception(0)) for f in submitted}
+        assert errors <= {zsched.DriverConnectionError, zsched.TaskFailed}, errors
+        with pytest.raises(zsched.DriverConnectionError):
+            client.submit(identity, 1)
+        with pytest.raises(zsched.DriverConnectionError):
+            client.status()
+        client.shutdown()
+    finally:
+        cluster.close()
+
+
 def test_cancelling_during_a_flood_loses_no_future(client):
     futures = [client.submit(identity, i) for i in range(FLOOD)]
     cancelled = {i for i, f in enumerate(futures) if i % 3 == 0 and f.cancel()}
@@ -209,6 +254,21 @@ def test_wait_as_completed_and_callbacks_see_each_future_once(client):
     wait_for(lambda: len(calls) == 11, message="callbacks")
     early.add_done_callback(lambda f: calls.append("late"))  # runs at once, when done
     assert sorted(map(str, calls)) == sorted(map(str, [("early", "early"), *range(10), "late"]))
+
+
+def test_a_done_callback_may_submit_and_a_task_may_follow_in_the_caller(client):
+    """Callbacks run in the thread that completes futures (the client's I/O thread, or the
+    driver's thread for a client in its process): one that submits must not stall it."""
+    chained = []
+    done = threading.Event()
+
+    def then(future):
+        follow = client.submit(identity, future.result() + 1)
+        follow.add_done_callback(lambda f: (chained.append(f.result()), done.set()))
+
+    client.submit(identity, 41).add_done_callback(then)
+    assert done.wait(30) and chained == [42]
+    assert client.submit(identity, "after").result(30) == "after"
 
 
 def test_a_pending_future_is_one_object_for_the_gc():

@@ -73,6 +73,28 @@ def test_malformed_frames_raise_protocol_error(frame, words):
         p.decode(frame)
 
 
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_check_accepts_what_decode_accepts(msg):
+    # check: for a client's message handed over in the driver's process, without a frame
+    p.check(p.decode(p.encode(msg)))
+    if type(msg).TYPE in (p.MsgType.CLIENT_HELLO, p.MsgType.SUBMIT_TASKS, p.MsgType.CANCEL_TASKS,
+                          p.MsgType.ADMIN_REQUEST, p.MsgType.CLIENT_GOODBYE):
+        p.check(msg)
+
+
+@pytest.mark.parametrize("msg, words", [
+    (p.SubmitTasks({}, [(1, b"d", b"a", 0)]), "tasks"),           # a row must be a list
+    (p.SubmitTasks({}, [[1, b"d", b"a", True]]), "tasks"),        # retries: a bool is no int
+    (p.SubmitTasks({}, [[1, b"d", b"a", 0], [2, b"d", b"a"]]), "tasks"),
+    (p.SubmitTasks({"f": b"x"}, []), "functions"),
+    (p.CancelTasks([1, "2"]), "task_ids"),
+    (p.AdminRequest(1, 2, []), "operation"),
+])
+def test_check_refuses_what_decode_refuses(msg, words):
+    with pytest.raises(ProtocolError, match=words):
+        p.check(msg)
+
+
 def test_size_limit_is_checked():
     frame = p.encode(p.StopExecutor("x" * 100))
     with pytest.raises(ProtocolError, match="exceeds the limit"):

@@ -1,8 +1,11 @@
 """``zsched.Client``: a ``concurrent.futures.Executor`` that runs tasks on a zsched cluster.
 
-The calling threads pickle tasks and queue them; one I/O thread owns the DEALER socket,
-sends whatever has queued up as one SubmitTasks message (a lone task leaves at once, a
-flood leaves in large frames) and completes futures from TaskResults.
+The calling threads pickle tasks and queue them. For a driver in another process, one I/O
+thread owns the DEALER socket, sends whatever has queued up as one SubmitTasks message (a
+lone task leaves at once, a flood leaves in large frames) and completes futures from
+TaskResults. For a driver in this process (``zsched.Client()``, a ``LocalCluster`` with
+``in_process=True``) there is no socket and no I/O thread: the driver's thread takes the
+same messages from the queue and completes the futures itself (``Driver.connect_local``).
 """
 import concurrent.futures
 import hashlib
@@ -106,14 +109,17 @@ class Client(concurrent.futures.Executor):
     """Submit Python callables to a zsched driver.
 
     ``Client()`` starts an embedded local cluster (its driver in a thread of this process,
-    reached over inproc://, and one executor process per core; see ``LocalCluster`` and
-    its ``in_process``) and stops it at shutdown. ``Client("tcp://host:port",
+    and one executor process per core; see ``LocalCluster`` and its ``in_process``) and
+    stops it at shutdown; the driver's thread takes this client's tasks and completes its
+    futures (and runs their done-callbacks) itself. ``Client("tcp://host:port",
     secret_file=...)`` connects to a running driver; without a secret file (argument,
     ``ZSCHED_SECRET_FILE`` or ``ZSCHED_SECRET``) it connects without security, which only
     a driver started with ``--insecure`` accepts.
     """
 
-    def __init__(self, address=None, *, secret_file=None, timeout=30, retries=0):
+    def __init__(self, address=None, *, secret_file=None, timeout=30, retries=0, _driver=None):
+        # _driver: a Driver running in a thread of this process (LocalCluster.client() of an
+        # in_process cluster), connected to without a socket
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         self._closed = False
@@ -121,29 +127,33 @@ class Client(concurrent.futures.Executor):
         self._lost = None                 # DriverConnectionError once the driver is gone
         self.timeout = timeout
         self.retries = retries
-        context = None
-        if address is None:
-            # the driver in a thread of this process, reached over inproc:// (no CURVE, no
-            # TCP): two process crossings fewer per task than a driver process
+        if address is None and _driver is None:
+            # the driver in a thread of this process: no socket, no CURVE, no TCP, and no
+            # thread of the client's between the caller and the driver
             from .local_cluster import LocalCluster
             self._owned_cluster = LocalCluster(n_executors=os.cpu_count() or 1, in_process=True)
-            address, context = self._owned_cluster.inproc_address, self._owned_cluster.context
-            keys = None
+            _driver = self._owned_cluster._driver
+        self._driver = _driver
+        if _driver is not None:
+            address = _driver.inproc_url
         else:
             keys = load_keys(secret_file)
         self.address = address
-        self._context = context or zmq.Context()  # the owned cluster's: inproc needs one context
+        self._context = None if _driver is not None else zmq.Context()
+        self._socket = None
         self._task_ids = itertools.count(1)
         self._admin_ids = itertools.count(1)
         self._futures = {}                # task id -> TaskFuture not yet completed
         self._admin_futures = {}          # request id -> Future
-        # Calling threads append; each turn the I/O thread takes all that is queued and
-        # sends it as one SubmitTasks (a lone task leaves at once, a flood in large frames).
-        # Tasks are (task id, digest, args, retries) tuples; control messages, tuples with
-        # a name first, keep their place among them. Only the I/O thread pops.
+        # Calling threads append; each turn the I/O thread (or, for a driver in this process,
+        # the driver's thread) takes all that is queued as one SubmitTasks (a lone task
+        # leaves at once, a flood in large frames). Tasks are [task id, digest, args,
+        # retries] lists; control messages, tuples with a name first, keep their place
+        # among them. Only that thread pops.
         self._outbox = deque()
         self._cancels = deque()           # task ids cancelled since the I/O thread's last turn
         self._function_blobs = {}         # digest -> cloudpickled function not yet sent
+        self._sent_functions = set()      # digests of the functions the driver holds
         self._function_cache = {}         # function -> (digest, size)
         self._last_function = (None, None, 0)  # (function, digest, size) of the last submit
         # Taken by what changes whether tasks may be submitted (shutdown, a lost driver),
@@ -153,15 +163,26 @@ class Client(concurrent.futures.Executor):
         self._submit_lock = threading.RLock()
         self._condition = threading.Condition()  # shared by this client's TaskFutures
         self._shutdown = False
+        # True once no message leaves for the driver any more (goodbye sent, driver lost)
+        self._io_stopped = False
+        self._io_done = threading.Event()  # set then
+        self._io_thread = None
+        if _driver is not None:
+            # the driver's loop polls this pipe: writing it wakes the driver itself
+            self._wakeup = _driver.local_wakeup
+            try:
+                self._connect_local(_driver)
+            except BaseException:
+                if self._owned_cluster is not None:
+                    self._owned_cluster.close()
+                raise
+            return
         self._wakeup = WakeupPipe(keep_gil=True)
         try:
             self._socket = self._connect(keys)
         except BaseException:
             self._close_resources()
-            if self._owned_cluster is not None:
-                self._owned_cluster.close()
             raise
-        self._io_stopped = False
         self._io_thread = threading.Thread(target=self._io_loop, name="zsched-client-io", daemon=True)
         self._io_thread.start()
 
@@ -185,12 +206,34 @@ class Client(concurrent.futures.Executor):
             finally:
                 sock.close(linger=1000)  # the goodbye still leaves; close does not wait
             sock, welcome = self._hello(keys, wanted, deadline)
+        self._welcomed(welcome)
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        return sock
+
+    def _welcomed(self, welcome):
         self.app_id = welcome.app_id
         self.incarnation = welcome.incarnation
         self.config = Config.from_mapping(welcome.settings)
         self._max_message_size = self.config.max_message_size
-        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        return sock
+
+    def _connect_local(self, driver):
+        """Connect to ``driver``, in this process, without a socket: its thread takes this
+        client's messages and hands back its own (see ``Driver.connect_local``)."""
+        self._welcome = None
+        self._welcome_event = threading.Event()
+        self._outbox.append(("hello", os.getpid()))
+        self._driver_key = driver.connect_local(self)
+        deadline = time.monotonic() + self.timeout
+        while not self._welcome_event.wait(0.05):
+            if self._lost is not None:
+                raise self._lost
+            if not driver.is_running():
+                raise DriverConnectionError(f"cannot connect to driver {self.address}: "
+                                            "it is not running")
+            if time.monotonic() > deadline:
+                raise DriverConnectionError(f"cannot connect to driver {self.address}: "
+                                            f"no answer within {self.timeout:g} s")
+        self._welcomed(self._welcome)
 
     def _hello(self, keys, heartbeats, deadline):
         """A new connection with these heartbeat options, and the driver's ClientWelcome."""
@@ -273,7 +316,9 @@ class Client(concurrent.futures.Executor):
         if len(payload) + fn_size > self._max_message_size:
             return self._too_large(future, len(payload) + fn_size), None
         self._futures[task_id] = future
-        return future, (task_id, digest, payload, retries)
+        # a list: the row of SubmitTasks as the driver decodes it (in this process, the
+        # driver takes it as it is)
+        return future, [task_id, digest, payload, retries]
 
     def _too_large(self, future, size):
         future.set_exception(MessageTooLarge(f"task {future._task_id}", size, self._max_message_size))
@@ -303,7 +348,7 @@ class Client(concurrent.futures.Executor):
         if len(payload) + fn_size > self._max_message_size:
             return self._too_large(future, len(payload) + fn_size)
         self._futures[task_id] = future
-        self._outbox.append((task_id, digest, payload, retries))
+        self._outbox.append([task_id, digest, payload, retries])
         if not self._wakeup.pending:  # else the I/O thread is awake and takes this row too
             self._wakeup.wake()
         if self._shutdown or self._lost is not None:
@@ -484,7 +529,6 @@ class Client(concurrent.futures.Executor):
         poller.register(sock, zmq.POLLIN)
         poller.register(wakeup.fd, zmq.POLLIN)
         poller.register(self._monitor, zmq.POLLIN)
-        self._sent_functions = set()
         try:
             while True:
                 # Calling threads write the wake-up pipe only while ``pending`` is False, that
@@ -514,46 +558,84 @@ class Client(concurrent.futures.Executor):
             self._connection_failed(DriverConnectionError(f"the client's connection failed: {exc!r}"))
         finally:
             self._io_stopped = True
+            self._io_done.set()
 
     def _send_outbox(self):
         """Send what the calling threads queued since the last turn; True when told to stop."""
+        sock = self._socket
+        goodbye = False
+        for msg in self._messages_for_driver():
+            sock.send(p.encode(msg))
+            goodbye = msg.TYPE == MsgType.CLIENT_GOODBYE
+        return goodbye
+
+    def _messages_for_driver(self):
+        """The messages for the driver out of what the calling threads queued since the
+        last turn, in their order; nothing after a ClientGoodbye. Called by the thread that
+        talks to the driver: the I/O thread, or the thread of a driver in this process."""
+        outbox = self._outbox
+        if not self._cancels and len(outbox) <= 1:
+            if not outbox:
+                return ()
+            if type(outbox[0][0]) is int:
+                # a lone task (a caller that waits for each result): no pass over the
+                # queue. Only this thread pops, so the row seen is the row taken.
+                return self._lone_task_messages(outbox.popleft())
         # cancels first: a task cancelled before this turn's items were taken is among
         # them (sent now: withdrawn) or left in an earlier turn (its CancelTasks may go first)
         cancels = self._cancels
         cancels = list(itertools.islice(iter(cancels.popleft, None), len(cancels)))
-        outbox = self._outbox
         items = list(itertools.islice(iter(outbox.popleft, None), len(outbox)))
         if not (items or cancels):
-            return False
+            return ()
+        messages = []
         has_control = set(map(type, map(_first, items))) - {int}
-        sock = self._socket
         if cancels:
             cancelled = set(cancels)
-            unsent = cancelled.intersection(map(itemgetter(0), items))
+            unsent = cancelled.intersection(map(_first, items))
             if unsent:  # cancelled before they left: they never will
                 items = [item for item in items if item[0] not in unsent]
             cancelled -= unsent
             if cancelled and self._lost is None:  # these left in earlier turns
-                sock.send(p.encode(p.CancelTasks(sorted(cancelled))))
+                messages.append(p.CancelTasks(sorted(cancelled)))
         if not has_control:
-            self._send_tasks(items)
-            return False
+            self._submit_messages(items, messages)
+            return messages
         start = 0
         for index, item in enumerate(items):
             if type(item[0]) is int:  # a task
                 continue
-            self._send_tasks(items[start:index])  # control messages keep their place
+            self._submit_messages(items[start:index], messages)  # control messages keep their place
             start = index + 1
             if item[0] == "admin":
-                sock.send(p.encode(p.AdminRequest(item[1], item[2], item[3])))
+                messages.append(p.AdminRequest(item[1], item[2], item[3]))
+            elif item[0] == "hello":
+                messages.append(p.ClientHello(item[1]))
             elif item[0] == "goodbye":
-                sock.send(p.encode(p.ClientGoodbye()))
-                return True
-        self._send_tasks(items[start:])
-        return False
+                messages.append(p.ClientGoodbye())
+                if self._driver is not None:  # no thread of ours ends: say so here
+                    self._io_stopped = True
+                    self._io_done.set()
+                return messages
+        self._submit_messages(items[start:], messages)
+        return messages
 
-    def _send_tasks(self, tasks):
-        """Send task rows in SubmitTasks frames, with the functions the driver does not hold."""
+    def _lone_task_messages(self, row):
+        """``_submit_messages`` for one task row: it fits in a frame with its function
+        (``submit`` checked that)."""
+        if self._lost is not None:
+            return ()
+        digest = row[1]
+        if digest in self._sent_functions:
+            functions = {}
+        else:
+            functions = {digest: self._function_blobs.pop(digest)}
+            self._sent_functions.add(digest)
+        return [p.SubmitTasks(functions, [row])]
+
+    def _submit_messages(self, tasks, messages):
+        """Append to ``messages`` the SubmitTasks for these task rows, with the functions
+        the driver does not hold; no frame larger than the limit."""
         if not tasks or self._lost is not None:
             return
         limit = self._max_message_size
@@ -567,7 +649,7 @@ class Client(concurrent.futures.Executor):
             else:
                 batches = p.batch_tasks(frame_tasks, 1, 2, blobs, sent, limit)
             for functions, batch in batches:
-                self._socket.send(p.encode(p.SubmitTasks(functions, batch)))
+                messages.append(p.SubmitTasks(functions, batch))
                 sent.update(functions)
                 for digest in functions:  # the driver holds it now
                     blobs.pop(digest, None)
@@ -590,17 +672,33 @@ class Client(concurrent.futures.Executor):
             except p.ProtocolError as exc:
                 log.warning("ignored a malformed message from the driver: %s", exc)
                 continue
-            if msg.TYPE == MsgType.TASK_RESULTS:
-                self._complete(msg.results)
-            elif msg.TYPE == MsgType.ADMIN_REPLY:
-                future = self._admin_futures.get(msg.request_id)
-                if future is not None:
-                    if msg.ok:
-                        future.set_result(msg.value)
-                    elif msg.value == p.UNKNOWN_CLIENT:
-                        future.set_exception(DriverConnectionError(msg.value))
-                    else:
-                        future.set_exception(ValueError(msg.value))
+            self._from_driver(msg)
+
+    def _from_driver(self, msg):
+        """Act on a message from the driver: in the I/O thread, or in the thread of a driver
+        in this process."""
+        if msg.TYPE == MsgType.TASK_RESULTS:
+            self._complete(msg.results)
+        elif msg.TYPE == MsgType.ADMIN_REPLY:
+            future = self._admin_futures.get(msg.request_id)
+            if future is not None:
+                if msg.ok:
+                    future.set_result(msg.value)
+                elif msg.value == p.UNKNOWN_CLIENT:
+                    future.set_exception(DriverConnectionError(msg.value))
+                else:
+                    future.set_exception(ValueError(msg.value))
+        elif msg.TYPE == MsgType.CLIENT_WELCOME and self._driver is not None:
+            self._welcome = msg
+            self._welcome_event.set()
+
+    def _driver_stopped(self):
+        """The driver in this process stopped (its thread says so as it ends): what is
+        pending fails, as when a remote driver's connection is lost."""
+        self._io_stopped = True
+        self._io_done.set()
+        if self._lost is None:
+            self._driver_lost()
 
     def _driver_lost(self):
         """The connection to the driver is gone (the driver stopped or died, or was silent
@@ -714,20 +812,26 @@ class Client(concurrent.futures.Executor):
         if not self._io_stopped:
             with self._submit_lock:
                 self._queue_control(("goodbye",))
-            self._io_thread.join(self.timeout)
+            # the I/O thread, or the driver's thread in this process, sends it or stops
+            # (not waited for in the driver's thread itself: a done-callback that shuts down)
+            if self._driver is None or threading.current_thread() is not self._driver._thread:
+                self._io_done.wait(self.timeout)
+            if self._io_thread is not None:
+                self._io_thread.join(self.timeout)
         self._fail_all(TaskFailed("the client was shut down"))
         self._close_resources()
         if self._owned_cluster is not None:
             self._owned_cluster.close()
 
     def _close_resources(self):
-        sock = getattr(self, "_socket", None)
+        if self._driver is not None:
+            return  # no socket; the wake-up pipe is the driver's
+        sock = self._socket
         if sock is not None:
             sock.disable_monitor()
             self._monitor.close(linger=0)
             sock.close(linger=0 if self._lost else 1000)
-        if self._owned_cluster is None:  # else the cluster's, which it ends when it closes
-            self._context.term()
+        self._context.term()
         self._wakeup.close()
 
     def __enter__(self):

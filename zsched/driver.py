@@ -3,9 +3,13 @@
 Executors and clients connect as DEALERs. The loop polls the ROUTER (plus the ZAP
 socket and a wake-up pipe), handles each message in order, runs its timers (revive
 offers, heartbeat check, executor exits) and sends launches and results in batches.
-Other threads never touch its state: they connect as clients or write to the pipe.
+Other threads never touch its state: they connect as clients or write to the pipe. A
+client in this process (``connect_local``) hands its messages over in memory: the loop takes
+them from the client and handles them with the same handlers as those of a ROUTER peer,
+and completes that client's futures itself.
 """
 import argparse
+import itertools
 import logging
 import os
 import secrets
@@ -34,6 +38,13 @@ from .wakeup import WakeupPipe
 log = logging.getLogger("zsched.driver")  # also when run as __main__
 
 _RECV_BATCH = 1024          # messages handled per wake-up before timers and sends run
+# plain ints (an IntFlag & makes an enum); reading ZMQ_EVENTS costs a fifth of a recv that
+# raises zmq.Again
+_ZMQ_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+# send flags as plain ints too: send_multipart's ``flags | SNDMORE`` on zmq's Flag makes an
+# enum member per message (about a microsecond)
+_NOBLOCK = int(zmq.NOBLOCK)
+_NOBLOCK_SNDMORE = int(zmq.NOBLOCK) | int(zmq.SNDMORE)
 _WARNED_PEERS_LIMIT = 10000
 _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
 _HISTORY_POINTS = 1200       # snapshots charted: 10 minutes
@@ -62,9 +73,14 @@ class Driver:
         self.executors = {}           # executor id -> ExecutorData
         self.executors_by_rid = {}    # routing id -> ExecutorData
         self.clients = {}             # routing id -> ClientData
+        # clients in this process, reached without a socket (see connect_local)
+        self.local_wakeup = WakeupPipe(keep_gil=True)  # they wake the loop through this
+        self._local_clients = {}      # key (their routing id here) -> Client
+        self._local_arrivals = deque()  # (key, Client) that asked to connect, for the loop
+        self._local_keys = itertools.count(1)
         self.url = None
-        # inproc: the ROUTER also listens at ``inproc_url``, for clients in this process that
-        # share ``context`` (no network between them: no handshake, no ZeroMQ I/O thread)
+        # inproc: the ROUTER also listens at ``inproc_url``, for sockets in this process that
+        # share ``context`` (zsched's own clients here use connect_local instead)
         self.inproc = inproc
         self.inproc_url = None
         self.context = zmq.Context()
@@ -155,6 +171,24 @@ class Driver:
     def is_running(self):
         return self._thread is not None and self._thread.is_alive()
 
+    def connect_local(self, client):
+        """Connect ``client``, a ``zsched.Client`` in this process, without a socket; its
+        key, which stands for a routing id. Safe from any thread.
+
+        The loop takes the client's messages (protocol message objects, checked as
+        ``decode`` checks frames) from ``client._messages_for_driver()`` whenever the client
+        wrote ``local_wakeup``, and handles them with the handlers of every peer's
+        messages. What the driver sends that client goes to ``client._from_driver(msg)``, in
+        the loop's thread: it completes the client's futures there, with no thread between.
+        When the loop ends, ``client._driver_stopped()``. The client's first message is its
+        ClientHello, answered by ClientWelcome as on a socket."""
+        # a routing id starts with a zero byte only when ZeroMQ makes it, and then it has
+        # five bytes: no peer of the ROUTER has this one
+        key = b"\0local" + next(self._local_keys).to_bytes(4, "big")
+        self._local_arrivals.append((key, client))
+        self.local_wakeup.wake()  # not once the loop has ended: the pipe is closed then
+        return key
+
     def join(self, timeout=None):
         if self._thread is not None:
             self._thread.join(timeout)
@@ -179,6 +213,7 @@ class Driver:
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
         poller.register(self._wakeup.fd, zmq.POLLIN)
+        poller.register(self.local_wakeup.fd, zmq.POLLIN)
         poller.register(self.monitor, zmq.POLLIN)
         if self.zap is not None:
             poller.register(self.zap.socket, zmq.POLLIN)
@@ -209,6 +244,10 @@ class Driver:
                 break
             if self.router in events:
                 self._receive()
+            if self.local_wakeup.fd in events:
+                self.local_wakeup.clear()  # before the messages are taken: none is missed
+            if self._local_clients or self._local_arrivals:
+                self._receive_local()
             if self.monitor in events:
                 self._on_disconnects()
             now = self.clock()
@@ -225,7 +264,7 @@ class Driver:
     def _receive(self):
         """Handle up to ``_RECV_BATCH`` waiting messages; True if more may wait."""
         router = self.router
-        handlers = self._handlers
+        handle = self._handle
         counters = self.counters
         for _ in range(_RECV_BATCH):
             try:
@@ -237,22 +276,57 @@ class Driver:
             counters["bytes_in"] += sum(map(len, frames))
             if len(frames) != 2:
                 self._warn_peer(rid, f"message of {len(frames) - 1} frames, expected 1")
-                continue
-            try:
-                msg = p.decode(frames[1])
-            except ProtocolError as exc:
-                self._warn_peer(rid, str(exc))
-                continue
-            handler = handlers.get(msg.TYPE)
-            if handler is None:
-                self._warn_peer(rid, f"{type(msg).__name__} is not a message for the driver")
-                continue
-            try:
-                handler(self, rid, msg)
-            except Exception:
-                # a bug for one message must not stop the loop
-                log.exception("error handling %s from peer %s", type(msg).__name__, rid.hex())
+            else:
+                try:
+                    msg = p.decode(frames[1])
+                except ProtocolError as exc:
+                    self._warn_peer(rid, str(exc))
+                else:
+                    handle(rid, msg)
+            # whether more waits: a recv that raises zmq.Again would cost five times as much
+            if not router.getsockopt(_ZMQ_EVENTS) & _POLLIN:
+                return False
         return True  # more may wait
+
+    def _handle(self, rid, msg):
+        """Handle a well-formed message from peer ``rid`` (of the ROUTER, or a client in this
+        process)."""
+        handler = self._handlers.get(msg.TYPE)
+        if handler is None:
+            self._warn_peer(rid, f"{type(msg).__name__} is not a message for the driver")
+            return
+        try:
+            handler(self, rid, msg)
+        except Exception:
+            # a bug for one message must not stop the loop
+            log.exception("error handling %s from peer %s", type(msg).__name__, rid.hex())
+
+    def _receive_local(self):
+        """Handle what the clients in this process queued (see ``connect_local``): the same
+        checks and handlers as for a message from the ROUTER."""
+        arrivals = self._local_arrivals
+        while arrivals:
+            key, client = arrivals.popleft()
+            self._local_clients[key] = client
+        handle = self._handle
+        counters = self.counters
+        for key, client in list(self._local_clients.items()):
+            try:
+                messages = client._messages_for_driver()
+            except Exception:
+                log.exception("error taking the messages of client %s", key.hex())
+                continue
+            for msg in messages:
+                counters["messages_in"] += 1
+                try:
+                    p.check(msg)  # what decode checks of a frame
+                except ProtocolError as exc:
+                    self._warn_peer(key, str(exc))
+                    continue
+                handle(key, msg)
+                if msg.TYPE == MsgType.CLIENT_GOODBYE:
+                    del self._local_clients[key]  # it sends nothing after its goodbye
+                    break
 
     def _warn_peer(self, rid, what):
         if rid in self._warned_peers:
@@ -646,14 +720,22 @@ class Driver:
             if not results:
                 continue
             client.results = []
+            if client.routing_id in self._local_clients:  # no frame: one message
+                self._send(client.routing_id, p.TaskResults(results))
+                continue
             for batch in p.batch_rows(results, 2, limit):
                 self._send(client.routing_id, p.TaskResults(batch))
 
     def _send(self, rid, msg, quiet=False):
         """Send without blocking; a peer that is gone or not reading is dealt with here."""
+        if rid in self._local_clients:
+            return self._send_local(rid, msg)
         frame = p.encode(msg)
         try:
-            self.router.send_multipart((rid, frame), zmq.NOBLOCK)
+            router = self.router
+            # ROUTER: the routing id frame alone decides whether the peer takes the message
+            router.send(rid, _NOBLOCK_SNDMORE)
+            router.send(frame, _NOBLOCK)
             self.counters["messages_out"] += 1
             self.counters["bytes_out"] += len(rid) + len(frame)
             return True
@@ -666,6 +748,15 @@ class Driver:
         if not quiet:
             self._peer_unreachable(rid, problem, msg)
         return False
+
+    def _send_local(self, key, msg):
+        """Hand ``msg`` to a client in this process: it acts on it in this thread."""
+        self.counters["messages_out"] += 1
+        try:
+            self._local_clients[key]._from_driver(msg)
+        except Exception:
+            log.exception("error handing %s to client %s", type(msg).__name__, key.hex())
+        return True
 
     def _peer_unreachable(self, rid, problem, msg):
         executor = self.executors_by_rid.get(rid)
@@ -769,7 +860,8 @@ class Driver:
     def _probe_peers(self):
         self._drain()
         frame = p.encode(p.Probe())
-        for rid in list(self.executors_by_rid) + list(self.clients):
+        local = self._local_clients
+        for rid in list(self.executors_by_rid) + [rid for rid in self.clients if rid not in local]:
             try:
                 self.router.send_multipart((rid, frame), zmq.NOBLOCK)
             except zmq.Again:
@@ -789,6 +881,7 @@ class Driver:
                 client.results.append([client_task_id, TaskState.ERROR, b"the driver stopped"])
             client.tasks.clear()
         self._send_results()
+        self._stop_local_clients()
         if self.cluster_manager is not None:
             # executors still starting never heard Shutdown: stop them now
             self.cluster_manager.kill([executor_id for executor_id in self.cluster_manager.launched_ids()
@@ -804,6 +897,19 @@ class Driver:
         self.context.term()
         self._wakeup.close()
         log.info("driver stopped")
+
+    def _stop_local_clients(self):
+        """Tell the clients in this process that the driver is gone; none connects later."""
+        self.local_wakeup.close()  # their wake-ups write no more
+        clients = list(self._local_clients.values())
+        self._local_clients.clear()
+        while self._local_arrivals:
+            clients.append(self._local_arrivals.popleft()[1])
+        for client in clients:
+            try:
+                client._driver_stopped()
+            except Exception:
+                log.exception("error telling a client in this process that the driver stopped")
 
 
 def _natural_key(executor_id):

@@ -55,10 +55,12 @@ class LocalCluster:
     of ``host``; ``dashboard_url`` is its address (with the token it needs).
 
     ``in_process=True`` runs the driver in a thread of this process instead (the executors
-    are processes either way): besides ``address``, it listens at ``inproc_address`` for
-    clients in this process that use ``context``, which is what the embedded
-    ``zsched.Client()`` does for its latency: a task then crosses two processes instead of
-    four. It shares this process's GIL with the caller, so a caller busy in Python slows
+    are processes either way): ``client()`` and the embedded ``zsched.Client()`` then hand
+    their tasks to the driver's thread without a socket, and that thread completes their
+    futures, which is what gives them their latency: a task crosses two processes instead
+    of four, and no thread besides the caller's and the driver's. Besides ``address``, the
+    driver also listens at ``inproc_address`` for sockets in this process that use
+    ``context``. It shares this process's GIL with the caller, so a caller busy in Python slows
     the cluster (bench/RESULTS.md); when this process dies the executors lose their
     connection to the driver and exit.
     """
@@ -201,10 +203,15 @@ class LocalCluster:
                 sys.stdout.flush()
 
     def client(self, **kwargs):
-        """A client of this cluster in this process; closed with the cluster."""
+        """A client of this cluster in this process; closed with the cluster. With the
+        driver in this process (``in_process``) it reaches the driver without a socket."""
         from .client import Client
-        kwargs.setdefault("secret_file", self.secret_file)
-        client = Client(self.address, **kwargs)
+        if self._driver is not None:
+            kwargs.pop("secret_file", None)  # nothing to authenticate in this process
+            client = Client(_driver=self._driver, **kwargs)
+        else:
+            kwargs.setdefault("secret_file", self.secret_file)
+            client = Client(self.address, **kwargs)
         self._clients.add(client)
         return client
 
