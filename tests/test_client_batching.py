@@ -271,6 +271,36 @@ def test_a_done_callback_may_submit_and_a_task_may_follow_in_the_caller(client):
     assert client.submit(identity, "after").result(30) == "after"
 
 
+def test_the_driver_thread_never_runs_a_done_callback(cluster):
+    """With the driver in this process, done-callbacks run in a thread of the client's:
+    one that waits for another task of the same client stalls neither the driver nor that
+    task, every callback runs, and the thread ends with its client."""
+    if cluster._driver is None:
+        pytest.skip("the client's I/O thread runs the callbacks of a remote client")
+    client = cluster.client()
+    try:
+        seen = []
+        waited = []
+
+        def wait_for_another(future):
+            seen.append((threading.current_thread().name, future.result()))
+            waited.append(client.submit(sleep_then, 0.2, "other").result(30))
+
+        client.submit(identity, 1).add_done_callback(wait_for_another)
+        wait_for(lambda: waited == ["other"], 30, message="the callback's own task")
+        assert seen == [("zsched-client-callbacks", 1)]
+        order = []
+        futures = [client.submit(identity, i) for i in range(50)]
+        for future in futures:
+            future.add_done_callback(lambda f: order.append(f.result()))
+        wait_for(lambda: len(order) == 50, 30, message="every callback")
+        assert sorted(order) == list(range(50))
+    finally:
+        client.shutdown(cancel_futures=True)
+    wait_for(lambda: not [t for t in threading.enumerate() if t.name == "zsched-client-callbacks"],
+             10, message="the callback thread to end with its client")
+
+
 def test_a_pending_future_is_one_object_for_the_gc():
     condition = threading.Condition()
     gc.collect()

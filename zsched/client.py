@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import pickle
+import queue
 import threading
 import time
 import types
@@ -111,8 +112,8 @@ class Client(concurrent.futures.Executor):
     ``Client()`` starts an embedded local cluster (its driver in a thread of this process,
     and one executor process per core; see ``LocalCluster`` and its ``in_process``) and
     stops it at shutdown; the driver's thread takes this client's tasks and completes its
-    futures (and runs their done-callbacks) itself. ``Client("tcp://host:port",
-    secret_file=...)`` connects to a running driver; without a secret file (argument,
+    futures itself (their done-callbacks run in a thread of the client's).
+    ``Client("tcp://host:port", secret_file=...)`` connects to a running driver; without a secret file (argument,
     ``ZSCHED_SECRET_FILE`` or ``ZSCHED_SECRET``) it connects without security, which only
     a driver started with ``--insecure`` accepts.
     """
@@ -167,6 +168,10 @@ class Client(concurrent.futures.Executor):
         self._io_stopped = False
         self._io_done = threading.Event()  # set then
         self._io_thread = None
+        # futures completed by the driver's thread run their done-callbacks in this thread
+        # of the client's, started at the first one (see TaskFuture._invoke_callbacks)
+        self._callback_queue = None
+        self._callback_lock = threading.Lock()
         if _driver is not None:
             # the driver's loop polls this pipe: writing it wakes the driver itself
             self._wakeup = _driver.local_wakeup
@@ -692,6 +697,28 @@ class Client(concurrent.futures.Executor):
             self._welcome = msg
             self._welcome_event.set()
 
+    def _in_driver_thread(self):
+        """Whether the caller is the thread of a driver in this process, which must never
+        run the user's code: it completes this client's futures."""
+        return self._driver is not None and threading.current_thread() is self._driver._thread
+
+    def _run_callbacks_later(self, future):
+        """Run ``future``'s done-callbacks in the client's callback thread, in order."""
+        with self._callback_lock:
+            if self._callback_queue is None:
+                self._callback_queue = queue.SimpleQueue()
+                threading.Thread(target=self._callback_loop, args=(self._callback_queue,),
+                                 name="zsched-client-callbacks", daemon=True).start()
+            self._callback_queue.put(future)
+
+    @staticmethod
+    def _callback_loop(futures):
+        while True:
+            future = futures.get()
+            if future is None:
+                return
+            future._invoke_callbacks_now()  # logs and goes on when a callback raises
+
     def _driver_stopped(self):
         """The driver in this process stopped (its thread says so as it ends): what is
         pending fails, as when a remote driver's connection is lost."""
@@ -819,6 +846,9 @@ class Client(concurrent.futures.Executor):
             if self._io_thread is not None:
                 self._io_thread.join(self.timeout)
         self._fail_all(TaskFailed("the client was shut down"))
+        with self._callback_lock:
+            if self._callback_queue is not None:
+                self._callback_queue.put(None)  # the callbacks queued before it still run
         self._close_resources()
         if self._owned_cluster is not None:
             self._owned_cluster.close()

@@ -70,7 +70,16 @@ class TaskFuture(concurrent.futures.Future):
 
     def _invoke_callbacks(self):
         if self._callback_list:  # without making the list when there is none
-            super()._invoke_callbacks()
+            client = self._client
+            if client is not None and client._in_driver_thread():
+                # the user's code never runs in the driver's loop: a slow or waiting
+                # callback would stall the cluster (its heartbeats, its other clients)
+                client._run_callbacks_later(self)
+            else:
+                super()._invoke_callbacks()
+
+    def _invoke_callbacks_now(self):
+        super()._invoke_callbacks()
 
     def result(self, timeout=None):
         if self._state == FINISHED and self._exception is None:
