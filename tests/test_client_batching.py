@@ -301,6 +301,50 @@ def test_the_driver_thread_never_runs_a_done_callback(cluster):
              10, message="the callback thread to end with its client")
 
 
+class KnowsWhereItWasUnpickled:
+    def __init__(self, value):
+        self.value = value
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, unpickled_in=threading.current_thread().name)
+
+
+class FailsToUnpickle:
+    def __reduce__(self):
+        return (_refuse, ())
+
+
+def _refuse():  # called only to unpickle: never on the executor, which only pickles
+    raise ValueError("refused on purpose")
+
+
+def make_known(value):
+    return KnowsWhereItWasUnpickled(value)
+
+
+def make_refused():
+    return FailsToUnpickle()
+
+
+def test_results_are_unpickled_by_the_thread_that_asks_for_them(client):
+    """Not by the thread completing futures (for a client in the driver's process, the
+    driver's own); a result that cannot be unpickled fails its future there, once."""
+    futures = [client.submit(make_known, i) for i in range(20)]
+    concurrent.futures.wait(futures, 60)
+    here = threading.current_thread().name
+    assert [(f.result().value, f.result().unpickled_in) for f in futures] == [(i, here) for i in range(20)]
+    assert all(f.result() is f.result() for f in futures)
+    asked = []
+    client.submit(make_known, "cb").add_done_callback(
+        lambda f: asked.append((f.result().unpickled_in, threading.current_thread().name)))
+    wait_for(lambda: asked, 30, message="the callback")
+    assert asked[0][0] == asked[0][1] != "zsched-driver"
+    refused = client.submit(make_refused)
+    with pytest.raises(zsched.TaskFailed, match="cannot be unpickled here.*refused on purpose"):
+        refused.result(30)
+    assert isinstance(refused.exception(), zsched.TaskFailed)
+
+
 def test_a_pending_future_is_one_object_for_the_gc():
     condition = threading.Condition()
     gc.collect()

@@ -26,7 +26,7 @@ import zmq
 
 from . import protocol as p
 from .config import Config
-from .errors import DriverConnectionError, MessageTooLarge, RemoteTraceback, TaskFailed, exception_payload
+from .errors import DriverConnectionError, MessageTooLarge, TaskFailed, exception_payload, load_exception
 from .future import DONE_STATES, TaskFuture
 from .progress_bar import ProgressBar
 from .protocol import MsgType, TaskState
@@ -97,23 +97,15 @@ def _heartbeat_options(config):
             zmq.HEARTBEAT_TTL: timeout_ms}
 
 
-def _load_exception(payload):
-    try:
-        exc, text = pickle.loads(payload)
-    except Exception as error:
-        return TaskFailed(f"the task raised an exception that cannot be unpickled here: {error!r}")
-    exc.__cause__ = RemoteTraceback(text)
-    return exc
-
-
 class Client(concurrent.futures.Executor):
     """Submit Python callables to a zsched driver.
 
     ``Client()`` starts an embedded local cluster (its driver in a thread of this process,
     and one executor process per core; see ``LocalCluster`` and its ``in_process``) and
     stops it at shutdown; the driver's thread takes this client's tasks and completes its
-    futures itself (their done-callbacks run in a thread of the client's).
-    ``Client("tcp://host:port", secret_file=...)`` connects to a running driver; without a secret file (argument,
+    futures itself (their done-callbacks run in a thread of the client's, and results are
+    unpickled by the thread that asks for them). ``Client("tcp://host:port",
+    secret_file=...)`` connects to a running driver; without a secret file (argument,
     ``ZSCHED_SECRET_FILE`` or ``ZSCHED_SECRET``) it connects without security, which only
     a driver started with ``--insecure`` accepts.
     """
@@ -445,7 +437,7 @@ class Client(concurrent.futures.Executor):
                 else:
                     for ok, value in result:
                         if not ok:
-                            raise _load_exception(value)
+                            raise load_exception(value)
                         yield value
         finally:
             for future in futures:
@@ -751,7 +743,6 @@ class Client(concurrent.futures.Executor):
         """Complete the futures of a TaskResults batch, under one acquisition of the shared
         condition (``Future.set_result`` would take and notify it once per future)."""
         pop_future = self._futures.pop
-        loads = pickle.loads
         with_callbacks = []
         killed = []
         with self._condition:
@@ -761,14 +752,12 @@ class Client(concurrent.futures.Executor):
                     continue  # unknown, or cancelled by the caller meanwhile
                 if future._state in DONE_STATES:
                     continue  # cancelled by the caller meanwhile
+                # results and exceptions stay bytes until asked for (TaskFuture._load): not
+                # unpickled here, which may be the thread of a driver in this process
                 if state == _FINISHED:
-                    try:
-                        future._result = loads(payload)
-                    except Exception as exc:
-                        future._exception = TaskFailed(
-                            f"the result of task {task_id} cannot be unpickled here: {exc!r}")
+                    future._payload = payload
                 elif state == _FAILED:
-                    future._exception = _load_exception(payload)
+                    future._failure_payload = payload
                 elif state == _KILLED:
                     killed.append(future)
                     continue
@@ -776,7 +765,7 @@ class Client(concurrent.futures.Executor):
                     future._exception = TaskFailed(payload.decode(errors="replace"))
                 future._state = FINISHED
                 if future._waiter_list or future._callback_list:
-                    self._notify_one(future, with_callbacks)
+                    self._notify_one(future, state != _FINISHED, with_callbacks)
             self._condition.notify_all()
         for future in with_callbacks:  # outside the lock, as Future.set_result does
             future._invoke_callbacks()
@@ -784,12 +773,12 @@ class Client(concurrent.futures.Executor):
             future.cancel()
 
     @staticmethod
-    def _notify_one(future, with_callbacks):
+    def _notify_one(future, failed, with_callbacks):
         """What ``Future.set_result`` does besides notifying the condition: tell the waiters
         of ``concurrent.futures.wait`` and ``as_completed``, and note the callbacks to run."""
         waiters = future._waiter_list
         if waiters:
-            if future._exception is None:
+            if not failed:
                 for waiter in waiters:
                     waiter.add_result(future)
             else:

@@ -64,3 +64,13 @@ def exception_payload(exc):
     except Exception:
         stand_in = RuntimeError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
         return cloudpickle.dumps((stand_in, text))
+
+
+def load_exception(payload):
+    """The exception of ``exception_payload``, its executor's traceback as ``__cause__``."""
+    try:
+        exc, text = pickle.loads(payload)
+    except Exception as error:
+        return TaskFailed(f"the task raised an exception that cannot be unpickled here: {error!r}")
+    exc.__cause__ = RemoteTraceback(text)
+    return exc

@@ -1,7 +1,10 @@
 """``TaskFuture``: the ``concurrent.futures.Future`` of a task submitted to a zsched client."""
 import concurrent.futures
+import pickle
 import time
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+
+from .errors import TaskFailed, load_exception
 
 DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
 
@@ -20,9 +23,14 @@ class TaskFuture(concurrent.futures.Future):
     A notification on the shared condition wakes every thread waiting on one of the
     client's futures, so ``result`` and ``exception`` wait in a loop until their own
     future is done.
+
+    A finished task's result (or exception) stays as the bytes that came from the executor
+    until ``result`` or ``exception`` asks for it, and is unpickled then, in the asking
+    thread: never in the thread that completes the futures, which for a client in the
+    driver's process is the driver's own (the driver unpickles nothing).
     """
 
-    __slots__ = ("_waiter_list", "_callback_list")
+    __slots__ = ("_waiter_list", "_callback_list", "_payload", "_failure_payload")
 
     def __init__(self, client, task_id, condition):
         # What Future.__init__ sets, all of it and always in this order: instance attributes
@@ -34,6 +42,8 @@ class TaskFuture(concurrent.futures.Future):
         self._exception = None
         self._waiter_list = None
         self._callback_list = None
+        self._payload = None          # a pickled result, not unpickled yet
+        self._failure_payload = None  # a pickled exception (exception_payload), not yet either
         self._client = client
         self._task_id = task_id
 
@@ -82,14 +92,41 @@ class TaskFuture(concurrent.futures.Future):
         super()._invoke_callbacks()
 
     def result(self, timeout=None):
-        if self._state == FINISHED and self._exception is None:
-            return self._result  # final: set before the state, which never changes again
+        if (self._state == FINISHED and self._payload is None
+                and self._failure_payload is None and self._exception is None):
+            return self._result  # final: set before the payloads are cleared, never changed
         self._wait_until_done(timeout)
+        self._load()
         return super().result(0)
 
     def exception(self, timeout=None):
         self._wait_until_done(timeout)
+        self._load()
         return super().exception(0)
+
+    def _load(self):
+        """Unpickle the result or exception left as bytes, once, outside the condition
+        (which completes the client's other futures meanwhile); of two threads asking at
+        once, the first to finish sets it and both return that."""
+        payload = self._payload
+        if payload is not None:
+            try:
+                value, error = pickle.loads(payload), None
+            except Exception as exc:
+                value, error = None, TaskFailed(
+                    f"the result of task {self._task_id} cannot be unpickled here: {exc!r}")
+            with self._condition:
+                if self._payload is not None:
+                    self._result, self._exception = value, error
+                    self._payload = None
+            return
+        payload = self._failure_payload
+        if payload is not None:
+            error = load_exception(payload)
+            with self._condition:
+                if self._failure_payload is not None:
+                    self._exception = error
+                    self._failure_payload = None
 
     def _wait_until_done(self, timeout):
         condition = self._condition
