@@ -124,33 +124,44 @@ def test_shutdown_with_cancel_during_a_flood_leaves_no_future_pending(cluster):
     assert cancelled > 0 and cancelled + len(finished) == len(submitted)
 
 
+class Flood:
+    """A thread submitting to ``client`` until submit raises DriverConnectionError (or
+    50 floods are in); ``started`` is set once 1,000 tasks are in."""
+
+    def __init__(self, client):
+        self.client = client
+        self.submitted = []
+        self.raised = []
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+        self.started.wait(60)
+
+    def _run(self):
+        try:
+            for i in range(50 * FLOOD):
+                self.submitted.append(self.client.submit(identity, i))
+                if i == 1_000:
+                    self.started.set()
+        except zsched.DriverConnectionError as exc:
+            self.raised.append(exc)
+        finally:
+            self.started.set()
+
+    def join(self):
+        self.thread.join(120)
+        assert self.raised, "the flood ended before the driver was gone: make it longer"
+        concurrent.futures.wait(self.submitted, timeout=60)
+        return {type(f.exception(0)) for f in self.submitted}
+
+
 def test_a_driver_lost_during_a_flood_fails_every_future(driver_factory):
     driver = driver_factory("--insecure")  # no executors: every task waits in the driver
     client = zsched.Client(driver.url)
-    submitted = []
-    raised = []
-    started = threading.Event()
-
-    def flood():
-        try:
-            for i in range(50 * FLOOD):
-                submitted.append(client.submit(identity, i))
-                if i == 1_000:
-                    started.set()
-        except zsched.DriverConnectionError as exc:
-            raised.append(exc)
-        finally:
-            started.set()
-
-    thread = threading.Thread(target=flood)
-    thread.start()
-    started.wait(60)
+    flood = Flood(client)
     driver.proc.kill()
     driver.proc.wait()
-    thread.join(120)
-    assert raised, "the flood ended before the driver was lost: make it longer"
-    concurrent.futures.wait(submitted, timeout=60)
-    assert all(isinstance(f.exception(0), zsched.DriverConnectionError) for f in submitted)
+    assert flood.join() == {zsched.DriverConnectionError}
     client.shutdown()
 
 
@@ -161,30 +172,10 @@ def test_a_driver_thread_stopped_during_a_flood_fails_every_future_of_its_client
     cluster = zsched.LocalCluster(n_executors=0, in_process=True)
     try:
         client = cluster.client()
-        submitted = []
-        raised = []
-        started = threading.Event()
-
-        def flood():
-            try:
-                for i in range(50 * FLOOD):
-                    submitted.append(client.submit(identity, i))
-                    if i == 1_000:
-                        started.set()
-            except zsched.DriverConnectionError as exc:
-                raised.append(exc)
-            finally:
-                started.set()
-
-        thread = threading.Thread(target=flood)
-        thread.start()
-        started.wait(60)
+        flood = Flood(client)
         cluster._driver.request_stop()
         cluster._driver.join(60)
-        thread.join(120)
-        assert raised, "the flood ended before the driver stopped: make it longer"
-        concurrent.futures.wait(submitted, timeout=60)
-        errors = {type(f.exception(0)) for f in submitted}
+        errors = flood.join()
         assert errors <= {zsched.DriverConnectionError, zsched.TaskFailed}, errors
         with pytest.raises(zsched.DriverConnectionError):
             client.submit(identity, 1)
