@@ -92,16 +92,19 @@ class TaskFuture(concurrent.futures.Future):
         super()._invoke_callbacks()
 
     def result(self, timeout=None):
-        if (self._state == FINISHED and self._payload is None
-                and self._failure_payload is None and self._exception is None):
-            return self._result  # final: set before the payloads are cleared, never changed
-        self._wait_until_done(timeout)
-        self._load()
-        return super().result(0)
+        if self._state != FINISHED:
+            self._wait_until_done(timeout)
+        if self._payload is not None or self._failure_payload is not None:
+            self._load()  # the payload was set before the state, and is cleared after the result
+        if self._state == FINISHED and self._exception is None:
+            return self._result  # final once the payload is cleared
+        return super().result(0)  # raises: cancelled, failed, or not done in time
 
     def exception(self, timeout=None):
-        self._wait_until_done(timeout)
-        self._load()
+        if self._state != FINISHED:
+            self._wait_until_done(timeout)
+        if self._payload is not None or self._failure_payload is not None:
+            self._load()
         return super().exception(0)
 
     def _load(self):
