@@ -157,8 +157,14 @@ def remove_stale():
     for name in os.listdir(tmp):
         m = re.match(re.escape(PREFIX) + r"(\d+)-", name)
         if m and not psutil.pid_exists(int(m.group(1))):
-            stop_processes(cluster_processes(os.path.join(tmp, name)), timeout=0.5)
-            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+            base = os.path.join(tmp, name)
+            # again while any is left: a slurmstepd may start its job's script meanwhile
+            for _ in range(5):
+                procs = cluster_processes(base)
+                if not procs:
+                    break
+                stop_processes(procs, timeout=0.5)
+            shutil.rmtree(base, ignore_errors=True)
 
 
 class SlurmCluster:

@@ -141,7 +141,7 @@ def test_the_next_run_removes_what_a_killed_run_left(slurm, tmp_path):
     run.wait()
     run.stdout.close()
     assert base and os.path.isdir(base)
-    wait_for(lambda: "slurmstepd" in process_names(cluster_processes(base)), 15,
+    wait_for(lambda: {"slurmstepd", "sleep"} <= process_names(cluster_processes(base)), 15,
              message="the job to run")
     remove_stale()
     assert not cluster_processes(base)
