@@ -55,10 +55,7 @@ class WakeupPipe:
     def clear(self):
         """Called by the loop when it wakes, before it looks for work: empties the pipe, then
         lets the next ``wake`` write again (in that order, so no wake-up is lost)."""
-        try:
-            os.read(self.fd, 4096)
-        except BlockingIOError:
-            pass
+        self.drain()
         self.pending = False
 
     def drain(self):
