@@ -838,6 +838,7 @@ class Client(concurrent.futures.Executor):
         with self._callback_lock:
             if self._callback_queue is not None:
                 self._callback_queue.put(None)  # the callbacks queued before it still run
+                self._callback_queue = None     # one queued later starts a thread of its own
         self._close_resources()
         if self._owned_cluster is not None:
             self._owned_cluster.close()
