@@ -31,17 +31,23 @@ def thread_name():
     return threading.current_thread().name
 
 
+def say_started(path, text):
+    """Write text to path in one step: a reader that sees the file sees all of it."""
+    partial = f"{path}.partial"
+    with open(partial, "w") as f:
+        f.write(text)
+    os.replace(partial, path)
+
+
 def touch_then_sleep(path, seconds):
-    with open(path, "w") as f:
-        f.write(str(os.getpid()))
+    say_started(path, str(os.getpid()))
     time.sleep(seconds)
     return threading.current_thread().name
 
 
 def busy_python(path):
     """Spin in Python (an interrupt stops it) after saying it runs, in which thread."""
-    with open(path, "w") as f:
-        f.write(threading.current_thread().name)
+    say_started(path, threading.current_thread().name)
     x = 0
     while True:
         x += 1
@@ -49,8 +55,7 @@ def busy_python(path):
 
 def blocked_sleep(path, seconds):
     """Block in C (time.sleep): an interrupt cannot reach it."""
-    with open(path, "w") as f:
-        f.write(threading.current_thread().name)
+    say_started(path, threading.current_thread().name)
     time.sleep(seconds)
 
 
