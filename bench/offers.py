@@ -21,7 +21,7 @@ the driver sends them. The garbage collector runs, as in the driver. ``slot tabl
 same sequence of offers and releases on the ``SlotTable`` alone.
 
 Each executor's measured task run time is set to that of a no-op task (``TASK_SECONDS``),
-so its window is what the driver gives no-op tasks: ``cores * tasks_per_core`` (8 x 64).
+so its window is what the driver gives no-op tasks: ``cores * tasks_per_core`` (8 x 256).
 
 Each implementation (compiled, pure-Python reference) runs in its own subprocess, since
 ``zsched.fastpath`` chooses at import time; sizes, rounds and implementations are
@@ -47,7 +47,7 @@ if importlib.util.find_spec("zsched") is None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A no-op task as an executor measures it (unpickle the arguments, call, pickle the result):
-# about 1 us on the project's VM; anything under prefetch_seconds / 63 (32 us by default)
+# about 1 us on the project's VM; anything under prefetch_seconds / 255 (8 us by default)
 # gives the deepest window, tasks_per_core per core.
 TASK_SECONDS = 2e-6
 RESULT = b"\x80\x05N."  # a pickled None, as a no-op task returns it

@@ -407,3 +407,27 @@ def test_a_driver_silent_longer_than_the_default_but_within_its_own_timeout_keep
         assert client._lost is None
     finally:
         client.shutdown()
+
+
+def sleep_then_pid(seconds):
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_long_tasks_after_an_idle_spell_are_not_hoarded_by_the_windows_short_tasks_opened():
+    # A flood of no-op tasks opens each executor's window to hundreds of tasks. After a
+    # spell with nothing to run they forget that: one long task and six short ones then go
+    # out one per core, and the short ones all run beside the long one, none behind it
+    # (with the flood's windows, half of them would queue behind it on its executor).
+    with zsched.LocalCluster(n_executors=2, cores_per_executor=1, revive_interval=0.1) as cluster:
+        client = cluster.client()
+        assert [f.result(timeout=60) for f in [client.submit(identity, i) for i in range(5000)]] \
+            == list(range(5000))
+        assert all(e["slots"] > 2 for e in client.status()["executors"])
+        wait_for(lambda: all(e["task_seconds"] is None for e in client.status()["executors"]),
+                 10, message="the executors to forget the no-op tasks' length")
+        long_task = client.submit(sleep_then_pid, 1.5)
+        short_tasks = [client.submit(sleep_then_pid, 0.1) for _ in range(6)]
+        short_pids = {f.result(timeout=60) for f in short_tasks}
+        assert long_task.result(timeout=60) not in short_pids
+        client.shutdown()

@@ -50,7 +50,7 @@ def test_stale_and_unknown_updates_are_counted_not_applied():
     assert client.results == []
 
 
-@pytest.mark.parametrize("task_seconds, expected", [(1e-6, 64), (0.0005, 5), (0.001, 3),
+@pytest.mark.parametrize("task_seconds, expected", [(1e-6, 256), (0.0005, 5), (0.001, 3),
                                                     (0.01, 2), (100.0, 2)])
 def test_window_adapts_to_task_length(task_seconds, expected):
     scheduler, _ = make()
@@ -69,12 +69,46 @@ def test_window_grows_for_short_tasks_and_shrinks_for_long_ones():
     submit(scheduler, client, 1000)
     (_, tasks), = offers(scheduler)
     scheduler.status_updates(a, [[t.task_id, 1, TaskState.FINISHED, b""] for t in tasks], 4e-6)
-    assert a.slots == 128
+    deepest = 2 * scheduler.config.tasks_per_core
+    assert a.slots == deepest
     (_, tasks), = offers(scheduler)
-    assert len(tasks) == 128
+    assert len(tasks) == deepest
     scheduler.status_updates(a, [[t.task_id, 1, TaskState.FINISHED, b""] for t in tasks[:10]], 10 * 5.0)
-    assert a.slots < 128
+    assert a.slots < deepest
     assert offers(scheduler) == []  # over-committed until enough tasks end
+
+
+def test_an_executor_idle_for_a_whole_check_interval_forgets_its_task_length():
+    scheduler, client = make()
+    idle = scheduler.add_executor("idle", b"ri", "h", 2, 10, 0.0)
+    busy = scheduler.add_executor("busy", b"rb", "h", 2, 11, 0.0)
+    holding = scheduler.add_executor("holding", b"rh", "h", 2, 12, 0.0)
+    submit(scheduler, client, 6)
+    launched = dict(offers(scheduler))
+    for executor in (idle, busy, holding):
+        finish_all(scheduler, executor, launched[executor][:1], busy=1e-6)
+        assert executor.slots == 2 * scheduler.config.tasks_per_core
+    scheduler.forget_idle_task_lengths()  # the first check only counts: each ended a task
+    finish_all(scheduler, idle, launched[idle][1:])       # idle from now on
+    finish_all(scheduler, busy, launched[busy][1:])
+    submit(scheduler, client, 1, start=7)
+    (executor, [task]), = offers(scheduler)
+    finish_all(scheduler, executor, [task])               # ends a task in this interval
+    assert executor in (idle, busy)
+    scheduler.forget_idle_task_lengths()
+    # the one that ended tasks since the last check keeps its window until the next one
+    for executor in (idle, busy):
+        assert executor.task_seconds is not None and executor.slots > 2
+    scheduler.forget_idle_task_lengths()
+    for executor in (idle, busy):  # a whole interval with no task: one per core again
+        assert executor.task_seconds is None and executor.slots == 2
+    assert holding.task_seconds is not None and holding.slots > 2  # it still runs a task
+    # the next batch goes out one task per core; what it measures opens the window again
+    submit(scheduler, client, 10, start=100)
+    launched = dict(offers(scheduler))
+    assert len(launched[idle]) == 2 and len(launched[busy]) == 2
+    finish_all(scheduler, idle, launched[idle], busy=0.02)  # 10 ms each
+    assert idle.slots == 2 * scheduler.slots_per_core(0.01) == 4
 
 
 def test_lost_executor_requeues_its_tasks_first_then_fails_them_after_max_failures():
@@ -119,7 +153,7 @@ def finish_all(scheduler, executor, tasks, state=TaskState.FINISHED, busy=1e-5):
 
 
 def test_tasks_of_a_lost_executor_are_suspects_run_on_idle_cores_with_nothing_queued_behind():
-    scheduler, client = make()
+    scheduler, client = make(tasks_per_core=64)
     a = scheduler.add_executor("a", b"ra", "h", 2, 10, 0.0)
     b = scheduler.add_executor("b", b"rb", "h", 2, 11, 0.0)
     submit(scheduler, client, 1000)
@@ -177,7 +211,7 @@ def test_a_failed_task_runs_again_only_when_the_caller_asked_for_retries():
 
 
 def test_decommissioned_executor_is_offered_nothing_and_returned_tasks_run_elsewhere():
-    scheduler, client = make()
+    scheduler, client = make(tasks_per_core=64)
     a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
     submit(scheduler, client, 200)
     (_, tasks), = offers(scheduler)

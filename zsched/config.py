@@ -95,7 +95,7 @@ class Config:
     executor_heartbeat_timeout: float = 30.0   # silence after which a peer is lost
     zmq_heartbeat_interval: float = 1.0        # ZMTP heartbeats on every connection
     zmq_heartbeat_timeout: float = 10.0
-    tasks_per_core: int = 64                   # most tasks an executor holds per core (running + queued)
+    tasks_per_core: int = 256                  # most tasks an executor holds per core (running + queued)
     prefetch_seconds: float = 0.002            # work queued on an executor beyond what it runs
     max_failures: int = 4                      # system failures a task may suffer
     task_kill_timeout: float = 30.0            # a killed task must stop within this

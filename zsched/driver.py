@@ -703,6 +703,7 @@ class Driver:
         return self.clock() - self._started_at >= self.config.max_registered_waiting_time
 
     def _revive_offers(self):
+        self.scheduler.forget_idle_task_lengths()
         self._offers_needed = True
 
     def _make_offers(self):

@@ -34,7 +34,8 @@ class ExecutorData:
 
     __slots__ = ("executor_id", "routing_id", "hostname", "cores", "pid", "slot", "slots",
                  "task_seconds", "running", "suspect_losses", "decommissioning", "functions",
-                 "registered_at", "last_seen", "metrics", "tasks_done", "tasks_failed")
+                 "registered_at", "last_seen", "metrics", "tasks_done", "tasks_failed",
+                 "ended_at_check")
 
     def __init__(self, executor_id, routing_id, hostname, cores, pid, slot, slots, now):
         self.executor_id = executor_id
@@ -54,6 +55,7 @@ class ExecutorData:
         self.metrics = {}
         self.tasks_done = 0
         self.tasks_failed = 0
+        self.ended_at_check = 0   # tasks_done + tasks_failed at the last idleness check
 
     @property
     def suspects(self):
@@ -125,6 +127,20 @@ class TaskScheduler:
         average = executor.task_seconds
         executor.task_seconds = sample if average is None else 0.8 * average + 0.2 * sample
         self._apply_window(executor)
+
+    def forget_idle_task_lengths(self):
+        """Called once per ``revive_interval``: an executor that held no task since the last
+        call forgets the length of its tasks, so its next launch is one task per core and
+        its window grows again from what those measure. Without this, a window measured on
+        short tasks would hand a later batch of long tasks out all at once, to be held by
+        whichever executors the first offer reached while others run out of work."""
+        for executor in self.executors_by_slot.values():
+            ended = executor.tasks_done + executor.tasks_failed
+            if (ended == executor.ended_at_check and not executor.running
+                    and executor.task_seconds is not None):
+                executor.task_seconds = None
+                self._apply_window(executor)
+            executor.ended_at_check = ended
 
     def _set_clamped(self, clamped):
         self.clamped = clamped
