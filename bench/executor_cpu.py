@@ -2,6 +2,7 @@
 
     python bench/executor_cpu.py                      # 100k no-op tasks, 3 rounds
     python bench/executor_cpu.py --tasks 50000 --rounds 5 --eff-rounds 5
+    python bench/executor_cpu.py --tasks-per-core 64     # a shallower window than the default
 
 A LocalCluster of ``--executors`` executors x 1 core runs floods of no-op tasks (one
 ``submit`` per task, then wait for all); the CPU time (user + system, every thread) that
@@ -88,12 +89,15 @@ def main(argv=None):
     parser.add_argument("--executors", type=int, default=2)
     parser.add_argument("--eff-tasks", type=int, default=100, help="10 ms tasks per executor")
     parser.add_argument("--eff-rounds", type=int, default=3)
+    parser.add_argument("--tasks-per-core", type=int, default=None,
+                        help="the cluster's tasks_per_core (default: zsched's own)")
     args = parser.parse_args(argv)
+    settings = {} if args.tasks_per_core is None else {"tasks_per_core": args.tasks_per_core}
 
     me = psutil.Process()
     figures = {"client_us": [], "driver_us": [], "executors_us": [], "tasks_per_s": [],
                "efficiency_10ms": []}
-    with zsched.LocalCluster(n_executors=args.executors, cores_per_executor=1) as cluster:
+    with zsched.LocalCluster(n_executors=args.executors, cores_per_executor=1, **settings) as cluster:
         client = cluster.client()
         driver, executors = processes(cluster)
         flood(client, 2000)  # warm-up: functions shipped, windows adapted
@@ -130,7 +134,8 @@ def main(argv=None):
 
     split = figures.pop("executor_threads_us", [])
     medians = {k: statistics.median(v) for k, v in figures.items() if v}
-    print(f"zsched {os.path.dirname(zsched.__file__)}: {args.executors} executors x 1 core, "
+    window = "" if args.tasks_per_core is None else f", tasks_per_core {args.tasks_per_core}"
+    print(f"zsched {os.path.dirname(zsched.__file__)}: {args.executors} executors x 1 core{window}, "
           f"median of {args.rounds} flood(s) of {args.tasks} no-op tasks")
     print(f"  CPU per task: client {medians['client_us']:.2f} us, driver "
           f"{medians['driver_us']:.2f} us, executors (together) {medians['executors_us']:.2f} us")
