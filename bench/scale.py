@@ -687,15 +687,18 @@ def run_config(args, n_executors, round_index, log, log_file, killed):
                 raise Stall(f"map unfinished after {timeout:.0f} s{cluster.driver_view()}") from None
             check_results(results, xs, "map")
 
+        windows = [0]
         for name, run in (("submit", submit_all), ("map", map_all)):
             if name in args.phases:
                 figures.update(measure_phase(cluster, sim_pids, name, n, run, profile(name), log))
-        # after one task per call: the windows the driver gives no-op tasks
+                # the windows the driver gives no-op tasks, read at once: an executor that
+                # runs nothing for a whole revive_interval forgets its tasks' length
+                windows.append(max(e["slots"] for e in client.status()["executors"]))
         status = client.status()
         done = [e["tasks_done"] for e in status["executors"]]
         figures["tasks_per_executor_min"] = min(done)
         figures["tasks_per_executor_max"] = max(done)
-        figures["window_max"] = max(e["slots"] for e in status["executors"])
+        figures["window_max"] = max(windows)
         figures["driver_rss_mib"] = rss(cluster.driver.pid) / 2**20
         if "map" in args.phases:
             # map as a user calls it: the client may make tasks of several calls (chunks)

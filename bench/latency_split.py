@@ -1,0 +1,122 @@
+"""Where one task's round trip goes, with the embedded client (``zsched.Client()``).
+
+    python bench/latency_split.py                    # 2,000 round trips
+    python bench/latency_split.py --samples 5000
+
+A no-op task is submitted, waited for, and submitted again. Timestamps are taken (by
+wrapping the driver's and the client's methods in this process) as the task passes each
+stage; a stage's figure is the time from the previous stage to it, in µs, p50 and p90
+over the round trips that passed every stage once. Wrapping adds about 1 µs per stage.
+The executor is a process of its own: "executor round trip" is from the driver's send of
+LaunchTasks until its loop starts reading the StatusUpdates (both hops through ZeroMQ and
+the executor's own work). Output: a table, then one line ``JSON {...}``.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+
+if importlib.util.find_spec("zsched") is None:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import zsched  # noqa: E402
+from zsched import client as client_module  # noqa: E402
+from zsched import driver as driver_module  # noqa: E402
+from zsched import protocol as p  # noqa: E402
+from zsched import scheduler as scheduler_module  # noqa: E402
+
+STAGES = [
+    "driver's loop takes the submission",
+    "SubmitTasks handled (task queued)",
+    "resource offers start",
+    "resource offers done",
+    "LaunchTasks encoded and sent",
+    "executor round trip",
+    "StatusUpdates applied",
+    "future completed (driver thread)",
+    "result() returns (caller)",
+]
+
+marks = {}
+
+
+def mark(stage):
+    marks.setdefault(stage, time.perf_counter())
+
+
+def wrap(cls, name, stage, after=False, when=lambda *args: True):
+    original = getattr(cls, name)
+
+    def wrapper(self, *args, **kwargs):
+        if not after and when(self, *args):
+            mark(stage)
+        value = original(self, *args, **kwargs)
+        if after and when(self, *args):
+            mark(stage)
+        return value
+    setattr(cls, name, wrapper)
+
+
+def instrument():
+    Driver, Scheduler, Client = driver_module.Driver, scheduler_module.TaskScheduler, client_module.Client
+    wrap(Driver, "_receive_local", STAGES[0],
+         when=lambda d: any(c._outbox for c in d._local_clients.values()))
+    wrap(Driver, "_receive_local", STAGES[1], after=True, when=lambda d: STAGES[0] in marks)
+    wrap(Scheduler, "resource_offers", STAGES[2], when=lambda s: s.n_pending > 0)
+    wrap(Scheduler, "resource_offers", STAGES[3], after=True, when=lambda s: STAGES[2] in marks)
+    wrap(Driver, "_send", STAGES[4], after=True,
+         when=lambda d, rid, msg, *rest: isinstance(msg, p.LaunchTasks))
+    wrap(Driver, "_receive", STAGES[5], when=lambda d: STAGES[4] in marks)
+    wrap(Scheduler, "status_updates", STAGES[6], after=True)
+    wrap(Client, "_complete", STAGES[7], after=True)
+
+
+def noop(x):
+    return x
+
+
+def percentile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * q))]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=2000)
+    args = parser.parse_args(argv)
+    instrument()
+    rows = []
+    with zsched.Client() as client:
+        for i in range(300):  # warm-up: the function shipped, the executors' loops hot
+            client.submit(noop, i).result()
+        for i in range(args.samples):
+            marks.clear()
+            start = time.perf_counter()
+            client.submit(noop, i).result()
+            marks[STAGES[8]] = time.perf_counter()
+            if len(marks) == len(STAGES):
+                times = [start] + [marks[stage] for stage in STAGES]
+                rows.append([(b - a) * 1e6 for a, b in zip(times, times[1:])])
+    if not rows:
+        raise SystemExit("no round trip passed every stage once")
+    print(f"zsched {os.path.dirname(zsched.__file__)}: embedded client, 1 executor per core, "
+          f"{len(rows)} of {args.samples} round trips")
+    print(f"{'stage (time since the previous one)':<42}{'p50 us':>9}{'p90 us':>9}")
+    print("-" * 60)
+    figures = {}
+    for k, stage in enumerate(STAGES):
+        column = [row[k] for row in rows]
+        figures[stage] = {"p50_us": percentile(column, 0.5), "p90_us": percentile(column, 0.9)}
+        print(f"{stage:<42}{figures[stage]['p50_us']:>9.0f}{figures[stage]['p90_us']:>9.0f}")
+    totals = [sum(row) for row in rows]
+    print("-" * 60)
+    print(f"{'round trip':<42}{percentile(totals, 0.5):>9.0f}{percentile(totals, 0.9):>9.0f}")
+    print("JSON " + json.dumps({"samples": len(rows), "stages": figures,
+                                "round_trip_p50_us": percentile(totals, 0.5),
+                                "round_trip_p90_us": percentile(totals, 0.9)}))
+
+
+if __name__ == "__main__":
+    main()
