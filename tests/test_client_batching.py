@@ -431,3 +431,19 @@ def test_long_tasks_after_an_idle_spell_are_not_hoarded_by_the_windows_short_tas
         short_pids = {f.result(timeout=60) for f in short_tasks}
         assert long_task.result(timeout=60) not in short_pids
         client.shutdown()
+
+
+def test_short_tasks_dealt_behind_a_long_one_are_given_back_to_an_idle_executor():
+    # No idle spell this time: right after a flood of no-op tasks, one long task and six
+    # short ones are dealt by the flood's deep windows, some short ones behind the long one.
+    # Once the other executor runs out of work, those are asked back and run there.
+    with zsched.LocalCluster(n_executors=2, cores_per_executor=1) as cluster:
+        client = cluster.client()
+        flood = [client.submit(identity, i) for i in range(5000)]
+        assert [f.result(timeout=60) for f in flood] == list(range(5000))
+        long_task = client.submit(sleep_then_pid, 2.0)
+        short_tasks = [client.submit(sleep_then_pid, 0.1) for _ in range(6)]
+        short_pids = {f.result(timeout=60) for f in short_tasks}
+        assert long_task.result(timeout=60) not in short_pids
+        assert all(f.done() for f in short_tasks)
+        client.shutdown()

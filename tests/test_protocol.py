@@ -19,6 +19,7 @@ SAMPLES = [
     p.HeartbeatAck(99),
     p.DecommissionExecutor("idle"),
     p.Probe(),
+    p.ReturnTasks(3),
     p.ClientHello(42),
     p.SubmitTasks({b"k": b"fn"}, [[1, b"k", b"a", 0], [2, b"k", b"b", 3]]),
     p.CancelTasks([1, 2, 3]),

@@ -111,6 +111,38 @@ def test_an_executor_idle_for_a_whole_check_interval_forgets_its_task_length():
     assert idle.slots == 2 * scheduler.slots_per_core(0.01) == 4
 
 
+def test_unstarted_tasks_behind_a_long_one_are_asked_back_while_cores_idle_elsewhere():
+    now = [0.0]
+    scheduler = TaskScheduler(Config(), functions={b"f": b"function blob"}, clock=lambda: now[0])
+    client = ClientData(b"client", 1)
+    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
+    submit(scheduler, client, 2)
+    for executor, tasks in offers(scheduler):  # windows measured on no-op tasks
+        finish_all(scheduler, executor, tasks, busy=1e-6)
+    submit(scheduler, client, 8, start=3)      # then longer ones, dealt by those windows
+    held = dict(offers(scheduler))
+    assert len(held[a]) == len(held[b]) == 4
+    assert scheduler.reclaim_hoarded_tasks(0.1) == []  # no core idle
+    now[0] = 0.3
+    finish_all(scheduler, b, held[b], busy=0.3)       # b ran its four; a still runs its first
+    assert scheduler.reclaim_hoarded_tasks(0.1) == [(a, 3)]
+    assert a.task_seconds is None and a.slots == 1    # its measure is stale: cores only
+    now[0] = 0.35
+    assert scheduler.reclaim_hoarded_tasks(0.1) == []  # asked once per 0.1 s at most
+    finish_all(scheduler, a, held[a][1:], TaskState.RETURNED)
+    assert [t.client_task_id for t in scheduler.pending] == [t.client_task_id for t in held[a][1:]]
+    assert all(t.failures == () for t in held[a][1:])
+    (executor, tasks), = offers(scheduler)            # they go to the idle core, not back
+    assert executor is b and len(tasks) == b.slots
+    now[0] = 1.0
+    assert scheduler.reclaim_hoarded_tasks(0.1) == []  # something still waits for a core
+    scheduler.pending.clear()
+    scheduler.n_pending = 0
+    finish_all(scheduler, b, tasks)
+    assert scheduler.reclaim_hoarded_tasks(0.1) == []  # a holds only what its core runs
+
+
 def test_lost_executor_requeues_its_tasks_first_then_fails_them_after_max_failures():
     scheduler, client = make(max_failures=2)
     submit(scheduler, client, 3)

@@ -47,6 +47,8 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_SNDMORE = int(zmq.NOBLOCK) | int(zmq.SNDMORE)
 _WARNED_PEERS_LIMIT = 10000
 _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
+_RECLAIM_INTERVAL = 0.1      # seconds between looks for tasks held behind long ones ...
+_RECLAIM_SILENCE = 0.1       # ... on an executor silent this long while cores idle elsewhere
 _HISTORY_POINTS = 1200       # snapshots charted: 10 minutes
 
 
@@ -224,6 +226,7 @@ class Driver:
             [min(1.0, self.config.executor_heartbeat_timeout / 4), self._check_heartbeats],
             [0.2, self._check_executor_exits],
             [0.1, self._probe_again],
+            [_RECLAIM_INTERVAL, self._reclaim_hoarded_tasks],
         ]
         if self.dynamic_allocation is not None and self.allocator is not None:
             timers.append([0.25, self._allocate_dynamically])
@@ -701,6 +704,12 @@ class Driver:
         if expected == 0 or registered >= ratio * expected:
             return True
         return self.clock() - self._started_at >= self.config.max_registered_waiting_time
+
+    def _reclaim_hoarded_tasks(self):
+        for executor, count in self.scheduler.reclaim_hoarded_tasks(_RECLAIM_SILENCE):
+            log.debug("asking executor %s for up to %d unstarted tasks back (cores idle elsewhere)",
+                      executor.executor_id, count)
+            self._send(executor.routing_id, p.ReturnTasks(count))
 
     def _revive_offers(self):
         self.scheduler.forget_idle_task_lengths()

@@ -508,6 +508,24 @@ class ExecutorBackend:
         for task_id, attempt, _, _ in unstarted:
             self._results.append([task_id, attempt, TaskState.RETURNED, b""])
 
+    def _on_return_tasks(self, msg):
+        """Give back up to ``msg.count`` tasks not started yet, the newest first."""
+        unstarted = []
+        while len(unstarted) < msg.count:
+            if self._deferred:
+                unstarted.append(self._deferred.pop())
+                continue
+            try:
+                task = self._work.pop()  # task threads take from the other end meanwhile
+            except IndexError:
+                break
+            if task is None:  # closing: the task threads' stop signals stay
+                self._work.append(task)
+                break
+            unstarted.append(task)
+        for task_id, attempt, _, _ in reversed(unstarted):
+            self._results.append([task_id, attempt, TaskState.RETURNED, b""])
+
     def _on_kill_task(self, msg):
         if self._outstanding == 0:
             return  # reported already: nothing here to kill
@@ -561,6 +579,7 @@ class ExecutorBackend:
         MsgType.SHUTDOWN: _on_shutdown,
         MsgType.HEARTBEAT_ACK: _on_heartbeat_ack,
         MsgType.DECOMMISSION_EXECUTOR: _on_decommission_executor,
+        MsgType.RETURN_TASKS: _on_return_tasks,
         MsgType.PROBE: _on_probe,
     }
 

@@ -53,6 +53,8 @@ class MsgType(IntEnum):
     DECOMMISSION_EXECUTOR = 17
     # driver -> executor or client: "are you there?" (ignored; a send to a peer that is gone fails)
     PROBE = 18
+    # driver -> executor
+    RETURN_TASKS = 19
     # client -> driver
     CLIENT_HELLO = 20
     SUBMIT_TASKS = 21
@@ -73,7 +75,7 @@ class TaskState(IntEnum):
     FAILED = 2     # payload: the pickled (exception, traceback text) raised by the task
     KILLED = 3     # payload: reason, utf-8
     ERROR = 4      # payload: utf-8 text of a failure that is not the task's own exception
-    RETURNED = 5   # executor -> driver only: given back unstarted (decommissioning); payload empty
+    RETURNED = 5   # executor -> driver only: given back unstarted (decommissioning, ReturnTasks); payload empty
 
 
 # ---------------------------------------------------------------- field checks
@@ -241,6 +243,13 @@ class DecommissionExecutor(Message):
 @_message(MsgType.PROBE)
 class Probe(Message):
     pass
+
+
+@_message(MsgType.RETURN_TASKS, _int)
+class ReturnTasks(Message):
+    """Give back up to ``count`` tasks not started yet (RETURNED), the newest first: they
+    wait here behind a long task while cores elsewhere are idle."""
+    count: int
 
 
 # -- client -> driver

@@ -35,7 +35,7 @@ class ExecutorData:
     __slots__ = ("executor_id", "routing_id", "hostname", "cores", "pid", "slot", "slots",
                  "task_seconds", "running", "suspect_losses", "decommissioning", "functions",
                  "registered_at", "last_seen", "metrics", "tasks_done", "tasks_failed",
-                 "ended_at_check")
+                 "ended_at_check", "last_report", "last_reclaim")
 
     def __init__(self, executor_id, routing_id, hostname, cores, pid, slot, slots, now):
         self.executor_id = executor_id
@@ -56,6 +56,8 @@ class ExecutorData:
         self.tasks_done = 0
         self.tasks_failed = 0
         self.ended_at_check = 0   # tasks_done + tasks_failed at the last idleness check
+        self.last_report = now    # when its last StatusUpdates arrived
+        self.last_reclaim = now   # when it was last asked to give unstarted tasks back
 
     @property
     def suspects(self):
@@ -141,6 +143,36 @@ class TaskScheduler:
                 executor.task_seconds = None
                 self._apply_window(executor)
             executor.ended_at_check = ended
+
+    def reclaim_hoarded_tasks(self, silent_for):
+        """``[(executor, count)]``: executors to ask for their unstarted tasks back.
+
+        A window measured on short tasks may have taken long ones: they then wait behind
+        the first of them while cores elsewhere are idle. So when nothing is queued and some
+        core is idle, an executor that holds tasks beyond its cores and has reported
+        nothing for ``silent_for`` seconds is asked to give back its tasks beyond its cores
+        (they come back RETURNED, first in the queue, not charged), at most once per
+        ``silent_for``. Its silence also says that the length it measured is stale: it
+        forgets it, so its window is its cores until it reports again, and the tasks it
+        gives back go to the idle cores, not behind its long task again."""
+        counts = self.counts
+        if (self.n_pending or self.clamped or counts["submitted"]
+                <= counts["finished"] + counts["failed"] + counts["cancelled"]):
+            return []  # something waits for a core, or suspects do, or no task is out
+        executors = [e for e in self.executors_by_slot.values() if not e.decommissioning]
+        if not any(len(e.running) < e.cores for e in executors):
+            return []
+        now = self.clock()
+        requests = []
+        for executor in executors:
+            queued = len(executor.running) - executor.cores
+            if queued <= 0 or now - max(executor.last_report, executor.last_reclaim) < silent_for:
+                continue
+            executor.task_seconds = None
+            self._apply_window(executor)
+            executor.last_reclaim = now
+            requests.append((executor, queued))
+        return requests
 
     def _set_clamped(self, clamped):
         self.clamped = clamped
@@ -292,8 +324,9 @@ class TaskScheduler:
         ``busy`` seconds running those tasks (see ``apply_status_updates``).
 
         Returns the number of updates that were stale (for an attempt no longer current)."""
+        now = executor.last_report = self.clock()
         stale, freed, ran, retried, returned = apply_status_updates(
-            executor, updates, self.pending, self.clock(), self.counts)
+            executor, updates, self.pending, now, self.counts)
         self.n_pending += retried
         for task in reversed(returned):  # first in the queue, in their order
             self._requeue(task)
