@@ -447,3 +447,21 @@ def test_short_tasks_dealt_behind_a_long_one_are_given_back_to_an_idle_executor(
         assert long_task.result(timeout=60) not in short_pids
         assert all(f.done() for f in short_tasks)
         client.shutdown()
+
+
+def test_long_tasks_beyond_a_window_that_shrank_are_given_back_to_an_idle_executor():
+    # Right after a no-op flood, ten 0.1 s tasks then ten 10 ms tasks: the flood's windows
+    # deal them in two runs, nearly all the long ones to one executor. That executor keeps
+    # reporting (so it is not silent), but its window shrinks to two: once the other runs
+    # out of work, the long tasks beyond that window are asked back and run there.
+    with zsched.LocalCluster(n_executors=2, cores_per_executor=1) as cluster:
+        client = cluster.client()
+        flood = [client.submit(identity, i) for i in range(5000)]
+        assert [f.result(timeout=60) for f in flood] == list(range(5000))
+        long_tasks = [client.submit(sleep_then_pid, 0.1) for _ in range(10)]
+        short_tasks = [client.submit(sleep_then_pid, 0.01) for _ in range(10)]
+        long_pids = [f.result(timeout=60) for f in long_tasks]
+        assert all(f.result(timeout=60) for f in short_tasks)
+        most = max(long_pids.count(pid) for pid in set(long_pids))
+        assert most < 9, long_pids  # without giving back, all ten ran on one executor
+        client.shutdown()

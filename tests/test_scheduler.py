@@ -143,6 +143,53 @@ def test_unstarted_tasks_behind_a_long_one_are_asked_back_while_cores_idle_elsew
     assert scheduler.reclaim_hoarded_tasks(0.1) == []  # a holds only what its core runs
 
 
+def test_tasks_beyond_a_shrunk_window_are_asked_back_when_worth_moving():
+    now = [0.0]
+    scheduler = TaskScheduler(Config(), functions={b"f": b"function blob"}, clock=lambda: now[0])
+    client = ClientData(b"client", 1)
+    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
+    submit(scheduler, client, 2)
+    for executor, tasks in offers(scheduler):
+        finish_all(scheduler, executor, tasks, busy=1e-6)
+    submit(scheduler, client, 20, start=3)
+    held = dict(offers(scheduler))
+    assert len(held[a]) == len(held[b]) == 10
+    now[0] = 0.3
+    for _ in range(3):  # a reports 0.1 s tasks one by one: its window shrinks to 2
+        finish_all(scheduler, a, [held[a].pop(0)], busy=0.1)
+    assert a.slots == 2 and len(a.running) == 7
+    finish_all(scheduler, b, held[b], busy=0.01)  # b ran its ten short ones: idle
+    now[0] = 0.35
+    assert scheduler.reclaim_hoarded_tasks(0.1) == [(a, 5)]  # not silent, but over its window
+    assert a.task_seconds is not None and a.slots == 2
+    now[0] = 0.4
+    assert scheduler.reclaim_hoarded_tasks(0.1) == []  # once per 0.1 s
+    scheduler.status_updates(a, [[t.task_id, t.attempt, TaskState.RETURNED, b""] for t in held[a][2:]])
+    assert len(a.running) == 2 and scheduler.n_pending == 5
+    assert [(e, len(ts)) for e, ts in offers(scheduler)] == [(b, 5)]  # all to the idle one
+
+
+def test_a_few_short_tasks_beyond_a_window_are_not_worth_asking_back():
+    now = [0.0]
+    scheduler = TaskScheduler(Config(), functions={b"f": b"function blob"}, clock=lambda: now[0])
+    client = ClientData(b"client", 1)
+    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
+    submit(scheduler, client, 2)
+    for executor, tasks in offers(scheduler):
+        finish_all(scheduler, executor, tasks, busy=1e-6)
+    submit(scheduler, client, 20, start=3)
+    held = dict(offers(scheduler))
+    now[0] = 0.45
+    finish_all(scheduler, a, [held[a].pop(0)], busy=0.005)  # 5 ms tasks: its window shrinks
+    finish_all(scheduler, b, held[b], busy=1e-5)
+    assert a.slots == 3 and len(a.running) == 9
+    now[0] = 0.5
+    # 6 beyond it, measured at about 1 ms each so far: not worth a round trip
+    assert scheduler.reclaim_hoarded_tasks(0.1) == []
+
+
 def test_lost_executor_requeues_its_tasks_first_then_fails_them_after_max_failures():
     scheduler, client = make(max_failures=2)
     submit(scheduler, client, 3)

@@ -145,16 +145,19 @@ class TaskScheduler:
             executor.ended_at_check = ended
 
     def reclaim_hoarded_tasks(self, silent_for):
-        """``[(executor, count)]``: executors to ask for their unstarted tasks back.
+        """``[(executor, count)]``: executors to ask for unstarted tasks back (they come back
+        RETURNED, first in the queue, not charged). Looked for only while nothing is queued
+        and some core is idle; each executor is asked at most once per ``silent_for``.
 
-        A window measured on short tasks may have taken long ones: they then wait behind
-        the first of them while cores elsewhere are idle. So when nothing is queued and some
-        core is idle, an executor that holds tasks beyond its cores and has reported
-        nothing for ``silent_for`` seconds is asked to give back its tasks beyond its cores
-        (they come back RETURNED, first in the queue, not charged), at most once per
-        ``silent_for``. Its silence also says that the length it measured is stale: it
-        forgets it, so its window is its cores until it reports again, and the tasks it
-        gives back go to the idle cores, not behind its long task again."""
+        A window measured on short tasks may have taken long ones, which then wait behind
+        the first of them while cores elsewhere are idle. Two cases:
+
+        - the executor holds tasks beyond its cores and has reported nothing for
+          ``silent_for``: its measured task length is stale. It gives back its tasks beyond
+          its cores and forgets that length, so its window is its cores until it reports
+          again, and what it gives back goes to the idle cores, not behind its task again;
+        - it reports, but holds more than the window its reports have shrunk to, and the
+          tasks beyond the window would take ``silent_for`` or more: it gives those back."""
         counts = self.counts
         if (self.n_pending or self.clamped or counts["submitted"]
                 <= counts["finished"] + counts["failed"] + counts["cancelled"]):
@@ -165,13 +168,21 @@ class TaskScheduler:
         now = self.clock()
         requests = []
         for executor in executors:
-            queued = len(executor.running) - executor.cores
-            if queued <= 0 or now - max(executor.last_report, executor.last_reclaim) < silent_for:
+            held = len(executor.running)
+            if held <= executor.cores or now - executor.last_reclaim < silent_for:
                 continue
-            executor.task_seconds = None
-            self._apply_window(executor)
+            if now - executor.last_report >= silent_for:
+                executor.task_seconds = None
+                self._apply_window(executor)
+                count = held - executor.cores
+            elif executor.task_seconds is None:
+                continue  # it reported nothing that ran since its length was forgotten
+            else:
+                count = held - max(executor.slots, executor.cores)
+                if count <= 0 or count * executor.task_seconds < silent_for:
+                    continue
             executor.last_reclaim = now
-            requests.append((executor, queued))
+            requests.append((executor, count))
         return requests
 
     def _set_clamped(self, clamped):
