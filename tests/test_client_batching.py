@@ -1,6 +1,7 @@
 """The client under floods of submissions: batching, ordering with control messages,
 futures that share one condition, the GC, and ZMTP heartbeats that follow the driver."""
 import concurrent.futures
+import contextlib
 import gc
 import os
 import signal
@@ -414,15 +415,24 @@ def sleep_then_pid(seconds):
     return os.getpid()
 
 
+@contextlib.contextmanager
+def after_a_flood(**settings):
+    """A client of 2 one-core executors that have just run 5,000 no-op tasks: their windows
+    are as deep as no-op tasks make them."""
+    with zsched.LocalCluster(n_executors=2, cores_per_executor=1, **settings) as cluster:
+        client = cluster.client()
+        flood = [client.submit(identity, i) for i in range(5000)]
+        assert [f.result(timeout=60) for f in flood] == list(range(5000))
+        yield client
+        client.shutdown()
+
+
 def test_long_tasks_after_an_idle_spell_are_not_hoarded_by_the_windows_short_tasks_opened():
     # A flood of no-op tasks opens each executor's window to hundreds of tasks. After a
     # spell with nothing to run they forget that: one long task and six short ones then go
     # out one per core, and the short ones all run beside the long one, none behind it
     # (with the flood's windows, half of them would queue behind it on its executor).
-    with zsched.LocalCluster(n_executors=2, cores_per_executor=1, revive_interval=0.1) as cluster:
-        client = cluster.client()
-        assert [f.result(timeout=60) for f in [client.submit(identity, i) for i in range(5000)]] \
-            == list(range(5000))
+    with after_a_flood(revive_interval=0.1) as client:
         assert all(e["slots"] > 2 for e in client.status()["executors"])
         wait_for(lambda: all(e["task_seconds"] is None for e in client.status()["executors"]),
                  10, message="the executors to forget the no-op tasks' length")
@@ -430,23 +440,18 @@ def test_long_tasks_after_an_idle_spell_are_not_hoarded_by_the_windows_short_tas
         short_tasks = [client.submit(sleep_then_pid, 0.1) for _ in range(6)]
         short_pids = {f.result(timeout=60) for f in short_tasks}
         assert long_task.result(timeout=60) not in short_pids
-        client.shutdown()
 
 
 def test_short_tasks_dealt_behind_a_long_one_are_given_back_to_an_idle_executor():
     # No idle spell this time: right after a flood of no-op tasks, one long task and six
     # short ones are dealt by the flood's deep windows, some short ones behind the long one.
     # Once the other executor runs out of work, those are asked back and run there.
-    with zsched.LocalCluster(n_executors=2, cores_per_executor=1) as cluster:
-        client = cluster.client()
-        flood = [client.submit(identity, i) for i in range(5000)]
-        assert [f.result(timeout=60) for f in flood] == list(range(5000))
+    with after_a_flood() as client:
         long_task = client.submit(sleep_then_pid, 2.0)
         short_tasks = [client.submit(sleep_then_pid, 0.1) for _ in range(6)]
         short_pids = {f.result(timeout=60) for f in short_tasks}
         assert long_task.result(timeout=60) not in short_pids
         assert all(f.done() for f in short_tasks)
-        client.shutdown()
 
 
 def test_long_tasks_beyond_a_window_that_shrank_are_given_back_to_an_idle_executor():
@@ -454,14 +459,10 @@ def test_long_tasks_beyond_a_window_that_shrank_are_given_back_to_an_idle_execut
     # deal them in two runs, nearly all the long ones to one executor. That executor keeps
     # reporting (so it is not silent), but its window shrinks to two: once the other runs
     # out of work, the long tasks beyond that window are asked back and run there.
-    with zsched.LocalCluster(n_executors=2, cores_per_executor=1) as cluster:
-        client = cluster.client()
-        flood = [client.submit(identity, i) for i in range(5000)]
-        assert [f.result(timeout=60) for f in flood] == list(range(5000))
+    with after_a_flood() as client:
         long_tasks = [client.submit(sleep_then_pid, 0.1) for _ in range(10)]
         short_tasks = [client.submit(sleep_then_pid, 0.01) for _ in range(10)]
         long_pids = [f.result(timeout=60) for f in long_tasks]
         assert all(f.result(timeout=60) for f in short_tasks)
         most = max(long_pids.count(pid) for pid in set(long_pids))
         assert most < 9, long_pids  # without giving back, all ten ran on one executor
-        client.shutdown()

@@ -111,17 +111,23 @@ def test_an_executor_idle_for_a_whole_check_interval_forgets_its_task_length():
     assert idle.slots == 2 * scheduler.slots_per_core(0.01) == 4
 
 
-def test_unstarted_tasks_behind_a_long_one_are_asked_back_while_cores_idle_elsewhere():
+def deep_windows_then(n_tasks):
+    """Two one-core executors whose windows were measured on no-op tasks, then ``n_tasks``
+    longer ones dealt by those windows: (scheduler, its clock, a, b, {executor: tasks})."""
     now = [0.0]
     scheduler = TaskScheduler(Config(), functions={b"f": b"function blob"}, clock=lambda: now[0])
     client = ClientData(b"client", 1)
     a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
     b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
     submit(scheduler, client, 2)
-    for executor, tasks in offers(scheduler):  # windows measured on no-op tasks
+    for executor, tasks in offers(scheduler):
         finish_all(scheduler, executor, tasks, busy=1e-6)
-    submit(scheduler, client, 8, start=3)      # then longer ones, dealt by those windows
-    held = dict(offers(scheduler))
+    submit(scheduler, client, n_tasks, start=3)
+    return scheduler, now, a, b, dict(offers(scheduler))
+
+
+def test_unstarted_tasks_behind_a_long_one_are_asked_back_while_cores_idle_elsewhere():
+    scheduler, now, a, b, held = deep_windows_then(8)
     assert len(held[a]) == len(held[b]) == 4
     assert scheduler.reclaim_hoarded_tasks(0.1) == []  # no core idle
     now[0] = 0.3
@@ -144,16 +150,7 @@ def test_unstarted_tasks_behind_a_long_one_are_asked_back_while_cores_idle_elsew
 
 
 def test_tasks_beyond_a_shrunk_window_are_asked_back_when_worth_moving():
-    now = [0.0]
-    scheduler = TaskScheduler(Config(), functions={b"f": b"function blob"}, clock=lambda: now[0])
-    client = ClientData(b"client", 1)
-    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
-    b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
-    submit(scheduler, client, 2)
-    for executor, tasks in offers(scheduler):
-        finish_all(scheduler, executor, tasks, busy=1e-6)
-    submit(scheduler, client, 20, start=3)
-    held = dict(offers(scheduler))
+    scheduler, now, a, b, held = deep_windows_then(20)
     assert len(held[a]) == len(held[b]) == 10
     now[0] = 0.3
     for _ in range(3):  # a reports 0.1 s tasks one by one: its window shrinks to 2
@@ -171,16 +168,7 @@ def test_tasks_beyond_a_shrunk_window_are_asked_back_when_worth_moving():
 
 
 def test_a_few_short_tasks_beyond_a_window_are_not_worth_asking_back():
-    now = [0.0]
-    scheduler = TaskScheduler(Config(), functions={b"f": b"function blob"}, clock=lambda: now[0])
-    client = ClientData(b"client", 1)
-    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
-    b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
-    submit(scheduler, client, 2)
-    for executor, tasks in offers(scheduler):
-        finish_all(scheduler, executor, tasks, busy=1e-6)
-    submit(scheduler, client, 20, start=3)
-    held = dict(offers(scheduler))
+    scheduler, now, a, b, held = deep_windows_then(20)
     now[0] = 0.45
     finish_all(scheduler, a, [held[a].pop(0)], busy=0.005)  # 5 ms tasks: its window shrinks
     finish_all(scheduler, b, held[b], busy=1e-5)
