@@ -47,9 +47,9 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_SNDMORE = int(zmq.NOBLOCK) | int(zmq.SNDMORE)
 _WARNED_PEERS_LIMIT = 10000
 _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
+_HISTORY_POINTS = 1200       # snapshots charted: 10 minutes
 _RECLAIM_INTERVAL = 0.1      # seconds between looks for tasks held behind long ones ...
 _RECLAIM_SILENCE = 0.1       # ... on an executor silent this long while cores idle elsewhere
-_HISTORY_POINTS = 1200       # snapshots charted: 10 minutes
 
 
 class Driver:

@@ -472,9 +472,8 @@ class ExecutorBackend:
         idle = self._outstanding == 0
         self._outstanding += len(tasks)
         if self._decommissioning:  # launched before the driver knew: give them back
-            self._results.extend([task_id, attempt, TaskState.RETURNED, b""]
-                                 for task_id, attempt, _, _ in tasks)
-            return  # the next turn sends them
+            self._give_back(tasks)
+            return
         if self._lone is not None:  # more came before the lone task started: it queues first
             tasks = [self._lone, *tasks]
             self._lone = None
@@ -485,6 +484,12 @@ class ExecutorBackend:
             self._deferred.extend(tasks)
             return
         self._queue_tasks(tasks)
+
+    def _give_back(self, tasks):
+        """Report ``tasks`` (not started) as RETURNED, in their order; the next turn sends
+        the rows."""
+        self._results.extend([task_id, attempt, TaskState.RETURNED, b""]
+                             for task_id, attempt, _, _ in tasks)
 
     def _queue_tasks(self, tasks):
         """Hand ``tasks`` to the task threads: one notification for the lot."""
@@ -505,8 +510,7 @@ class ExecutorBackend:
                 unstarted.append(self._work.popleft())  # task threads may take some meanwhile
             except IndexError:
                 break
-        for task_id, attempt, _, _ in unstarted:
-            self._results.append([task_id, attempt, TaskState.RETURNED, b""])
+        self._give_back(unstarted)
 
     def _on_return_tasks(self, msg):
         """Give back up to ``msg.count`` tasks not started yet, the newest first."""
@@ -523,8 +527,7 @@ class ExecutorBackend:
                 self._work.append(task)
                 break
             unstarted.append(task)
-        for task_id, attempt, _, _ in reversed(unstarted):
-            self._results.append([task_id, attempt, TaskState.RETURNED, b""])
+        self._give_back(reversed(unstarted))
 
     def _on_kill_task(self, msg):
         if self._outstanding == 0:

@@ -140,8 +140,7 @@ class TaskScheduler:
             ended = executor.tasks_done + executor.tasks_failed
             if (ended == executor.ended_at_check and not executor.running
                     and executor.task_seconds is not None):
-                executor.task_seconds = None
-                self._apply_window(executor)
+                self._forget_task_length(executor)
             executor.ended_at_check = ended
 
     def reclaim_hoarded_tasks(self, silent_for):
@@ -172,8 +171,7 @@ class TaskScheduler:
             if held <= executor.cores or now - executor.last_reclaim < silent_for:
                 continue
             if now - executor.last_report >= silent_for:
-                executor.task_seconds = None
-                self._apply_window(executor)
+                self._forget_task_length(executor)
                 count = held - executor.cores
             elif executor.task_seconds is None:
                 continue  # it reported nothing that ran since its length was forgotten
@@ -184,6 +182,11 @@ class TaskScheduler:
             executor.last_reclaim = now
             requests.append((executor, count))
         return requests
+
+    def _forget_task_length(self, executor):
+        """One task per core again, until what it reports measures its tasks anew."""
+        executor.task_seconds = None
+        self._apply_window(executor)
 
     def _set_clamped(self, clamped):
         self.clamped = clamped
