@@ -218,6 +218,36 @@ def test_many_clients_share_a_cluster(cluster):
         c.shutdown()
 
 
+def executor_driver_urls(driver_pid):
+    """The --driver-url of each executor process under ``driver_pid``."""
+    import psutil
+    urls = []
+    for child in psutil.Process(driver_pid).children(recursive=True):
+        cmdline = child.cmdline()
+        if "--driver-url" in cmdline:
+            urls.append(cmdline[cmdline.index("--driver-url") + 1])
+    return urls
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["driver process", "driver thread"])
+def test_executors_and_clients_on_this_host_use_a_private_unix_socket(in_process):
+    with zsched.LocalCluster(n_executors=2, in_process=in_process) as cluster:
+        assert cluster.address.startswith("tcp://")  # for other hosts, as before
+        path = cluster.local_address[len("ipc://"):]
+        assert cluster.local_address.startswith("ipc://") and os.path.exists(path)
+        private = os.path.dirname(path)
+        assert os.stat(private).st_mode & 0o077 == 0  # no one else may reach the socket
+        driver_pid = os.getpid() if in_process else cluster._process.pid
+        assert sorted(executor_driver_urls(driver_pid)) == [cluster.local_address] * 2
+        client = cluster.client()
+        if not in_process:
+            assert client.address == cluster.local_address
+        assert list(client.map(add, range(100), range(100))) == list(range(0, 200, 2))
+        with zsched.Client(cluster.address, secret_file=cluster.secret_file) as over_tcp:
+            assert over_tcp.submit(add, 1, 2).result(30) == 3
+    assert not os.path.exists(private)
+
+
 def test_embedded_client_starts_and_stops_its_own_cluster():
     import threading
     before = set(threading.enumerate())

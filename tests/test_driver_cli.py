@@ -161,6 +161,41 @@ def test_local_executors_carry_app_id_and_run_tasks(driver_factory, tmp_path):
              message="executors to be gone after the driver stopped")
 
 
+def test_ipc_path_serves_local_executors_and_clients(driver_factory, tmp_path):
+    private = tmp_path / "run"
+    private.mkdir(mode=0o700)
+    path = str(private / "driver.sock")
+    secret = str(tmp_path / "secret")
+    open(path, "w").close()  # left behind by a driver that is gone: taken over
+    driver = driver_factory("--local", "2", "--ipc-path", path, "--secret-file", secret)
+    executors = wait_for(lambda: (lambda e: e if len(e) == 2 else None)(
+        executor_children(driver.proc.pid)), timeout=20, message="two executor processes")
+    for executor in executors:  # on this host: the Unix socket
+        assert option_value(executor.cmdline(), "--driver-url") == f"ipc://{path}"
+    with zsched.Client(f"ipc://{path}", secret_file=secret, timeout=30) as client:
+        wait_for(lambda: client.executor_ids() == ["1", "2"], timeout=20,
+                 message="both executors to register")
+        assert list(client.map(lambda x: x * x, range(50))) == [x * x for x in range(50)]
+    with zsched.Client(driver.url, secret_file=secret, timeout=30) as client:  # TCP as well
+        assert client.submit(lambda: 5).result(30) == 5
+    assert driver.stop() == 0, driver.stderr
+    assert not os.path.exists(path)  # the socket goes with the driver
+
+
+def test_ipc_path_of_a_live_driver_is_refused(driver_factory, tmp_path):
+    path = str(tmp_path / "driver.sock")
+    first = driver_factory("--insecure", "--ipc-path", path)
+    with zsched.Client(f"ipc://{path}", timeout=30) as client:
+        assert client.executor_ids() == []
+    result = subprocess.run([sys.executable, os.path.join(BIN, "driver"), "--insecure",
+                             "--ipc-path", path], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2, result.stdout
+    assert f"--ipc-path {path!r} is in use by another process" in result.stderr
+    with zsched.Client(f"ipc://{path}", timeout=30) as client:  # the first one still serves
+        assert client.executor_ids() == []
+    assert first.proc.poll() is None
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_stops_executors_then_exits_0(driver_factory, tmp_path, sig):
     secret = str(tmp_path / "secret")
@@ -295,6 +330,8 @@ def test_good_conf_is_accepted_and_reaches_clients(driver_factory):
     (["--hosts", "bad-hosts"], "hosts file bad-hosts, line 2: the number of executors must be"),
     (["--dynamic-allocation"], "needs a cluster manager: --local N, --hosts FILE or --slurm"),
     (["--dashboard-port", "70000"], "--dashboard-port must be 0 to 65535, got 70000"),
+    (["--ipc-path", "/tmp/" + "x" * 110], "--ipc-path must be at most 107 bytes long"),
+    (["--ipc-path", "no-such-dir/driver.sock"], "--ipc-path: no directory"),
 ])
 def test_bad_option_exits_nonzero(args, named, tmp_path):
     (tmp_path / "bad-hosts").write_text("node1 2\nnode2 many\n")

@@ -23,7 +23,8 @@ import threading
 import time
 import weakref
 
-from .cluster.local import LocalClusterManager, child_environment, module_command
+from .cluster.local import (UNIX_SOCKET_PATH_MAX, LocalClusterManager, child_environment,
+                            module_command)
 from .config import Config
 from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import DriverConnectionError
@@ -81,11 +82,16 @@ class LocalCluster:
         self._closed = False
         self._clients = weakref.WeakSet()
         self._private_dir = tempfile.mkdtemp(prefix="zsched-")  # mode 0700
+        # the driver also listens at a Unix socket in it, for the executors and this
+        # process's clients: lower latency than loopback TCP (none if the path is too long)
+        ipc_path = os.path.join(self._private_dir, "driver.sock")
+        if len(os.fsencode(ipc_path)) > UNIX_SOCKET_PATH_MAX:
+            ipc_path = None
         self.secret_file = None
         self._process = self._driver = None
         self.inproc_address = self.context = None
         if in_process:
-            self._start_in_process(config, n_executors, cores_per_executor, host, port,
+            self._start_in_process(config, n_executors, cores_per_executor, host, port, ipc_path,
                                    secret_file, insecure, log_level, wait, dashboard,
                                    dynamic_allocation, min_executors, max_executors,
                                    initial_executors, backlog_timeout, executor_idle_timeout)
@@ -94,6 +100,8 @@ class LocalCluster:
                    "--app-id", self.app_id, *self._manager_arguments(n_executors),
                    "--cores-per-executor", str(cores_per_executor), "--log-level", log_level,
                    "--exit-on-stdin-close"]
+        if ipc_path is not None:
+            command += ["--ipc-path", ipc_path]
         if dashboard:
             command += ["--dashboard-port", "0"]
         if dynamic_allocation:
@@ -128,6 +136,7 @@ class LocalCluster:
                     f"the cluster's driver did not start (exit status {self._process.wait(10)}); "
                     f"see its log above")
             self.address = match.group(1)
+            self.local_address = f"ipc://{ipc_path}" if ipc_path is not None else self.address
             self.dashboard_url = None
             while dashboard and self.dashboard_url is None:
                 line = self._process.stdout.readline()
@@ -144,7 +153,7 @@ class LocalCluster:
             self.close()
             raise
 
-    def _start_in_process(self, config, n_executors, cores_per_executor, host, port,
+    def _start_in_process(self, config, n_executors, cores_per_executor, host, port, ipc_path,
                           secret_file, insecure, log_level, wait, dashboard, dynamic_allocation,
                           min_executors, max_executors, initial_executors, backlog_timeout,
                           executor_idle_timeout):
@@ -171,11 +180,13 @@ class LocalCluster:
             self._driver = Driver(config, host=host, port=port, app_id=self.app_id, keys=keys,
                                   cluster_manager=manager, initial_executors=n_executors,
                                   dynamic_allocation=policy, secret_file=secret_file,
-                                  dashboard_port=0 if dashboard else None, inproc=True)
+                                  dashboard_port=0 if dashboard else None, inproc=True,
+                                  ipc_path=ipc_path)
         except BaseException:
             shutil.rmtree(self._private_dir, ignore_errors=True)
             raise
         self.address = self._driver.url
+        self.local_address = self._driver.ipc_url or self.address
         self.inproc_address = self._driver.inproc_url
         self.context = self._driver.context
         self.dashboard_url = self._driver.dashboard.url if self._driver.dashboard else None
@@ -211,7 +222,7 @@ class LocalCluster:
             client = Client(_driver=self._driver, **kwargs)
         else:
             kwargs.setdefault("secret_file", self.secret_file)
-            client = Client(self.address, **kwargs)
+            client = Client(self.local_address, **kwargs)
         self._clients.add(client)
         return client
 
@@ -224,7 +235,7 @@ class LocalCluster:
             self._wait_until_registered(n, timeout, deadline, lambda: len(self._driver.executors),
                                         self._driver.is_running)
             return
-        with Client(self.address, secret_file=self.secret_file, timeout=timeout) as client:
+        with Client(self.local_address, secret_file=self.secret_file, timeout=timeout) as client:
             self._wait_until_registered(n, timeout, deadline, lambda: len(client.executor_ids()),
                                         lambda: self._process.poll() is None)
 

@@ -11,6 +11,8 @@ class ClusterManager:
     # True when how an executor ended is known only after the executor itself said why it
     # left (a batch system ends a job with SIGTERM, then says why): the driver adds it then
     explains_losses_later = False
+    # True when its executors run on the driver's host: they may reach it by its Unix socket
+    on_this_host = False
 
     def attach(self, driver_url, app_id, secret_file):
         self.driver_url, self.app_id, self.secret_file = driver_url, app_id, secret_file

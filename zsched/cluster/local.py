@@ -12,6 +12,9 @@ from .base import ClusterManager
 log = logging.getLogger(__name__)
 
 
+UNIX_SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path on Linux (sun_path, less its NUL)
+
+
 def wait_all(processes, seconds):
     """Wait for the processes to exit, ``seconds`` at most in all."""
     deadline = time.monotonic() + seconds
@@ -69,6 +72,8 @@ def executor_command(driver_url, executor_id, hostname, cores, app_id, secret_fi
 class LocalClusterManager(ClusterManager):
     """Executor processes on this host. Executors it started count toward the target until
     they exit or are killed; killed ones are reaped (and reported) when they have exited."""
+
+    on_this_host = True
 
     def __init__(self, cores_per_executor=1, hostname="127.0.0.1", log_level=None):
         if cores_per_executor < 1:
