@@ -218,13 +218,13 @@ def test_many_clients_share_a_cluster(cluster):
         c.shutdown()
 
 
-def executor_driver_urls(driver_pid):
-    """The --driver-url of each executor process under ``driver_pid``."""
+def executor_driver_urls(driver_pid, app_id):
+    """The --driver-url of each executor of application ``app_id`` under ``driver_pid``."""
     import psutil
     urls = []
     for child in psutil.Process(driver_pid).children(recursive=True):
         cmdline = child.cmdline()
-        if "--driver-url" in cmdline:
+        if "--driver-url" in cmdline and cmdline[cmdline.index("--app-id") + 1] == app_id:
             urls.append(cmdline[cmdline.index("--driver-url") + 1])
     return urls
 
@@ -238,7 +238,7 @@ def test_executors_and_clients_on_this_host_use_a_private_unix_socket(in_process
         private = os.path.dirname(path)
         assert os.stat(private).st_mode & 0o077 == 0  # no one else may reach the socket
         driver_pid = os.getpid() if in_process else cluster._process.pid
-        assert sorted(executor_driver_urls(driver_pid)) == [cluster.local_address] * 2
+        assert executor_driver_urls(driver_pid, cluster.app_id) == [cluster.local_address] * 2
         client = cluster.client()
         if not in_process:
             assert client.address == cluster.local_address
