@@ -876,8 +876,9 @@ def parse_args(argv=None):
                              "(default 1000000; 20000 with --quick)")
     parser.add_argument("--processes", type=int, default=4, metavar="P",
                         help="processes the simulated executors are spread over (default 4)")
-    parser.add_argument("--rounds", type=int, default=1, metavar="R",
-                        help="rounds, configurations interleaved; figures are medians (default 1)")
+    parser.add_argument("--rounds", type=int, default=None, metavar="R",
+                        help="rounds, configurations interleaved; figures are medians (default 3; "
+                             "1 with --quick)")
     parser.add_argument("--phases", default="submit,map",
                         help="comma-separated throughput phases: submit, map (default both)")
     parser.add_argument("--no-memory", action="store_true", help="skip the queued-task memory figure")
@@ -896,6 +897,8 @@ def parse_args(argv=None):
         args.executors = 50 if args.quick else 1000
     if args.tasks is None:
         args.tasks = 20000 if args.quick else 1_000_000
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
     args.phases = [x.strip() for x in args.phases.split(",") if x.strip()]
     if not set(args.phases) <= {"submit", "map"}:
         parser.error("--phases takes submit and map")

@@ -54,14 +54,32 @@ def test_idle_cores_are_offered_before_queue_room(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
-def test_window_room_is_shared_out_not_hoarded(impl):
-    # deep windows, as after very short tasks: the next tasks may be long, so no executor
-    # takes more than an equal share of what waits, and each takes its share in one turn
+def test_a_few_tasks_are_shared_out_not_hoarded(impl):
+    # deep windows, as after very short tasks: the next tasks may be long, so while fewer
+    # wait than a batch, no executor takes more than an equal share, in one turn
+    assert _fastpath_py.BATCH_FRACTION == 2  # the compiled module's too
+    table = impl.SlotTable()
+    a, b, c = table.add(1, 64), table.add(1, 64), table.add(2, 128)  # batches of 32, 32, 64
+    assert table.offer(13) == [(a, 4), (b, 4), (c, 5)]  # idle cores 1+1+2, then 3 each
+    assert table.offer(7) == [(a, 3), (b, 3), (c, 1)]
+    assert table.offer(1000) == [(a, 57), (b, 57), (c, 122)]  # a long queue fills them
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_a_flood_goes_out_in_batches_to_deep_windows(impl):
+    # offered at least half its window, an executor with a deep window takes that much at
+    # once, idle or not: fewer executors per offer, each launch a batch
     table = impl.SlotTable()
     a, b, c = table.add(1, 64), table.add(1, 64), table.add(2, 128)
-    assert table.offer(40) == [(a, 13), (b, 13), (c, 14)]  # idle cores 1+1+2, then 12 each
-    assert table.offer(7) == [(a, 3), (b, 3), (c, 1)]
-    assert table.offer(1000) == [(a, 48), (b, 48), (c, 113)]  # a long queue fills them
+    assert table.offer(40) == [(a, 32), (b, 8)]        # not one per idle core
+    assert table.offer(100) == [(c, 64), (a, 32), (b, 4)]  # the idle one first, then room
+    assert table.offer(1000) == [(c, 64), (b, 52)]
+    shallow = impl.SlotTable()  # windows of long tasks: one per idle core first, as ever
+    d, e = shallow.add(1, 2), shallow.add(2, 4)
+    assert shallow.offer(100) == [(d, 2), (e, 4)]
+    shallow.release(d, 2)
+    shallow.release(e, 3)
+    assert shallow.offer(2) == [(d, 1), (e, 1)]
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])

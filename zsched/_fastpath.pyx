@@ -22,11 +22,13 @@ cdef extern from "Python.h":
     void PyList_SET_ITEM(object, Py_ssize_t, PyObject *)
 from libc.stdlib cimport malloc, calloc, realloc, free
 
+from ._fastpath_py import BATCH_FRACTION as _BATCH_FRACTION
 from .protocol import TaskState
 
 cdef long FINISHED = TaskState.FINISHED
 cdef long FAILED = TaskState.FAILED
 cdef long RETURNED = TaskState.RETURNED
+cdef long BATCH_FRACTION = _BATCH_FRACTION
 
 
 cdef inline void set_item(list row, Py_ssize_t i, object value) noexcept:
@@ -191,37 +193,42 @@ cdef class SlotTable:
         return count
 
     cdef long _deal(self, Ring *ring, char *in_ring, bint up_to_cores, long remaining,
-                    Py_ssize_t *n_touched):
-        """Deal tasks round the ring, each executor up to its window (or up to its cores
-        as well); the tasks still to deal."""
+                    long n_offer, Py_ssize_t *n_touched):
+        """Deal tasks round the ring, each executor up to its window (or up to its cores as
+        well, unless it takes a batch); the tasks still to deal. See the reference."""
         cdef Py_ssize_t index, capacity = self._capacity
-        cdef long limit, take
-        # an idle core takes one task a turn, so every idle core gets one before any queue;
-        # window room is taken up to an equal share of what waits, so a launch carries many
-        # tasks, yet a window sized for shorter tasks than these does not take them all
+        cdef long limit, keep_below, take, wanted, batch
+        cdef bint batched
         cdef long share = 1
         if not up_to_cores and ring.length > 0:
             share = (remaining + ring.length - 1) // ring.length
         while remaining > 0 and ring.length > 0:
             index = ring_pop(ring, capacity)
+            batch = self._total[index] // BATCH_FRACTION
+            batched = batch > self._cores[index] and n_offer >= batch
             limit = self._total[index]
-            if up_to_cores and self._cores[index] < limit:
-                limit = self._cores[index]
+            keep_below = limit
+            if up_to_cores:
+                keep_below = self._cores[index] if self._cores[index] < limit else limit
+                limit = batch if batched else keep_below
             if not self._active[index] or self._held[index] >= limit:
                 in_ring[index] = 0
                 continue
             if self._assigned[index] == 0:
                 self._touched[n_touched[0]] = index
                 n_touched[0] += 1
+            wanted = share
+            if batched:
+                wanted = batch if up_to_cores or batch > share else share
             take = limit - self._held[index]
-            if take > share:
-                take = share
+            if take > wanted:
+                take = wanted
             if take > remaining:
                 take = remaining
             self._assigned[index] += take
             self._held[index] += take
             remaining -= take
-            if self._held[index] < limit:
+            if self._held[index] < keep_below:
                 ring_push(ring, index, capacity)
             else:
                 in_ring[index] = 0
@@ -230,8 +237,8 @@ cdef class SlotTable:
     def offer(self, long n_tasks):
         cdef Py_ssize_t index, i, n_touched = 0
         cdef long remaining
-        remaining = self._deal(&self._idle, self._in_idle, True, n_tasks, &n_touched)  # idle cores
-        self._deal(&self._ring, self._in_ring, False, remaining, &n_touched)  # then queue room
+        remaining = self._deal(&self._idle, self._in_idle, True, n_tasks, n_tasks, &n_touched)  # idle cores
+        self._deal(&self._ring, self._in_ring, False, remaining, n_tasks, &n_touched)  # then queue room
         result = []
         for i in range(n_touched):
             index = self._touched[i]

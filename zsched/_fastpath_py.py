@@ -23,6 +23,11 @@ from collections import deque
 
 from .protocol import TaskState
 
+# An executor whose window is more than BATCH_FRACTION times its cores (its tasks are short)
+# takes at least 1 / BATCH_FRACTION of its window per offer, when offered that many tasks
+# (see SlotTable._deal). Defined here alone: the compiled module imports it.
+BATCH_FRACTION = 2
+
 # Plain ints: comparing with an IntEnum member costs an attribute lookup per task.
 FINISHED, FAILED, RETURNED = int(TaskState.FINISHED), int(TaskState.FAILED), int(TaskState.RETURNED)
 
@@ -101,29 +106,40 @@ class SlotTable:
         """Deal up to ``n_tasks`` tasks: ``[(executor index, count), ...]`` in the order each
         executor first received a task."""
         assigned = {}
-        remaining = self._deal(self._idle, self._in_idle, True, n_tasks, assigned)  # idle cores
-        self._deal(self._ring, self._in_ring, False, remaining, assigned)  # then queue room
+        remaining = self._deal(self._idle, self._in_idle, True, n_tasks, n_tasks, assigned)  # idle cores
+        self._deal(self._ring, self._in_ring, False, remaining, n_tasks, assigned)  # then queue room
         return list(assigned.items())
 
-    def _deal(self, ring, in_ring, up_to_cores, remaining, assigned):
+    def _deal(self, ring, in_ring, up_to_cores, remaining, n_offer, assigned):
         """Deal tasks round ``ring``, each executor up to its window (or up to its cores as
-        well); the tasks still to deal."""
+        well, unless it takes a batch); the tasks still to deal.
+
+        An idle core takes one task a turn, so every idle core gets one before any queue;
+        window room is taken up to an equal share of what waits, so a launch carries many
+        tasks, yet a window sized for shorter tasks than these does not take them all.
+        But an executor whose window is deep (its tasks are short: ``BATCH_FRACTION`` of
+        its window is more than its cores), offered at least that much, takes that much at
+        once, idle or not: each launch then carries a worthwhile batch, instead of a flood
+        spread a few tasks per executor over many executors."""
         held, total, cores, active = self._held, self._total, self._cores, self._active
-        # an idle core takes one task a turn, so every idle core gets one before any queue;
-        # window room is taken up to an equal share of what waits, so a launch carries many
-        # tasks, yet a window sized for shorter tasks than these does not take them all
         share = 1 if up_to_cores or not ring else -(-remaining // len(ring))
         while remaining > 0 and ring:
             index = ring.popleft()
-            limit = min(cores[index], total[index]) if up_to_cores else total[index]
+            batch = total[index] // BATCH_FRACTION
+            batched = batch > cores[index] and n_offer >= batch
+            keep_below = limit = total[index]
+            if up_to_cores:
+                keep_below = min(cores[index], total[index])  # the idle ring holds idle cores
+                limit = batch if batched else keep_below
             if not active[index] or held[index] >= limit:
                 in_ring[index] = False
                 continue
-            take = min(share, remaining, limit - held[index])
+            wanted = (batch if up_to_cores else max(share, batch)) if batched else share
+            take = min(wanted, remaining, limit - held[index])
             assigned[index] = assigned.get(index, 0) + take
             held[index] += take
             remaining -= take
-            if held[index] < limit:
+            if held[index] < keep_below:
                 ring.append(index)
             else:
                 in_ring[index] = False
