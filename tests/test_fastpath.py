@@ -67,13 +67,22 @@ def test_a_few_tasks_are_shared_out_not_hoarded(impl):
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_a_flood_goes_out_in_batches_to_deep_windows(impl):
-    # offered at least half its window, an executor with a deep window takes that much at
-    # once, idle or not: fewer executors per offer, each launch a batch
+    # offered at least a batch (half its window), an executor with a deep window takes an
+    # equal share among as few executors as the offer fills with batches, idle or not
     table = impl.SlotTable()
-    a, b, c = table.add(1, 64), table.add(1, 64), table.add(2, 128)
-    assert table.offer(40) == [(a, 32), (b, 8)]        # not one per idle core
-    assert table.offer(100) == [(c, 64), (a, 32), (b, 4)]  # the idle one first, then room
-    assert table.offer(1000) == [(c, 64), (b, 52)]
+    a, b, c = table.add(1, 64), table.add(1, 64), table.add(2, 128)  # batches of 32, 32, 64
+    assert table.offer(40) == [(a, 20), (b, 20)]        # two batches' worth: not one per core
+    assert table.offer(100) == [(c, 64), (a, 18), (b, 18)]  # the idle one first, then room
+    assert table.offer(1000) == [(c, 64), (a, 26), (b, 26)]
+    many = impl.SlotTable()
+    for _ in range(1000):
+        many.add(1, 256)
+    launches = many.offer(10_000)  # 79 launches of about a batch, not 1,000 of 10
+    assert len(launches) == 79 and {count for _, count in launches} == {127, 94}
+    assert sum(count for _, count in launches) == 10_000
+    two = impl.SlotTable()  # two deep windows offered less than two batches: halves, as ever
+    d, e = two.add(1, 256), two.add(1, 256)
+    assert two.offer(200) == [(d, 100), (e, 100)]
     shallow = impl.SlotTable()  # windows of long tasks: one per idle core first, as ever
     d, e = shallow.add(1, 2), shallow.add(2, 4)
     assert shallow.offer(100) == [(d, 2), (e, 4)]

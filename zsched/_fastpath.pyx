@@ -197,11 +197,12 @@ cdef class SlotTable:
         """Deal tasks round the ring, each executor up to its window (or up to its cores as
         well, unless it takes a batch); the tasks still to deal. See the reference."""
         cdef Py_ssize_t index, capacity = self._capacity
-        cdef long limit, keep_below, take, wanted, batch
+        cdef long limit, keep_below, take, wanted, batch, batches
+        cdef long start = remaining, n_ring = ring.length
         cdef bint batched
         cdef long share = 1
-        if not up_to_cores and ring.length > 0:
-            share = (remaining + ring.length - 1) // ring.length
+        if not up_to_cores and n_ring > 0:
+            share = (remaining + n_ring - 1) // n_ring
         while remaining > 0 and ring.length > 0:
             index = ring_pop(ring, capacity)
             batch = self._total[index] // BATCH_FRACTION
@@ -219,7 +220,10 @@ cdef class SlotTable:
                 n_touched[0] += 1
             wanted = share
             if batched:
-                wanted = batch if up_to_cores or batch > share else share
+                batches = (start + batch - 1) // batch
+                if batches > n_ring:
+                    batches = n_ring
+                wanted = (start + batches - 1) // batches
             take = limit - self._held[index]
             if take > wanted:
                 take = wanted

@@ -118,11 +118,13 @@ class SlotTable:
         window room is taken up to an equal share of what waits, so a launch carries many
         tasks, yet a window sized for shorter tasks than these does not take them all.
         But an executor whose window is deep (its tasks are short: ``BATCH_FRACTION`` of
-        its window is more than its cores), offered at least that much, takes that much at
-        once, idle or not: each launch then carries a worthwhile batch, instead of a flood
-        spread a few tasks per executor over many executors."""
+        its window, its batch, is more than its cores), offered at least a batch, takes an
+        equal share among as few executors as the offer fills with batches, idle or not:
+        a flood then leaves in launches of nearly a batch each, instead of a few tasks to
+        each of many executors."""
         held, total, cores, active = self._held, self._total, self._cores, self._active
-        share = 1 if up_to_cores or not ring else -(-remaining // len(ring))
+        start, n_ring = remaining, len(ring)
+        share = 1 if up_to_cores or not ring else -(-remaining // n_ring)
         while remaining > 0 and ring:
             index = ring.popleft()
             batch = total[index] // BATCH_FRACTION
@@ -134,7 +136,9 @@ class SlotTable:
             if not active[index] or held[index] >= limit:
                 in_ring[index] = False
                 continue
-            wanted = (batch if up_to_cores else max(share, batch)) if batched else share
+            wanted = share
+            if batched:  # as many as a batch at most, unless the equal share is more
+                wanted = -(-start // min(n_ring, -(-start // batch)))
             take = min(wanted, remaining, limit - held[index])
             assigned[index] = assigned.get(index, 0) + take
             held[index] += take
