@@ -2,6 +2,7 @@
 
     python bench/latency_split.py                    # 2,000 round trips
     python bench/latency_split.py --samples 5000
+    python bench/latency_split.py --through-socket   # a client with a socket, as LocalCluster's
 
 A no-op task is submitted, waited for, and submitted again. Timestamps are taken (by
 wrapping the driver's and the client's methods in this process) as the task passes each
@@ -10,6 +11,12 @@ over the round trips that passed every stage once. Wrapping adds about 1 µs per
 The executor is a process of its own: "executor round trip" is from the driver's send of
 LaunchTasks until its loop starts reading the StatusUpdates (both hops through ZeroMQ and
 the executor's own work). Output: a table, then one line ``JSON {...}``.
+
+``--through-socket``: the stages of ``LocalCluster().client()``'s round trip instead (the
+client's I/O thread and socket, the driver's ROUTER), with the driver in a thread of this
+process (``LocalCluster(in_process=True)``) so that one process holds every timestamp, and
+the client connected through the cluster's local (Unix) socket. Only the GIL is shared,
+unlike with a driver process.
 """
 import argparse
 import importlib.util
@@ -36,6 +43,21 @@ STAGES = [
     "executor round trip",
     "StatusUpdates applied",
     "future completed (driver thread)",
+    "result() returns (caller)",
+]
+
+SOCKET_STAGES = [
+    "the client's I/O thread wakes",
+    "SubmitTasks sent",
+    "the driver's loop reads it",
+    "SubmitTasks handled (task queued)",
+    "resource offers done",
+    "LaunchTasks encoded and sent",
+    "executor round trip",
+    "StatusUpdates applied",
+    "TaskResults sent",
+    "the client's I/O thread reads them",
+    "future completed (I/O thread)",
     "result() returns (caller)",
 ]
 
@@ -73,6 +95,23 @@ def instrument():
     wrap(Client, "_complete", STAGES[7], after=True)
 
 
+def instrument_socket_path():
+    Driver, Scheduler, Client = driver_module.Driver, scheduler_module.TaskScheduler, client_module.Client
+    S = SOCKET_STAGES
+    wrap(Client, "_send_outbox", S[0], when=lambda c: bool(c._outbox))
+    wrap(Client, "_send_outbox", S[1], after=True, when=lambda c: S[0] in marks)
+    wrap(Driver, "_receive", S[2], when=lambda d: S[1] in marks)
+    wrap(Driver, "_handle", S[3], after=True, when=lambda d, rid, msg: isinstance(msg, p.SubmitTasks))
+    wrap(Scheduler, "resource_offers", S[4], after=True, when=lambda s: S[3] in marks)
+    wrap(Driver, "_send", S[5], after=True,
+         when=lambda d, rid, msg, *rest: isinstance(msg, p.LaunchTasks))
+    wrap(Driver, "_receive", S[6], when=lambda d: S[5] in marks)
+    wrap(Scheduler, "status_updates", S[7], after=True)
+    wrap(Driver, "_send_results", S[8], after=True, when=lambda d: S[7] in marks)
+    wrap(Client, "_receive", S[9], when=lambda c, *args: S[8] in marks)
+    wrap(Client, "_complete", S[10], after=True)
+
+
 def noop(x):
     return x
 
@@ -85,10 +124,21 @@ def percentile(values, q):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--through-socket", action="store_true",
+                        help="a client with a socket and an I/O thread (see above)")
     args = parser.parse_args(argv)
-    instrument()
+    if args.through_socket:
+        STAGES[:] = SOCKET_STAGES
+        instrument_socket_path()
+        cluster = zsched.LocalCluster(n_executors=os.cpu_count() or 1, in_process=True)
+        client = zsched.Client(cluster.local_address, secret_file=cluster.secret_file)
+        label = "client through the cluster's local socket, driver in a thread"
+    else:
+        instrument()
+        cluster, client = None, zsched.Client()
+        label = "embedded client"
     rows = []
-    with zsched.Client() as client:
+    with client:
         for i in range(300):  # warm-up: the function shipped, the executors' loops hot
             client.submit(noop, i).result()
         for i in range(args.samples):
@@ -99,9 +149,11 @@ def main(argv=None):
             if len(marks) == len(STAGES):
                 times = [start] + [marks[stage] for stage in STAGES]
                 rows.append([(b - a) * 1e6 for a, b in zip(times, times[1:])])
+    if cluster is not None:
+        cluster.close()
     if not rows:
         raise SystemExit("no round trip passed every stage once")
-    print(f"zsched {os.path.dirname(zsched.__file__)}: embedded client, 1 executor per core, "
+    print(f"zsched {os.path.dirname(zsched.__file__)}: {label}, 1 executor per core, "
           f"{len(rows)} of {args.samples} round trips")
     print(f"{'stage (time since the previous one)':<42}{'p50 us':>9}{'p90 us':>9}")
     print("-" * 60)
