@@ -149,6 +149,29 @@ def test_unstarted_tasks_behind_a_long_one_are_asked_back_while_cores_idle_elsew
     assert scheduler.reclaim_hoarded_tasks(0.1) == []  # a holds only what its core runs
 
 
+def test_a_flood_of_long_tasks_batched_by_stale_windows_comes_back_one_per_idle_core():
+    now = [0.0]
+    scheduler = TaskScheduler(Config(), functions={b"f": b"function blob"}, clock=lambda: now[0])
+    client = ClientData(b"client", 1)
+    executors = [scheduler.add_executor(str(i), b"r%d" % i, "h", 1, 10 + i, 0.0) for i in range(8)]
+    submit(scheduler, client, 8)
+    for executor, tasks in offers(scheduler):  # no-op tasks: deep windows, batches of 128
+        finish_all(scheduler, executor, tasks, busy=1e-6)
+    assert all(e.slots == 256 for e in executors)
+    submit(scheduler, client, 300, start=9)  # long ones: three batches' worth
+    held = dict(offers(scheduler))
+    assert sorted(map(len, held.values())) == [100, 100, 100]
+    now[0] = 0.2  # they each run their first task, silent; five cores idle
+    assert sorted(count for _, count in scheduler.reclaim_hoarded_tasks(0.1)) == [99, 99, 99]
+    # every measure taken on the no-op tasks is stale, the idle executors' too
+    assert all(e.task_seconds is None and e.slots == 1 for e in executors)
+    for executor, tasks in held.items():
+        finish_all(scheduler, executor, tasks[1:], TaskState.RETURNED)
+    launched = offers(scheduler)  # one per idle core, not three more batches
+    assert len(launched) == 5 and all(len(tasks) == 1 for _, tasks in launched)
+    assert not set(held) & {executor for executor, _ in launched}
+
+
 def test_tasks_beyond_a_shrunk_window_are_asked_back_when_worth_moving():
     scheduler, now, a, b, held = deep_windows_then(20)
     assert len(held[a]) == len(held[b]) == 10

@@ -154,7 +154,9 @@ class TaskScheduler:
         - the executor holds tasks beyond its cores and has reported nothing for
           ``silent_for``: its measured task length is stale. It gives back its tasks beyond
           its cores and forgets that length, so its window is its cores until it reports
-          again, and what it gives back goes to the idle cores, not behind its task again;
+          again, and what it gives back goes to the idle cores, not behind its task again.
+          Executors that hold no task forget theirs too (measured on the same short tasks,
+          they would take what comes back in batches, to hold it the same way);
         - it reports, but holds more than the window its reports have shrunk to, and the
           tasks beyond the window would take ``silent_for`` or more: it gives those back."""
         counts = self.counts
@@ -166,6 +168,7 @@ class TaskScheduler:
             return []
         now = self.clock()
         requests = []
+        stale = False
         for executor in executors:
             held = len(executor.running)
             if held <= executor.cores or now - executor.last_reclaim < silent_for:
@@ -173,6 +176,7 @@ class TaskScheduler:
             if now - executor.last_report >= silent_for:
                 self._forget_task_length(executor)
                 count = held - executor.cores
+                stale = True
             elif executor.task_seconds is None:
                 continue  # it reported nothing that ran since its length was forgotten
             else:
@@ -181,6 +185,10 @@ class TaskScheduler:
                     continue
             executor.last_reclaim = now
             requests.append((executor, count))
+        if stale:  # the tasks out are longer than measured: idle executors' measures are as old
+            for executor in executors:
+                if not executor.running and executor.task_seconds is not None:
+                    self._forget_task_length(executor)
         return requests
 
     def _forget_task_length(self, executor):
