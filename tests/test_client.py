@@ -336,12 +336,14 @@ cluster = zsched.LocalCluster(n_executors=2)
 client = cluster.client()
 pids = [cluster._process.pid] + [e["pid"] for e in client.status()["executors"]]
 print(" ".join(map(str, pids)), flush=True)
+print(cluster.secret_file, flush=True)
 time.sleep(120)
 """
 
 
 def test_cluster_dies_with_its_owner(tmp_path):
-    """A process that owns a LocalCluster is SIGKILLed: its driver and executors stop."""
+    """A process that owns a LocalCluster is SIGKILLed: its driver and executors stop, and
+    the cluster's private directory (its secret, its socket) goes with the driver."""
     import psutil
     script = tmp_path / "owner.py"
     script.write_text(OWNER_SCRIPT)
@@ -349,6 +351,8 @@ def test_cluster_dies_with_its_owner(tmp_path):
     try:
         pids = [int(pid) for pid in owner.stdout.readline().split()]
         assert len(pids) == 3
+        private = os.path.dirname(owner.stdout.readline().strip())
+        assert os.path.isdir(private) and os.path.exists(os.path.join(private, "driver.sock"))
         owner.kill()
         owner.wait(10)
 
@@ -360,6 +364,7 @@ def test_cluster_dies_with_its_owner(tmp_path):
 
         wait_for(lambda: all(gone(pid) for pid in pids), timeout=30,
                  message="the cluster's driver and executors to stop")
+        assert not os.path.exists(private)
     finally:
         owner.kill()
         owner.wait()

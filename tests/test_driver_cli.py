@@ -167,7 +167,8 @@ def test_ipc_path_serves_local_executors_and_clients(driver_factory, tmp_path):
     path = str(private / "driver.sock")
     secret = str(tmp_path / "secret")
     open(path, "w").close()  # left behind by a driver that is gone: taken over
-    driver = driver_factory("--local", "2", "--ipc-path", path, "--secret-file", secret)
+    driver = driver_factory("--local", "2", "--ipc-path", path, "--secret-file", secret,
+                            "--private-dir", str(private))
     executors = wait_for(lambda: (lambda e: e if len(e) == 2 else None)(
         executor_children(driver.proc.pid)), timeout=20, message="two executor processes")
     for executor in executors:  # on this host: the Unix socket
@@ -179,7 +180,7 @@ def test_ipc_path_serves_local_executors_and_clients(driver_factory, tmp_path):
     with zsched.Client(driver.url, secret_file=secret, timeout=30) as client:  # TCP as well
         assert client.submit(lambda: 5).result(30) == 5
     assert driver.stop() == 0, driver.stderr
-    assert not os.path.exists(path)  # the socket goes with the driver
+    assert not private.exists()  # the socket, and the directory made for the driver, go with it
 
 
 def test_ipc_path_of_a_live_driver_is_refused(driver_factory, tmp_path):

@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import secrets
+import shutil
 import signal
 import socket
 import sys
@@ -1015,6 +1016,10 @@ def build_parser():
                         help="also listen at this Unix socket, in a directory private to you: "
                              "executors started with --local connect there (lower latency than "
                              "TCP), and so can clients on this host (ipc://PATH)")
+    parser.add_argument("--private-dir", default=None, metavar="DIR",
+                        help="a directory made for this driver alone by the program that "
+                             "started it (its secret file, its --ipc-path): removed, with "
+                             "what it holds, when the driver stops")
     parser.add_argument("--exit-on-stdin-close", action="store_true",
                         help="stop (and stop the executors) when standard input closes: "
                              "fate-sharing with the program that started the driver")
@@ -1123,7 +1128,11 @@ def main(argv=None):
     if driver.dashboard is not None:
         host = args.host if args.host not in ("0.0.0.0", "*", "") else socket.gethostname()
         print(f"zsched dashboard at {driver.dashboard.url.replace(args.host, host, 1)}", flush=True)
-    driver.run()
+    try:
+        driver.run()
+    finally:
+        if args.private_dir is not None:
+            shutil.rmtree(args.private_dir, ignore_errors=True)
     return 0
 
 

@@ -102,6 +102,8 @@ class LocalCluster:
                    "--exit-on-stdin-close"]
         if ipc_path is not None:
             command += ["--ipc-path", ipc_path]
+        # the driver removes it when it stops, also after this process was killed
+        command += ["--private-dir", self._private_dir]
         if dashboard:
             command += ["--dashboard-port", "0"]
         if dynamic_allocation:
