@@ -7,9 +7,11 @@ driver's ZMTP heartbeat settings govern the executors' end of the connection, an
 Nothing here asserts on timings: waits are generous ``wait_for`` on an outcome.
 """
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -247,6 +249,7 @@ import os, sys, zsched
 cluster = zsched.LocalCluster(n_executors=2, cores_per_executor=1, in_process=True)
 client = cluster.client()
 print(" ".join(str(e["pid"]) for e in client.status()["executors"]), flush=True)
+print(os.path.dirname(cluster.secret_file), flush=True)
 sys.stdin.readline()
 os._exit(0)  # no clean-up at all: the executors must notice by themselves
 """
@@ -255,9 +258,11 @@ os._exit(0)  # no clean-up at all: the executors must notice by themselves
 def test_executors_of_an_in_process_cluster_exit_when_its_process_dies():
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
+    private = ""
     try:
         pids = [int(pid) for pid in child.stdout.readline().split()]
         assert len(pids) == 2
+        private = child.stdout.readline().strip()
         child.stdin.close()
         assert child.wait(60) == 0
         wait_for(lambda: all(process_gone(pid) for pid in pids), timeout=60,
@@ -266,3 +271,5 @@ def test_executors_of_an_in_process_cluster_exit_when_its_process_dies():
         if child.poll() is None:
             child.kill()
             child.wait()
+        if private.startswith(tempfile.gettempdir()):  # its private directory: nothing of
+            shutil.rmtree(private, ignore_errors=True)  # the dead process could remove it
