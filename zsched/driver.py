@@ -27,7 +27,7 @@ from . import protocol as p
 from .allocation import ExecutorAllocator
 from .cluster import LocalClusterManager, SlurmClusterManager, SSHClusterManager
 from .cluster.hosts_file import read_hosts_file
-from .cluster.local import UNIX_SOCKET_PATH_MAX
+from .cluster.local import UNIX_SOCKET_PATH_MAX, fits_a_unix_socket
 from .config import Config
 from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import ConfigError, ProtocolError
@@ -942,7 +942,7 @@ class Driver:
 
 def check_ipc_path(path):
     """ConfigError unless a driver can listen at Unix socket ``path``."""
-    if len(os.fsencode(path)) > UNIX_SOCKET_PATH_MAX:
+    if not fits_a_unix_socket(path):
         raise ConfigError(f"--ipc-path must be at most {UNIX_SOCKET_PATH_MAX} bytes long, got {path!r}")
     if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise ConfigError(f"--ipc-path: no directory {os.path.dirname(os.path.abspath(path))!r}")

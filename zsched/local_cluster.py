@@ -23,7 +23,7 @@ import threading
 import time
 import weakref
 
-from .cluster.local import (UNIX_SOCKET_PATH_MAX, LocalClusterManager, child_environment,
+from .cluster.local import (LocalClusterManager, child_environment, fits_a_unix_socket,
                             module_command)
 from .config import Config
 from .dynamic_allocation import DynamicAllocationPolicy
@@ -85,7 +85,7 @@ class LocalCluster:
         # the driver also listens at a Unix socket in it, for the executors and this
         # process's clients: lower latency than loopback TCP (none if the path is too long)
         ipc_path = os.path.join(self._private_dir, "driver.sock")
-        if len(os.fsencode(ipc_path)) > UNIX_SOCKET_PATH_MAX:
+        if not fits_a_unix_socket(ipc_path):
             ipc_path = None
         self.secret_file = None
         self._process = self._driver = None

@@ -15,6 +15,11 @@ log = logging.getLogger(__name__)
 UNIX_SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path on Linux (sun_path, less its NUL)
 
 
+def fits_a_unix_socket(path):
+    """Whether ``path`` is short enough to name a Unix socket."""
+    return len(os.fsencode(path)) <= UNIX_SOCKET_PATH_MAX
+
+
 def wait_all(processes, seconds):
     """Wait for the processes to exit, ``seconds`` at most in all."""
     deadline = time.monotonic() + seconds
