@@ -2,6 +2,7 @@
 driver in a process of its own (the client's socket and I/O thread), and in a thread of
 this process (the client hands its tasks to the driver's thread, which completes them)."""
 import concurrent.futures
+import functools
 import os
 import subprocess
 import sys
@@ -227,6 +228,49 @@ def executor_driver_urls(driver_pid, app_id):
         if "--driver-url" in cmdline and cmdline[cmdline.index("--app-id") + 1] == app_id:
             urls.append(cmdline[cmdline.index("--driver-url") + 1])
     return urls
+
+
+
+def scaled(data, x):
+    return len(data) * x
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["driver process", "driver thread"])
+def test_functions_of_a_client_that_left_are_dropped_by_the_driver_and_its_executors(in_process):
+    """Each distinct function (here a partial holding its own data) is cached by the driver
+    and by each executor it reached; once no connected client sent it, both drop it, and a
+    later client that needs it again brings it again."""
+    def held(client):
+        """Functions held by the driver, and the most any executor holds (its heartbeat)."""
+        status = client.status()
+        return status["functions"], max(e.get("functions", -1) for e in status["executors"])
+
+    with zsched.LocalCluster(n_executors=2, executor_heartbeat_interval="100ms",
+                             in_process=in_process) as cluster:
+        first, second = cluster.client(), cluster.client()
+        partials = [functools.partial(scaled, bytes(1000 + i)) for i in range(6)]
+        assert [f.result() for f in [first.submit(fn, 2) for fn in partials]] == \
+            [2 * (1000 + i) for i in range(6)]
+        assert first.submit(add, 1, 2).result() == 3   # add: sent by both clients
+        assert second.submit(add, 3, 4).result() == 7
+        wait_for(lambda: held(second)[0] == 7 and held(second)[1] >= 4,
+                 message="7 functions held by the driver, several by an executor")
+
+        first.shutdown()
+        # add stays (the second client sent it too); the partials go, on every executor
+        wait_for(lambda: held(second) in ((1, 0), (1, 1)),
+                 message="only add held, by the driver and by the executors")
+        assert second.submit(add, 5, 6).result() == 11
+        # a function dropped everywhere comes back with the next client that needs it
+        again = functools.partial(scaled, bytes(1000))
+        assert [f.result() for f in [second.submit(again, 3) for _ in range(4)]] == [3000] * 4
+        assert held(second)[0] == 2
+        second.shutdown()
+
+        third = cluster.client()
+        wait_for(lambda: held(third) == (0, 0), message="nothing held once every client left")
+        assert third.submit(add, 1, 1).result() == 2
+        third.shutdown()
 
 
 @pytest.mark.parametrize("in_process", [False, True], ids=["driver process", "driver thread"])

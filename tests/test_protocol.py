@@ -20,6 +20,7 @@ SAMPLES = [
     p.DecommissionExecutor("idle"),
     p.Probe(),
     p.ReturnTasks(3),
+    p.ForgetFunctions([b"d" * 16, b"e" * 16]),
     p.ClientHello(42),
     p.SubmitTasks({b"k": b"fn"}, [[1, b"k", b"a", 0], [2, b"k", b"b", 3]]),
     p.CancelTasks([1, 2, 3]),

@@ -509,11 +509,28 @@ class Driver:
             log.info("client %s left", rid.hex())
 
     def _drop_client(self, client, reason):
-        """Forget a client that left: its tasks and the functions no other client sent."""
+        """Forget a client that left: its tasks, and the functions no other client sent,
+        here and on the executors (which would otherwise hold every function they were
+        ever sent, with whatever data it captured, for as long as they live)."""
         self._kill(self.scheduler.drop_client(client), reason)
-        for digest in client.functions:
-            if not any(digest in other.functions for other in self.clients.values()):
-                self.functions.pop(digest, None)
+        self._forget_functions([digest for digest in client.functions
+                                if not any(digest in other.functions for other in self.clients.values())])
+
+    def _forget_functions(self, digests):
+        """Drop these functions here, and tell each executor holding one to drop it. The
+        KillTasks for the tasks that needed them went first: an executor runs none of
+        those afterwards (and would report an error, not run the wrong code, if one
+        started meanwhile)."""
+        if not digests:
+            return
+        for digest in digests:
+            self.functions.pop(digest, None)
+        gone = set(digests)
+        for executor in self.executors.values():
+            held = executor.functions & gone
+            if held:
+                executor.functions -= held  # a later launch that needs one sends it again
+                self._send(executor.routing_id, p.ForgetFunctions(sorted(held)))
 
     def _on_stop_executors(self, rid, msg):
         if self._client_for(rid) is not None:
@@ -562,6 +579,7 @@ class Driver:
                 for e in (self.executors[i] for i in self.executor_ids())
             ],
             "tasks": counts,
+            "functions": len(self.functions),
             "allocation": None if self.allocator is None else {
                 "target": self.allocator.target, "starting": self.allocator.pending(),
                 "capacity": self.cluster_manager.capacity(),

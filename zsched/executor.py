@@ -575,8 +575,18 @@ class ExecutorBackend:
         if msg.incarnation != self.incarnation:
             self._stop("driver restarted (new incarnation)", 1, driver_gone=True)
 
+    def _on_forget_functions(self, msg):
+        """The driver dropped these functions (their clients are gone): so does this
+        executor. The blob goes first: a task thread that unpickles one meanwhile sees
+        it gone once it has cached the function, and uncaches it (``_run_task``)."""
+        blobs, functions = self._function_blobs, self._functions
+        for digest in msg.digests:
+            blobs.pop(digest, None)
+            functions.pop(digest, None)
+
     _handlers = {
         MsgType.LAUNCH_TASKS: _on_launch_tasks,
+        MsgType.FORGET_FUNCTIONS: _on_forget_functions,
         MsgType.KILL_TASK: _on_kill_task,
         MsgType.STOP_EXECUTOR: _on_stop_executor,
         MsgType.SHUTDOWN: _on_shutdown,
@@ -596,7 +606,8 @@ class ExecutorBackend:
         with self._process.oneshot():
             metrics = {"rss": self._process.memory_info().rss,
                        "cpu": self._process.cpu_percent(None),
-                       "busy_threads": len(self._running)}
+                       "busy_threads": len(self._running),
+                       "functions": len(self._function_blobs)}
         self._send(p.Heartbeat(self.incarnation, self.executor_id, metrics))
 
     def _send_status_updates(self):
@@ -707,7 +718,12 @@ class ExecutorBackend:
         try:
             function = self._functions.get(digest)
             if function is None:
-                function = self._functions[digest] = pickle.loads(self._function_blobs[digest])
+                blob = self._function_blobs.get(digest)
+                if blob is None:  # forgotten: only a task whose client is gone needed it
+                    return TaskState.ERROR, b"the executor does not hold the task's function"
+                function = self._functions[digest] = pickle.loads(blob)
+                if digest not in self._function_blobs:  # forgotten meanwhile
+                    self._functions.pop(digest, None)
             call_args, call_kwargs = pickle.loads(args)
             value = function(*call_args, **call_kwargs)
         except TaskKilled:

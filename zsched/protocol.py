@@ -62,6 +62,8 @@ class MsgType(IntEnum):
     ADMIN_REQUEST = 23
     STOP_EXECUTORS = 24
     CLIENT_GOODBYE = 25
+    # driver -> executor
+    FORGET_FUNCTIONS = 26
     # driver -> client
     CLIENT_WELCOME = 30
     TASK_RESULTS = 31
@@ -250,6 +252,13 @@ class ReturnTasks(Message):
     """Give back up to ``count`` tasks not started yet (RETURNED), the newest first: they
     wait here behind a long task while cores elsewhere are idle."""
     count: int
+
+
+@_message(MsgType.FORGET_FUNCTIONS, _list_of(_bytes))
+class ForgetFunctions(Message):
+    """Drop these functions: no client that sent them is connected any more. A later task
+    that needs one brings it again in its LaunchTasks."""
+    digests: list
 
 
 # -- client -> driver
