@@ -219,6 +219,37 @@ def test_many_clients_share_a_cluster(cluster):
         c.shutdown()
 
 
+def slow_scaled(data, x):
+    time.sleep(0.003)
+    return len(data) * x
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["driver process", "driver thread"])
+def test_a_client_making_a_function_per_task_keeps_few_held(in_process, monkeypatch):
+    """A new function per task (a partial around each task's data): past a limit the client
+    releases the least recently used ones, and the driver and executors drop them, while
+    tasks queued with them still run; a released function is sent again when needed."""
+    from zsched import held_functions
+    monkeypatch.setattr(held_functions, "MAX_COUNT", 20)
+
+    def held(client):
+        status = client.status()
+        return status["functions"], max(e.get("functions", -1) for e in status["executors"])
+
+    with zsched.LocalCluster(n_executors=2, executor_heartbeat_interval="100ms",
+                             in_process=in_process) as cluster:
+        client = cluster.client()
+        assert client.submit(add, 1, 2).result() == 3  # a plain function: kept throughout
+        partials = [functools.partial(slow_scaled, bytes(i)) for i in range(300)]
+        futures = [client.submit(fn, 2) for fn in partials]  # most are released while queued
+        assert [f.result(60) for f in futures] == [2 * i for i in range(300)]
+        assert client.submit(add, 3, 4).result() == 7
+        wait_for(lambda: max(held(client)) <= 21, message="at most 20 functions and add held")
+        assert client.submit(partials[0], 5).result() == 0  # released: sent again
+        assert client.submit(partials[7], 5).result() == 35
+        client.shutdown()
+
+
 def executor_driver_urls(driver_pid, app_id):
     """The --driver-url of each executor of application ``app_id`` under ``driver_pid``."""
     import psutil

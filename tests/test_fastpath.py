@@ -215,11 +215,10 @@ def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
     client, pending, latency = _client(impl), deque(), impl.LatencyHistogram()
     f = b"digest of f"
     rows = [[7, f, b"a1", 0], [8, bytes(bytearray(f)), b"a2", 0], [9, b"g", b"a3", 0]]
-    assert impl.queue_tasks(client, rows, 100, 1.0, pending) == 103
+    assert impl.queue_tasks(client, rows, 100, 1.0, pending, {f: b"F", b"g": b"G"}) == 103
     assert [t.task_id for t in pending] == [100, 101, 102] and set(client.tasks) == {7, 8, 9}
     executor = _executor(impl, 0)
-    batches, launched = impl.launch_tasks(pending, 2, executor, {f: b"F", b"g": b"G"},
-                                          1 << 20, latency, 1.0003)
+    batches, launched = impl.launch_tasks(pending, 2, executor, 1 << 20, latency, 1.0003)
     assert launched == 2 and len(pending) == 1
     assert batches == [({f: b"F"}, [[100, 1, f, b"a1"], [101, 1, f, b"a2"]])]
     assert batches[0][1][0] is rows[0]  # the submitted row itself, no copy per task
@@ -238,24 +237,36 @@ def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
 def test_launches_split_at_the_size_limit_and_ship_each_function_once(impl):
     client, pending = _client(impl), deque()
     impl.queue_tasks(client, [[i, b"f" if i < 3 else b"g", b"x" * 10, 0] for i in range(6)],
-                     1, 0.0, pending)
+                     1, 0.0, pending, {b"f": b"F" * 15, b"g": b"G" * 5})
     executor = _executor(impl, 0)
-    batches, launched = impl.launch_tasks(pending, 6, executor, {b"f": b"F" * 15, b"g": b"G" * 5},
-                                          30, impl.LatencyHistogram(), 0.0)
+    batches, launched = impl.launch_tasks(pending, 6, executor, 30, impl.LatencyHistogram(), 0.0)
     assert launched == 6
     # f (15) + 10 = 25; +10 > 30: split; 10 + 10 + g (5) + 10 = 35 > 30: split after 2
     assert [(sorted(needed), [row[0] for row in rows]) for needed, rows in batches] == [
         ([b"f"], [1]), ([], [2, 3]), ([b"g"], [4, 5]), ([], [6])]
-    batches, _ = impl.launch_tasks(deque(), 1, executor, {}, 30, impl.LatencyHistogram(), 0.0)
+    batches, _ = impl.launch_tasks(deque(), 1, executor, 30, impl.LatencyHistogram(), 0.0)
     assert batches == []
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_a_queued_task_keeps_its_function_when_the_driver_drops_it(impl):
+    """A client releases a function it no longer uses (the driver's table drops it); its
+    tasks still queued launch with the blob they hold."""
+    client, pending, functions = _client(impl), deque(), {b"f": b"F" * 4}
+    impl.queue_tasks(client, [[1, b"f", b"x", 0], [2, b"f", b"y", 0]], 1, 0.0, pending, functions)
+    functions.clear()
+    executor = _executor(impl, 0, cores=2)
+    batches, launched = impl.launch_tasks(pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
+    assert launched == 2 and batches == [({b"f": b"F" * 4}, [[1, 1, b"f", b"x"], [2, 1, b"f", b"y"]])]
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_status_updates_retry_return_and_cancel(impl):
     client, pending = _client(impl), deque()
-    impl.queue_tasks(client, [[i, b"f", b"x", 1 if i == 1 else 0] for i in range(1, 5)], 1, 0.0, pending)
+    impl.queue_tasks(client, [[i, b"f", b"x", 1 if i == 1 else 0] for i in range(1, 5)], 1, 0.0, pending,
+                     {b"f": b"F"})
     executor = _executor(impl, 0, cores=4)
-    impl.launch_tasks(pending, 4, executor, {b"f": b"F"}, 1 << 20, impl.LatencyHistogram(), 0.0)
+    impl.launch_tasks(pending, 4, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     executor.running[4].cancelled = True
     counts = {"finished": 0, "failed": 0, "retried": 0}
     updates = [[1, 1, 2, b"raised"], [2, 1, 5, b""], [3, 1, 4, b"error"], [4, 1, 1, b"late"]]
@@ -271,9 +282,9 @@ def test_status_updates_retry_return_and_cancel(impl):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_huge_attempt_or_state_numbers_are_stale_or_errors_not_crashes(impl):
     client, pending = _client(impl), deque()
-    impl.queue_tasks(client, [[1, b"f", b"x", 0]], 1, 0.0, pending)
+    impl.queue_tasks(client, [[1, b"f", b"x", 0]], 1, 0.0, pending, {b"f": b"F"})
     executor = _executor(impl, 0)
-    impl.launch_tasks(pending, 1, executor, {b"f": b"F"}, 1 << 20, impl.LatencyHistogram(), 0.0)
+    impl.launch_tasks(pending, 1, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     counts = {"finished": 0, "failed": 0, "retried": 0}
     assert impl.apply_status_updates(executor, [[1, 1 << 70, 1, b""]], pending, 0.0, counts)[0] == 1
     impl.apply_status_updates(executor, [[1, 1, 1 << 70, b"?"]], pending, 0.0, counts)
@@ -309,11 +320,10 @@ def _simulate(impl, ops):
                 rows.append([ctid, sorted(functions)[(a + i) % 3], b"x" * ((b + i) % 23),
                              (a + i) % 3 - 1 if (a + i) % 3 else 0])
                 client_task_id += 1
-            next_id = impl.queue_tasks(clients[b % 2], rows, next_id, now, pending)
+            next_id = impl.queue_tasks(clients[b % 2], rows, next_id, now, pending, functions)
         elif op == "launch":
             executor = executors[a % 3]
-            batches, launched = impl.launch_tasks(pending, b % 9, executor, functions, 16 + a % 40,
-                                                  latency, now)
+            batches, launched = impl.launch_tasks(pending, b % 9, executor, 16 + a % 40, latency, now)
             out.append(("launch", executor.executor_id, launched,
                         [(sorted(needed), [list(row) for row in rows]) for needed, rows in batches]))
         elif op == "update":
@@ -383,9 +393,9 @@ def test_task_path_agreement_at_scale():
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_running_and_client_tasks_read_like_dicts(impl):
     client, pending = _client(impl), deque()
-    impl.queue_tasks(client, [[i, b"f", b"x", 0] for i in (5, 9, 12, 40)], 1, 0.0, pending)
+    impl.queue_tasks(client, [[i, b"f", b"x", 0] for i in (5, 9, 12, 40)], 1, 0.0, pending, {b"f": b"F"})
     executor = _executor(impl, 0, cores=8)
-    impl.launch_tasks(pending, 3, executor, {b"f": b"F"}, 1 << 20, impl.LatencyHistogram(), 0.0)
+    impl.launch_tasks(pending, 3, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     running = executor.running
     assert list(running) == list(running.keys()) == [1, 2, 3] and len(running) == 3
     assert [t.task_id for t in running.values()] == [1, 2, 3]
@@ -400,7 +410,8 @@ def test_running_and_client_tasks_read_like_dicts(impl):
     assert tasks.pop(12).task_id == 3 and list(tasks) == [5, 9, 40]
     with pytest.raises(KeyError):
         tasks.pop(12)
-    impl.queue_tasks(client, [[7, b"f", b"x", 0], [9, b"f", b"y", 0]], 5, 0.0, pending)  # not above 40
+    impl.queue_tasks(client, [[7, b"f", b"x", 0], [9, b"f", b"y", 0]], 5, 0.0, pending,  # not above 40
+                     {b"f": b"F"})
     assert list(tasks) == [5, 9, 40, 7] and tasks[9].task_id == 6 and len(tasks) == 4
     tasks.clear()
     running.clear()
@@ -413,11 +424,11 @@ def test_many_tasks_in_and_out_of_the_tables(impl):
     client, pending, latency = _client(impl), deque(), impl.LatencyHistogram()
     executors = [_executor(impl, i, cores=64) for i in range(3)]
     counts = {"finished": 0, "failed": 0, "retried": 0}
-    impl.queue_tasks(client, [[i, b"f", b"x", 0] for i in range(20000)], 1, 0.0, pending)
+    impl.queue_tasks(client, [[i, b"f", b"x", 0] for i in range(20000)], 1, 0.0, pending, {b"f": b"F"})
     rng = random.Random(7)
     while pending or any(e.running for e in executors):
         executor = rng.choice(executors)
-        impl.launch_tasks(pending, rng.randint(0, 300), executor, {b"f": b"F"}, 1 << 20, latency, 0.0)
+        impl.launch_tasks(pending, rng.randint(0, 300), executor, 1 << 20, latency, 0.0)
         held = list(executor.running)
         rng.shuffle(held)
         updates = [[task_id, 1, 1, b"r"] for task_id in held[:rng.randint(0, len(held))]]

@@ -267,6 +267,7 @@ cdef class Task:
     cdef public object executor
     cdef public tuple failures
     cdef public object loss
+    cdef public object function_blob
     cdef public bint cancelled
     cdef public double queued_at
     cdef long long _id            # task_id as a C integer: its key in RunningTasks
@@ -274,8 +275,10 @@ cdef class Task:
     cdef PyObject *_run_next
     cdef Py_ssize_t _client_pos   # its index in its client's ClientTasks array, or -1
 
-    def __init__(self, task_id, client, client_task_id, retries, list row, double queued_at=0.0):
+    def __init__(self, task_id, client, client_task_id, retries, list row, double queued_at=0.0,
+                 function_blob=None):
         self.task_id = task_id
+        self.function_blob = function_blob
         self._id = as_long_long(task_id)
         self.client = client
         self.client_task_id = client_task_id
@@ -667,12 +670,13 @@ cdef class ClientTasks:
             self._clear()
 
 
-def queue_tasks(client, list rows, next_id, double now, pending):
+def queue_tasks(client, list rows, next_id, double now, pending, dict functions):
     cdef ClientTasks client_tasks = client.tasks
     cdef list row
     cdef Task task
     cdef tuple no_failures = ()
     cdef object last_function = None
+    cdef object blob = None
     cdef long long task_id = next_id
     append = pending.append
     for row in rows:
@@ -681,6 +685,7 @@ def queue_tasks(client, list rows, next_id, double now, pending):
             function = last_function
         else:
             last_function = function
+            blob = functions[function]
         task = Task.__new__(Task)
         task.task_id = PyLong_FromLongLong(task_id)
         task._id = task_id
@@ -694,6 +699,7 @@ def queue_tasks(client, list rows, next_id, double now, pending):
         task.retries = retries
         task.row = row
         task.failures = no_failures
+        task.function_blob = blob
         task.queued_at = now
         task._client_pos = -1
         client_tasks._add(task, client_task_id)
@@ -702,7 +708,7 @@ def queue_tasks(client, list rows, next_id, double now, pending):
     return task_id
 
 
-def launch_tasks(tasks, long count, executor, dict functions, Py_ssize_t limit,
+def launch_tasks(tasks, long count, executor, Py_ssize_t limit,
                  LatencyHistogram latency, double now):
     cdef RunningTasks running = executor.running
     cdef dict avoid = executor.suspect_losses
@@ -738,7 +744,7 @@ def launch_tasks(tasks, long count, executor, dict functions, Py_ssize_t limit,
             last_digest = digest
         row_size = len(row[3])
         if new:
-            row_size += len(functions[digest])
+            row_size += len(task.function_blob)
         if rows and size + row_size > limit:  # ``new`` stays: needed did not hold digest
             batches.append((needed, rows))
             known.update(needed)
@@ -746,7 +752,7 @@ def launch_tasks(tasks, long count, executor, dict functions, Py_ssize_t limit,
             needed = {}
             size = 0
         if new:
-            needed[digest] = functions[digest]
+            needed[digest] = task.function_blob
         rows.append(row)
         size += row_size
         launched += 1

@@ -180,15 +180,19 @@ class Task:
     arguments]``: made at submission out of the decoded SubmitTasks row itself, and given
     the new attempt in place at each launch, so a launch allocates nothing per task."""
 
-    __slots__ = ("task_id", "client", "client_task_id", "retries", "row", "attempt",
-                 "executor", "failures", "loss", "cancelled", "queued_at")
+    __slots__ = ("task_id", "client", "client_task_id", "retries", "row", "function_blob",
+                 "attempt", "executor", "failures", "loss", "cancelled", "queued_at")
 
-    def __init__(self, task_id, client, client_task_id, retries, row, queued_at=0.0):
+    def __init__(self, task_id, client, client_task_id, retries, row, queued_at=0.0,
+                 function_blob=None):
         self.task_id = task_id
         self.client = client
         self.client_task_id = client_task_id
         self.retries = retries      # runs left after the task raises
         self.row = row
+        # its cloudpickled function: the task holds it until it ends, whatever the driver's
+        # table of functions drops meanwhile (a client releases functions it no longer uses)
+        self.function_blob = function_blob
         self.attempt = 0            # number of the latest launch
         self.executor = None        # the executor holding it, while launched
         self.failures = ()          # (attempt, executor id, reason) of each system failure
@@ -205,39 +209,41 @@ class Task:
         return self.row[3]
 
 
-def queue_tasks(client, rows, next_id, now, pending):
+def queue_tasks(client, rows, next_id, now, pending, functions):
     """Append to ``pending`` a Task for each SubmitTasks row ``[client task id, digest,
     args, retries]`` of ``client``, numbered from ``next_id``; the next free id. Each row
-    list becomes its task's LaunchTasks row. Consecutive tasks of one function share one
-    digest object (msgpack makes one per row): less memory per queued task, and
-    ``launch_tasks`` knows it by identity."""
+    list becomes its task's LaunchTasks row, and each task holds its function's blob
+    (``functions[digest]``). Consecutive tasks of one function share one digest object
+    (msgpack makes one per row): less memory per queued task, and ``launch_tasks`` knows
+    it by identity."""
     client_tasks = client.tasks
-    last_function = None
+    last_function = blob = None
     for row in rows:
         client_task_id, function, args, retries = row
         if function == last_function:  # one digest object for a run of tasks of one function
             function = last_function
         else:
             last_function = function
+            blob = functions[function]
         row[0] = next_id
         row[1] = 0
         row[2] = function
         row[3] = args
-        task = Task(next_id, client, client_task_id, retries, row, now)
+        task = Task(next_id, client, client_task_id, retries, row, now, blob)
         client_tasks[client_task_id] = task
         pending.append(task)
         next_id += 1
     return next_id
 
 
-def launch_tasks(tasks, count, executor, functions, limit, latency, now):
+def launch_tasks(tasks, count, executor, limit, latency, now):
     """Launch up to ``count`` tasks taken from the front of the deque ``tasks`` (cancelled
     ones are dropped) on ``executor``: ``(batches, launched)``.
 
     ``batches`` are its LaunchTasks, ``[(functions, rows), ...]``: the rows' payloads and
     the functions add up to at most ``limit`` bytes (a single larger row goes alone), and
-    each batch carries the functions (``{digest: blob}`` from ``functions``) that its tasks
-    need and the executor does not hold yet (``executor.functions`` is updated)."""
+    each batch carries the functions (``{digest: blob}``, the blobs its tasks hold) that
+    they need and the executor does not hold yet (``executor.functions`` is updated)."""
     running = executor.running
     avoid = executor.suspect_losses
     known = executor.functions
@@ -258,13 +264,13 @@ def launch_tasks(tasks, count, executor, functions, limit, latency, now):
         row[1] = task.attempt
         digest = row[2]
         new = digest not in known and digest not in needed
-        row_size = len(row[3]) + (len(functions[digest]) if new else 0)
+        row_size = len(row[3]) + (len(task.function_blob) if new else 0)
         if rows and size + row_size > limit:  # ``new`` stays: needed did not hold digest
             batches.append((needed, rows))
             known.update(needed)
             rows, needed, size = [], {}, 0
         if new:
-            needed[digest] = functions[digest]
+            needed[digest] = task.function_blob
         rows.append(row)
         size += row_size
         launched += 1

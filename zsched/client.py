@@ -28,6 +28,7 @@ from . import protocol as p
 from .config import Config
 from .errors import DriverConnectionError, MessageTooLarge, TaskFailed, exception_payload, load_exception
 from .future import DONE_STATES, TaskFuture
+from .held_functions import HeldFunctions
 from .progress_bar import ProgressBar
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
@@ -146,7 +147,7 @@ class Client(concurrent.futures.Executor):
         self._outbox = deque()
         self._cancels = deque()           # task ids cancelled since the I/O thread's last turn
         self._function_blobs = {}         # digest -> cloudpickled function not yet sent
-        self._sent_functions = set()      # digests of the functions the driver holds
+        self._held_functions = HeldFunctions()  # the functions the driver holds for this client
         self._function_cache = {}         # function -> (digest, size)
         self._last_function = (None, None, 0)  # (function, digest, size) of the last submit
         # Taken by what changes whether tasks may be submitted (shutdown, a lost driver),
@@ -568,8 +569,21 @@ class Client(concurrent.futures.Executor):
 
     def _messages_for_driver(self):
         """The messages for the driver out of what the calling threads queued since the
-        last turn, in their order; nothing after a ClientGoodbye. Called by the thread that
+        last turn, in their order, then a ForgetFunctions when this client holds too many
+        functions at the driver; nothing after a ClientGoodbye. Called by the thread that
         talks to the driver: the I/O thread, or the thread of a driver in this process."""
+        messages = self._queued_messages()
+        held = self._held_functions
+        if held.over_limit() and self._lost is None and not (
+                messages and messages[-1].TYPE == MsgType.CLIENT_GOODBYE):
+            released = held.release(self._pinned_functions())
+            if released:
+                messages = [*messages, p.ForgetFunctions(released)]
+        return messages
+
+    def _queued_messages(self):
+        """The messages for the driver out of what the calling threads queued since the
+        last turn (see ``_messages_for_driver``)."""
         outbox = self._outbox
         if not self._cancels and len(outbox) <= 1:
             if not outbox:
@@ -623,11 +637,18 @@ class Client(concurrent.futures.Executor):
         if self._lost is not None:
             return ()
         digest = row[1]
-        if digest in self._sent_functions:
+        held = self._held_functions
+        if digest in held:
             functions = {}
+            held.used(digest)
+            self._function_blobs.pop(digest, None)  # pickled again by a submit: not needed
         else:
-            functions = {digest: self._function_blobs.pop(digest)}
-            self._sent_functions.add(digest)
+            blob = self._function_blobs.pop(digest, None)
+            if blob is None:
+                self._fail_unsendable([row])
+                return ()
+            functions = {digest: blob}
+            held.add(digest, len(blob))
         return [p.SubmitTasks(functions, [row])]
 
     def _submit_messages(self, tasks, messages):
@@ -636,20 +657,51 @@ class Client(concurrent.futures.Executor):
         if not tasks or self._lost is not None:
             return
         limit = self._max_message_size
-        blobs, sent = self._function_blobs, self._sent_functions
+        blobs, held = self._function_blobs, self._held_functions
         for start in range(0, len(tasks), _FRAME_TASKS):
             frame_tasks = tasks[start:start + _FRAME_TASKS]
-            new = set(map(itemgetter(1), frame_tasks)).difference(sent)
+            used = set(map(itemgetter(1), frame_tasks))
+            new = set()
+            for digest in used:
+                if digest in held:
+                    held.used(digest)
+                    blobs.pop(digest, None)  # pickled again by a submit: not needed
+                elif digest in blobs:
+                    new.add(digest)
+                else:
+                    frame_tasks = self._fail_unsendable(frame_tasks, digest)
             size = sum(map(len, map(itemgetter(2), frame_tasks))) + sum(len(blobs[d]) for d in new)
             if size <= limit:  # the usual case: one frame, sized in C
                 batches = [({digest: blobs[digest] for digest in new}, frame_tasks)]
             else:
-                batches = p.batch_tasks(frame_tasks, 1, 2, blobs, sent, limit)
+                batches = p.batch_tasks(frame_tasks, 1, 2, blobs, used - new, limit)
             for functions, batch in batches:
                 messages.append(p.SubmitTasks(functions, batch))
-                sent.update(functions)
-                for digest in functions:  # the driver holds it now
+                for digest, blob in functions.items():  # the driver holds it now
+                    held.add(digest, len(blob))
                     blobs.pop(digest, None)
+
+    def _fail_unsendable(self, rows, digest=None):
+        """Fail the tasks among ``rows`` (those of ``digest``, or all) whose function this
+        client can no longer send, and return the others. It happens only to a task whose
+        submitter took its function's digest from the cache just before a thousand other
+        functions pushed it out and it was released (``HeldFunctions``)."""
+        kept = []
+        for row in rows:
+            if digest is not None and row[1] != digest:
+                kept.append(row)
+                continue
+            future = self._futures.pop(row[0], None)
+            if future is not None:
+                future.set_exception(TaskFailed(
+                    f"task {row[0]}: its function was released while it was submitted; submit it again"))
+        return kept
+
+    def _pinned_functions(self):
+        """Digests a submit may use without pickling the function again: never released."""
+        pinned = {entry[0] for entry in list(self._function_cache.values())}
+        pinned.add(self._last_function[1])
+        return pinned
 
     def _receive(self, drain=False):
         """Handle the messages waiting from the driver. Unless ``drain``, stop after the

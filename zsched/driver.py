@@ -508,6 +508,18 @@ class Driver:
             self._drop_client(client, "its client left")
             log.info("client %s left", rid.hex())
 
+    def _on_forget_functions(self, rid, msg):
+        """A client no longer needs these functions (it sends one again if a task of its
+        needs it): dropped unless another client sent it too. Its tasks still queued or
+        running keep their function (``Task.function_blob``)."""
+        client = self._client_for(rid)
+        if client is None:
+            return
+        released = [digest for digest in msg.digests if digest in client.functions]
+        client.functions.difference_update(released)
+        self._forget_functions([digest for digest in released
+                                if not any(digest in other.functions for other in self.clients.values())])
+
     def _drop_client(self, client, reason):
         """Forget a client that left: its tasks, and the functions no other client sent,
         here and on the executors (which would otherwise hold every function they were
@@ -719,6 +731,7 @@ class Driver:
         MsgType.ADMIN_REQUEST: _on_admin_request,
         MsgType.STOP_EXECUTORS: _on_stop_executors,
         MsgType.CLIENT_GOODBYE: _on_client_goodbye,
+        MsgType.FORGET_FUNCTIONS: _on_forget_functions,
     }
 
     # ------------------------------------------------------------ offers and sending
@@ -750,9 +763,18 @@ class Driver:
         self._offers_needed = False
         if self.scheduler.n_pending == 0 or not self.is_ready():
             return
+        table = self.functions
         for executor, batches in self.scheduler.resource_offers():
+            stray = []
             for functions, rows in batches:
                 self._send(executor.routing_id, p.LaunchTasks(functions, rows))
+                if functions:
+                    stray += [digest for digest in functions if digest not in table]
+            if stray:
+                # released by their clients while these tasks waited here: the tasks carry
+                # them, and the executor keeps them only for these tasks
+                executor.functions.difference_update(stray)
+                self._send(executor.routing_id, p.ForgetFunctions(stray))
 
     def _send_results(self):
         limit = self.config.max_message_size

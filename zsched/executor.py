@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections import deque
+from operator import itemgetter
 
 import cloudpickle
 import psutil
@@ -40,6 +41,7 @@ from .socket_events import recv_event
 from .wakeup import WakeupPipe
 
 log = logging.getLogger("zsched.executor")  # also when run as __main__
+_digest_of = itemgetter(2)  # of a LaunchTasks row
 
 REGISTRATION_TIMEOUT_ENV = "ZSCHED_REGISTRATION_TIMEOUT"
 USAGE = """\
@@ -160,8 +162,9 @@ class ExecutorBackend:
         self._work = deque()                 # [task id, attempt, digest, args] for task threads
         self._work_ready = threading.Condition()  # task threads wait on it while _work is empty
         self._results = deque()              # [task id, attempt, state, payload] for the loop
-        self._function_blobs = {}            # digest -> cloudpickled function
-        self._functions = {}                 # digest -> function, unpickled by a task thread
+        # digest -> [cloudpickled function, the function once a task thread unpickled it];
+        # each task's row holds its function's entry (``_on_launch_tasks``)
+        self._functions = {}
         self._running = {}                   # task id -> (attempt, thread ident)
         self._killed = set()                 # (task id, attempt) killed before or while running
         self._lock = threading.Lock()        # serialises KillTask with task threads (see _run_here)
@@ -467,8 +470,15 @@ class ExecutorBackend:
         self._wakeup.wake_always()
 
     def _on_launch_tasks(self, msg):
-        self._function_blobs.update(msg.functions)
+        functions = self._functions
+        for digest, blob in msg.functions.items():
+            functions[digest] = [blob, None]
         tasks = msg.tasks
+        # each row holds its function's entry in place of the digest: a ForgetFunctions
+        # that comes before the task runs cannot take its function away (None: a function
+        # the driver did not send; the task reports that)
+        for row, entry in zip(tasks, list(map(functions.get, map(_digest_of, tasks)))):
+            row[2] = entry
         idle = self._outstanding == 0
         self._outstanding += len(tasks)
         if self._decommissioning:  # launched before the driver knew: give them back
@@ -576,12 +586,10 @@ class ExecutorBackend:
             self._stop("driver restarted (new incarnation)", 1, driver_gone=True)
 
     def _on_forget_functions(self, msg):
-        """The driver dropped these functions (their clients are gone): so does this
-        executor. The blob goes first: a task thread that unpickles one meanwhile sees
-        it gone once it has cached the function, and uncaches it (``_run_task``)."""
-        blobs, functions = self._function_blobs, self._functions
+        """The driver dropped these functions (no client needs them): so does this
+        executor. A task launched here before keeps its own (``_on_launch_tasks``)."""
+        functions = self._functions
         for digest in msg.digests:
-            blobs.pop(digest, None)
             functions.pop(digest, None)
 
     _handlers = {
@@ -607,7 +615,7 @@ class ExecutorBackend:
             metrics = {"rss": self._process.memory_info().rss,
                        "cpu": self._process.cpu_percent(None),
                        "busy_threads": len(self._running),
-                       "functions": len(self._function_blobs)}
+                       "functions": len(self._functions)}
         self._send(p.Heartbeat(self.incarnation, self.executor_id, metrics))
 
     def _send_status_updates(self):
@@ -681,7 +689,7 @@ class ExecutorBackend:
         is not empty as a task starts or ends, this thread takes ``_lock``, which also waits
         for a KillTask in progress, and withdraws a TaskKilled not yet raised that was meant
         for this task (see ``_consume_kill``)."""
-        task_id, attempt, digest, args = task
+        task_id, attempt, function_entry, args = task
         running = self._running
         running[task_id] = (attempt, threading.get_ident())
         started = time.perf_counter()
@@ -689,7 +697,7 @@ class ExecutorBackend:
             if self._killed and self._consume_kill(task_id, attempt):
                 state, payload = TaskState.KILLED, b"killed before it started"
             else:
-                state, payload = self._run_task(task_id, digest, args)
+                state, payload = self._run_task(task_id, function_entry, args)
             running.pop(task_id, None)
             if self._killed:
                 self._consume_kill(task_id, attempt)
@@ -712,18 +720,15 @@ class ExecutorBackend:
             _raise_in_thread(threading.get_ident(), None)
             return True
 
-    def _run_task(self, task_id, digest, args):
-        """Call the task's function; (state, payload) of its status row. A TaskKilled
-        after the call has returned reaches ``_run_here``."""
+    def _run_task(self, task_id, function_entry, args):
+        """Call the task's function (its ``_functions`` entry); (state, payload) of its
+        status row. A TaskKilled after the call has returned reaches ``_run_here``."""
+        if function_entry is None:
+            return TaskState.ERROR, b"the driver did not send the task's function to this executor"
         try:
-            function = self._functions.get(digest)
-            if function is None:
-                blob = self._function_blobs.get(digest)
-                if blob is None:  # forgotten: only a task whose client is gone needed it
-                    return TaskState.ERROR, b"the executor does not hold the task's function"
-                function = self._functions[digest] = pickle.loads(blob)
-                if digest not in self._function_blobs:  # forgotten meanwhile
-                    self._functions.pop(digest, None)
+            function = function_entry[1]
+            if function is None:  # unpickled once per executor, by the first task to need it
+                function = function_entry[1] = pickle.loads(function_entry[0])
             call_args, call_kwargs = pickle.loads(args)
             value = function(*call_args, **call_kwargs)
         except TaskKilled:

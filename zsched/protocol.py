@@ -62,7 +62,7 @@ class MsgType(IntEnum):
     ADMIN_REQUEST = 23
     STOP_EXECUTORS = 24
     CLIENT_GOODBYE = 25
-    # driver -> executor
+    # client -> driver (functions it no longer needs) and driver -> executor (drop them)
     FORGET_FUNCTIONS = 26
     # driver -> client
     CLIENT_WELCOME = 30
@@ -256,8 +256,10 @@ class ReturnTasks(Message):
 
 @_message(MsgType.FORGET_FUNCTIONS, _list_of(_bytes))
 class ForgetFunctions(Message):
-    """Drop these functions: no client that sent them is connected any more. A later task
-    that needs one brings it again in its LaunchTasks."""
+    """From a client: it no longer needs these functions it sent (it sends one again with
+    the next task that does). From the driver to an executor: drop them, no connected
+    client needs them; a later LaunchTasks that needs one carries it again. Tasks already
+    queued keep theirs."""
     digests: list
 
 

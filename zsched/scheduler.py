@@ -249,7 +249,8 @@ class TaskScheduler:
     def submit(self, client, tasks):
         """Queue ``[[client task id, digest, args, retries], ...]`` from ``client`` (the
         row lists become the tasks' LaunchTasks rows)."""
-        self._next_task_id = queue_tasks(client, tasks, self._next_task_id, self.clock(), self.pending)
+        self._next_task_id = queue_tasks(client, tasks, self._next_task_id, self.clock(), self.pending,
+                                         self.functions)
         self.n_pending += len(tasks)
         self.counts["submitted"] += len(tasks)
 
@@ -314,8 +315,7 @@ class TaskScheduler:
         for slot, count in self.slots.offer(self.n_pending):
             executor = self.executors_by_slot[slot]
             tasks = self._choose_among_suspects(executor, count) if self.suspects else self.pending
-            batches, launched = launch_tasks(tasks, count, executor, self.functions, limit,
-                                             self.latency, now)
+            batches, launched = launch_tasks(tasks, count, executor, limit, self.latency, now)
             self.n_pending -= launched
             if launched < count:
                 self.slots.release(slot, count - launched)
