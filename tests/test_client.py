@@ -250,6 +250,33 @@ def test_a_client_making_a_function_per_task_keeps_few_held(in_process, monkeypa
         client.shutdown()
 
 
+def test_a_released_function_travels_once_per_executor_while_its_tasks_wait(monkeypatch):
+    """A function larger than the client's limit is released as soon as it is sent; the
+    driver keeps it for its queued tasks and the executors keep theirs while tasks of it
+    remain, so it is not sent again with each launch; then they drop it."""
+    from zsched import held_functions
+    monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
+    with zsched.LocalCluster(n_executors=2, executor_heartbeat_interval="100ms",
+                             in_process=True) as cluster:
+        client = cluster.client()
+        driver = cluster._driver
+        big = functools.partial(slow_scaled, bytes(20_000))
+        sent_before = driver.counters["bytes_out"]
+        assert [f.result(60) for f in [client.submit(big, i) for i in range(300)]] == \
+            [20_000 * i for i in range(300)]
+        # once per executor is 40 kB; with each of the ~150 launches, 3 MB
+        assert driver.counters["bytes_out"] - sent_before < 200_000
+        status = client.status()
+        assert status["functions"] == 0  # released by the client
+        wait_for(lambda: all(e.get("functions") == 0 for e in client.status()["executors"]),
+                 message="the executors dropped it once its tasks were done")
+        # a map sends its function once, with its first group of tasks: not released
+        # before the last group has left
+        fast = functools.partial(scaled, bytes(20_000))
+        assert list(client.map(fast, range(20_000), chunksize=1)) == [20_000 * i for i in range(20_000)]
+        client.shutdown()
+
+
 def executor_driver_urls(driver_pid, app_id):
     """The --driver-url of each executor of application ``app_id`` under ``driver_pid``."""
     import psutil

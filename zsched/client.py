@@ -150,6 +150,7 @@ class Client(concurrent.futures.Executor):
         self._held_functions = HeldFunctions()  # the functions the driver holds for this client
         self._function_cache = {}         # function -> (digest, size)
         self._last_function = (None, None, 0)  # (function, digest, size) of the last submit
+        self._mapping = {}                # digest -> maps submitting tasks of it now
         # Taken by what changes whether tasks may be submitted (shutdown, a lost driver),
         # by map and by control messages; submit checks those states before and after it
         # registers its future instead (a lock there cost 0.5 us a task). Reentrant:
@@ -393,26 +394,34 @@ class Client(concurrent.futures.Executor):
         with self._submit_lock:
             self._check_open()
             digest, fn_size = self._function_digest(fn)
+            # pickled once for all the groups below: not released before the last has left
+            self._mapping[digest] = self._mapping.get(digest, 0) + 1
         no_kwargs = {}
-        while True:
-            # the lock is taken per group, so that the I/O thread sends while map goes on
-            group = list(itertools.islice(arg_tuples, _MAP_BATCH))
-            if not group:
-                break
+        try:
+            while True:
+                # the lock is taken per group, so that the I/O thread sends while map goes on
+                group = list(itertools.islice(arg_tuples, _MAP_BATCH))
+                if not group:
+                    break
+                with self._submit_lock:
+                    self._check_open()
+                    rows = []
+                    for args in group:
+                        future, row = self._new_future(digest, fn_size, args, no_kwargs, retries)
+                        futures.append(future)
+                        if row is not None:
+                            rows.append(row)
+                    self._outbox.extend(rows)
+                    self._wakeup.wake()
+                if chunksize > 1:
+                    calls += map(len, group)
+                else:
+                    calls += itertools.repeat(1, len(group))
+        finally:
             with self._submit_lock:
-                self._check_open()
-                rows = []
-                for args in group:
-                    future, row = self._new_future(digest, fn_size, args, no_kwargs, retries)
-                    futures.append(future)
-                    if row is not None:
-                        rows.append(row)
-                self._outbox.extend(rows)
-                self._wakeup.wake()
-            if chunksize > 1:
-                calls += map(len, group)
-            else:
-                calls += itertools.repeat(1, len(group))
+                left = self._mapping.pop(digest) - 1
+                if left:
+                    self._mapping[digest] = left
         if progress:
             bar = ProgressBar(sum(calls), desc="map")
             count = _CallsRunner.count if isinstance(fn, _CallsRunner) else None
@@ -698,9 +707,11 @@ class Client(concurrent.futures.Executor):
         return kept
 
     def _pinned_functions(self):
-        """Digests a submit may use without pickling the function again: never released."""
+        """Digests a submit or a map may use without pickling the function again: never
+        released."""
         pinned = {entry[0] for entry in list(self._function_cache.values())}
         pinned.add(self._last_function[1])
+        pinned.update(list(self._mapping))
         return pinned
 
     def _receive(self, drain=False):

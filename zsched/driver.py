@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 
 import zmq
@@ -72,7 +73,9 @@ class Driver:
         self.clock = clock
         self.stop_on_eof_fd = stop_on_eof_fd  # the driver stops when this fd reaches end of file
         self.incarnation = secrets.randbits(62)
-        self.functions = {}           # digest -> cloudpickled function, sent by connected clients
+        self.functions = {}           # digest -> FunctionBlob, held by a connected client
+        self._unowned = {}            # digest -> weakref to the FunctionBlob no client holds
+        self._unused_functions = []   # (digest, weakref) of those no task holds any more
         self.scheduler = TaskScheduler(self.config, self.functions, clock)
         self.executors = {}           # executor id -> ExecutorData
         self.executors_by_rid = {}    # routing id -> ExecutorData
@@ -273,6 +276,8 @@ class Driver:
                     timer[2] = now + timer[0]
             if self._offers_needed:
                 self._make_offers()
+            if self._unused_functions:
+                self._forget_unused_functions()
             self._send_results()
 
     # ------------------------------------------------------------ receiving
@@ -480,7 +485,9 @@ class Driver:
                                          for row in msg.tasks]),
                        quiet=True)
             return
-        self.functions.update(msg.functions)
+        for digest, blob in msg.functions.items():
+            self.functions[digest] = p.FunctionBlob(blob)
+            self._unowned.pop(digest, None)
         client.functions.update(msg.functions)
         known = self.functions
         good = []
@@ -509,35 +516,49 @@ class Driver:
             log.info("client %s left", rid.hex())
 
     def _on_forget_functions(self, rid, msg):
-        """A client no longer needs these functions (it sends one again if a task of its
-        needs it): dropped unless another client sent it too. Its tasks still queued or
-        running keep their function (``Task.function_blob``)."""
+        """A client no longer needs these functions (it sends one again with the next
+        task that does)."""
         client = self._client_for(rid)
         if client is None:
             return
         released = [digest for digest in msg.digests if digest in client.functions]
         client.functions.difference_update(released)
-        self._forget_functions([digest for digest in released
-                                if not any(digest in other.functions for other in self.clients.values())])
+        self._release_functions(released)
 
     def _drop_client(self, client, reason):
-        """Forget a client that left: its tasks, and the functions no other client sent,
-        here and on the executors (which would otherwise hold every function they were
-        ever sent, with whatever data it captured, for as long as they live)."""
+        """Forget a client that left: its tasks, and the functions it sent (see
+        ``_release_functions``)."""
         self._kill(self.scheduler.drop_client(client), reason)
-        self._forget_functions([digest for digest in client.functions
-                                if not any(digest in other.functions for other in self.clients.values())])
+        self._release_functions(client.functions)
 
-    def _forget_functions(self, digests):
-        """Drop these functions here, and tell each executor holding one to drop it. The
-        KillTasks for the tasks that needed them went first: an executor runs none of
-        those afterwards (and would report an error, not run the wrong code, if one
-        started meanwhile)."""
-        if not digests:
-            return
-        for digest in digests:
-            self.functions.pop(digest, None)
-        gone = set(digests)
+    # A function's life here: a client sends it (``functions``, as a FunctionBlob); once no
+    # connected client holds it, it leaves ``functions`` (a new task of it brings it again)
+    # but the tasks of it still queued or running hold it (``Task.function_blob``), and the
+    # executors keep their copy for them; once no task holds it, the executors are told to
+    # drop it. Without this an executor would keep every function it was ever sent, with the
+    # data it captured, for as long as it lives.
+
+    def _release_functions(self, digests):
+        """No connected client holds these functions (unless another client sent it too)."""
+        clients = self.clients.values()
+        for digest in list(digests):
+            if any(digest in client.functions for client in clients):
+                continue
+            blob = self.functions.pop(digest, None)
+            if blob is not None:
+                self._unowned[digest] = weakref.ref(
+                    blob, lambda ref, digest=digest: self._unused_functions.append((digest, ref)))
+            blob = None  # with no task holding it, the callback runs here
+
+    def _forget_unused_functions(self):
+        """Tell the executors to drop the functions that neither a client nor a task holds
+        any more (not those a client has sent again meanwhile)."""
+        unused, self._unused_functions = self._unused_functions, []
+        gone = set()
+        for digest, ref in unused:
+            if self._unowned.get(digest) is ref:
+                del self._unowned[digest]
+                gone.add(digest)
         for executor in self.executors.values():
             held = executor.functions & gone
             if held:
@@ -763,18 +784,9 @@ class Driver:
         self._offers_needed = False
         if self.scheduler.n_pending == 0 or not self.is_ready():
             return
-        table = self.functions
         for executor, batches in self.scheduler.resource_offers():
-            stray = []
             for functions, rows in batches:
                 self._send(executor.routing_id, p.LaunchTasks(functions, rows))
-                if functions:
-                    stray += [digest for digest in functions if digest not in table]
-            if stray:
-                # released by their clients while these tasks waited here: the tasks carry
-                # them, and the executor keeps them only for these tasks
-                executor.functions.difference_update(stray)
-                self._send(executor.routing_id, p.ForgetFunctions(stray))
 
     def _send_results(self):
         limit = self.config.max_message_size

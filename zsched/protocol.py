@@ -365,7 +365,27 @@ def batch_tasks(rows, digest_index, payload_index, functions, known, limit):
 
 # ---------------------------------------------------------------- encode / decode
 
-_packer = msgpack.Packer(use_bin_type=True)
+class FunctionBlob:
+    """A cloudpickled function as the driver holds it (``len`` is its size): packed as its
+    bytes, and weakly referenceable, so that the driver learns when no task holds a
+    function any more."""
+
+    __slots__ = ("data", "__weakref__")
+
+    def __init__(self, data):
+        self.data = data
+
+    def __len__(self):
+        return len(self.data)
+
+
+def _pack_other(obj):
+    if type(obj) is FunctionBlob:
+        return obj.data
+    raise TypeError(f"cannot pack {type(obj).__name__}")
+
+
+_packer = msgpack.Packer(use_bin_type=True, default=_pack_other)
 
 
 def encode(msg):
