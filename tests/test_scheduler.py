@@ -238,6 +238,18 @@ def test_cancel_drops_queued_tasks_and_reports_running_ones_for_killing():
     assert client.results == []
 
 
+def test_cancelled_tasks_do_not_wait_when_nothing_else_does():
+    scheduler, client = make(tasks_per_core=1)
+    scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    submit(scheduler, client, 3)
+    (_, [running]), = offers(scheduler)
+    scheduler.cancel(client, [2])
+    assert len(scheduler.pending) == 2  # the next offer takes it out
+    scheduler.cancel(client, [3])
+    assert scheduler.n_pending == 0 and len(scheduler.pending) == 0
+    assert len(client.tasks) == 1  # the running one
+
+
 def finish_all(scheduler, executor, tasks, state=TaskState.FINISHED, busy=1e-5):
     scheduler.status_updates(executor, [[t.task_id, t.attempt, state, b""] for t in tasks], busy)
 

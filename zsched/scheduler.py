@@ -267,6 +267,13 @@ class TaskScheduler:
                 to_kill.append((task.executor, task))
             else:
                 self.n_pending -= 1
+        if self.n_pending == 0 and (self.pending or self.suspects):
+            # only cancelled tasks wait: no offer would take them out, and they hold their
+            # arguments and functions
+            self.pending.clear()
+            self.suspects.clear()
+            if self.clamped:
+                self._set_clamped(False)
         return to_kill
 
     def drop_client(self, client):
