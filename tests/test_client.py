@@ -266,14 +266,58 @@ def test_a_released_function_travels_once_per_executor_while_its_tasks_wait(monk
             [20_000 * i for i in range(300)]
         # once per executor is 40 kB; with each of the ~150 launches, 3 MB
         assert driver.counters["bytes_out"] - sent_before < 200_000
-        status = client.status()
-        assert status["functions"] == 0  # released by the client
+        wait_for(lambda: client.status()["functions"] == 0, message="released by the client")
         wait_for(lambda: all(e.get("functions") == 0 for e in client.status()["executors"]),
                  message="the executors dropped it once its tasks were done")
         # a map sends its function once, with its first group of tasks: not released
         # before the last group has left
         fast = functools.partial(scaled, bytes(20_000))
         assert list(client.map(fast, range(20_000), chunksize=1)) == [20_000 * i for i in range(20_000)]
+        client.shutdown()
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["driver process", "driver thread"])
+def test_a_function_released_at_every_turn_still_reaches_every_task(in_process, monkeypatch):
+    """Several threads submit tasks of one function larger than the client's limit: it is
+    released at the end of nearly every turn, while more tasks of it are being submitted;
+    each of those is sent with it again, and none fails."""
+    from zsched import held_functions
+    monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
+    with zsched.LocalCluster(n_executors=2, in_process=in_process) as cluster:
+        client = cluster.client()
+        big = functools.partial(scaled, bytes(5000))
+
+        def submit_many(start):
+            return [client.submit(big, i) for i in range(start, start + 300)]
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            batches = list(pool.map(submit_many, range(0, 1200, 300)))
+        assert [f.result(60) for batch in batches for f in batch] == [5000 * i for i in range(1200)]
+        client.shutdown()
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["driver process", "driver thread"])
+def test_a_function_released_while_a_task_of_it_is_being_submitted_is_sent_again(in_process,
+                                                                                monkeypatch):
+    """The submit of a second task pickles its arguments slowly; meanwhile the first task
+    leaves with the function, which is over the client's limit: it is not released before
+    the second task is queued, and both run."""
+    from zsched import client as client_module
+    from zsched import held_functions
+    monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
+    dumps = client_module._dumps
+
+    def slow_dumps(value, protocol):
+        if value == ((-1,), {}):
+            time.sleep(0.2)  # the I/O thread's turn sends the first task meanwhile
+        return dumps(value, protocol)
+
+    monkeypatch.setattr(client_module, "_dumps", slow_dumps)
+    with zsched.LocalCluster(n_executors=1, in_process=in_process) as cluster:
+        client = cluster.client()
+        big = functools.partial(scaled, bytes(5000))
+        first, second = client.submit(big, 1), client.submit(big, -1)
+        assert (first.result(30), second.result(30)) == (5000, -5000)
         client.shutdown()
 
 

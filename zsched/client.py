@@ -333,21 +333,30 @@ class Client(concurrent.futures.Executor):
         if self._shutdown or self._lost is not None:
             self._check_open()
         last = self._last_function  # one tuple: read at once, whatever other threads do
+        lock = None
         if fn is last[0]:
             digest, fn_size = last[1], last[2]
         else:
-            with self._submit_lock:
-                digest, fn_size = self._function_digest(fn)
-        task_id = next(self._task_ids)
-        future = TaskFuture(self, task_id, self._condition)
+            # held until the row is queued: the function (pickled now, or held by the
+            # driver) is not released meanwhile (``_pinned_functions``)
+            lock = self._submit_lock
+            lock.acquire()
         try:
-            payload = _dumps((args, kwargs), _PICKLE_PROTOCOL)
-        except Exception:
-            payload = cloudpickle.dumps((args, kwargs), protocol=_PICKLE_PROTOCOL)
-        if len(payload) + fn_size > self._max_message_size:
-            return self._too_large(future, len(payload) + fn_size)
-        self._futures[task_id] = future
-        self._outbox.append([task_id, digest, payload, retries])
+            if lock is not None:
+                digest, fn_size = self._function_digest(fn)
+            task_id = next(self._task_ids)
+            future = TaskFuture(self, task_id, self._condition)
+            try:
+                payload = _dumps((args, kwargs), _PICKLE_PROTOCOL)
+            except Exception:
+                payload = cloudpickle.dumps((args, kwargs), protocol=_PICKLE_PROTOCOL)
+            if len(payload) + fn_size > self._max_message_size:
+                return self._too_large(future, len(payload) + fn_size)
+            self._futures[task_id] = future
+            self._outbox.append([task_id, digest, payload, retries])
+        finally:
+            if lock is not None:
+                lock.release()
         if not self._wakeup.pending:  # else the I/O thread is awake and takes this row too
             self._wakeup.wake()
         if self._shutdown or self._lost is not None:
@@ -585,7 +594,8 @@ class Client(concurrent.futures.Executor):
         held = self._held_functions
         if held.over_limit() and self._lost is None and not (
                 messages and messages[-1].TYPE == MsgType.CLIENT_GOODBYE):
-            released = held.release(self._pinned_functions())
+            with self._submit_lock:
+                released = held.release(self._pinned_functions())
             if released:
                 messages = [*messages, p.ForgetFunctions(released)]
         return messages
@@ -707,11 +717,15 @@ class Client(concurrent.futures.Executor):
         return kept
 
     def _pinned_functions(self):
-        """Digests a submit or a map may use without pickling the function again: never
-        released."""
+        """Digests not to release now: those a submit or a map may use without pickling
+        the function again, and those of tasks queued for the next turn (whose submitter
+        may have found the function's pickle gone, taken by an earlier task of it). Called
+        under ``_submit_lock``, which a submit that pickles its function holds until its
+        task is queued."""
         pinned = {entry[0] for entry in list(self._function_cache.values())}
         pinned.add(self._last_function[1])
         pinned.update(list(self._mapping))
+        pinned.update(item[1] for item in list(self._outbox) if type(item[0]) is int)
         return pinned
 
     def _receive(self, drain=False):

@@ -12,10 +12,12 @@ sends a released function again with the next task that needs it.
 
 Only the thread that talks to the driver uses a ``HeldFunctions``.
 """
+import time
 from collections import OrderedDict
 
 MAX_COUNT = 4096          # held functions, per client
 MAX_BYTES = 64 << 20      # their pickles, per client
+RAISED_SECONDS = 1.0      # see HeldFunctions._raised_until
 
 
 class HeldFunctions:
@@ -27,9 +29,10 @@ class HeldFunctions:
         self.bytes = 0
         self.max_count = MAX_COUNT if max_count is None else max_count
         self.max_bytes = MAX_BYTES if max_bytes is None else max_bytes
-        # raised above the maxima while functions that may not be released (``pinned``)
-        # alone exceed them, so that each send does not look them all over again
+        # raised above the maxima for a second when functions that may not be released yet
+        # (``pinned``) keep them exceeded, so that each turn does not look them all over
         self._count_limit, self._bytes_limit = self.max_count, self.max_bytes
+        self._raised_until = None
 
     def __contains__(self, digest):
         return digest in self._sizes
@@ -48,6 +51,9 @@ class HeldFunctions:
         self._sizes.move_to_end(digest)
 
     def over_limit(self):
+        if self._raised_until is not None and time.monotonic() >= self._raised_until:
+            self._count_limit, self._bytes_limit = self.max_count, self.max_bytes
+            self._raised_until = None
         return len(self._sizes) > self._count_limit or self.bytes > self._bytes_limit
 
     def release(self, pinned):
@@ -62,6 +68,8 @@ class HeldFunctions:
                 continue
             self.bytes -= sizes.pop(digest)
             released.append(digest)
-        self._count_limit = max(self.max_count, 2 * len(sizes))
-        self._bytes_limit = max(self.max_bytes, 2 * self.bytes)
+        if len(sizes) > self.max_count or self.bytes > self.max_bytes:
+            self._count_limit = max(self.max_count, 2 * len(sizes))
+            self._bytes_limit = max(self.max_bytes, 2 * self.bytes)
+            self._raised_until = time.monotonic() + RAISED_SECONDS
         return released
