@@ -159,7 +159,7 @@ class ExecutorBackend:
         self.incarnation = None
         self.context = zmq.Context()
         self.socket = None
-        self._work = deque()                 # [task id, attempt, digest, args] for task threads
+        self._work = deque()                 # [task id, attempt, function entry, args] for task threads
         self._work_ready = threading.Condition()  # task threads wait on it while _work is empty
         self._results = deque()              # [task id, attempt, state, payload] for the loop
         # digest -> [cloudpickled function, the function once a task thread unpickled it];
