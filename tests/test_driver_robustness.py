@@ -33,6 +33,8 @@ JUNK = [
     [b"two", b"frames"],
     [p.encode(p.StatusUpdates(1, 0.0, [[1, 1, 1, b"x"]]))],              # not registered
     [p.encode(p.SubmitTasks({}, [[1, b"k", b"a", 0]]))],                    # no hello
+    [p.encode(p.ForgetFunctions([b"k" * 16]))],                             # no hello
+    [bytes((p.VERSION, p.MsgType.FORGET_FUNCTIONS)) + msgpack.packb([[1, 2]])],  # not digests
     [os.urandom(100_000)],
 ]
 
