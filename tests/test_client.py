@@ -6,6 +6,7 @@ import functools
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -251,9 +252,11 @@ def test_a_client_making_a_function_per_task_keeps_few_held(in_process, monkeypa
 
 
 def test_a_released_function_travels_once_per_executor_while_its_tasks_wait(monkeypatch):
-    """A function larger than the client's limit is released as soon as it is sent; the
-    driver keeps it for its queued tasks and the executors keep theirs while tasks of it
-    remain, so it is not sent again with each launch; then they drop it."""
+    """A function larger than the client's limit is released once another is used, while
+    its tasks still wait: the driver keeps it for them and the executors keep theirs
+    while tasks of it remain, so it is not sent again with each launch; then they drop
+    it. A map's function is not released before its last group has left, whatever other
+    threads submit meanwhile."""
     from zsched import held_functions
     monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
     with zsched.LocalCluster(n_executors=2, executor_heartbeat_interval="100ms",
@@ -262,17 +265,32 @@ def test_a_released_function_travels_once_per_executor_while_its_tasks_wait(monk
         driver = cluster._driver
         big = functools.partial(slow_scaled, bytes(20_000))
         sent_before = driver.counters["bytes_out"]
-        assert [f.result(60) for f in [client.submit(big, i) for i in range(300)]] == \
-            [20_000 * i for i in range(300)]
+        futures = [client.submit(big, i) for i in range(300)]
+        other = client.submit(add, 1, 2)  # big is no longer the latest used: released
+        wait_for(lambda: client.status()["functions"] == 1, message="big released by the client")
+        assert not futures[-1].done()  # ... while its tasks wait
+        assert [f.result(60) for f in futures] == [20_000 * i for i in range(300)]
+        assert other.result(10) == 3
         # once per executor is 40 kB; with each of the ~150 launches, 3 MB
         assert driver.counters["bytes_out"] - sent_before < 200_000
-        wait_for(lambda: client.status()["functions"] == 0, message="released by the client")
-        wait_for(lambda: all(e.get("functions") == 0 for e in client.status()["executors"]),
+        wait_for(lambda: all(e.get("functions", 9) <= 1 for e in client.status()["executors"]),
                  message="the executors dropped it once its tasks were done")
-        # a map sends its function once, with its first group of tasks: not released
-        # before the last group has left
+
         fast = functools.partial(scaled, bytes(20_000))
-        assert list(client.map(fast, range(20_000), chunksize=1)) == [20_000 * i for i in range(20_000)]
+        done = threading.Event()
+
+        def submit_others():
+            while not done.is_set():
+                client.submit(add, 1, 1).result(10)
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            others = pool.submit(submit_others)
+            try:
+                assert list(client.map(fast, range(20_000), chunksize=1)) == \
+                    [20_000 * i for i in range(20_000)]
+            finally:
+                done.set()
+            others.result(30)
         client.shutdown()
 
 

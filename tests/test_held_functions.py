@@ -21,9 +21,20 @@ def test_bytes_count_too_and_pinned_functions_stay():
     held.add(b"big", 80)
     held.add(b"x", 30)
     held.add(b"x", 30)  # held already: counted once
-    assert held.bytes == 110 and held.over_limit()
+    held.add(b"y", 5)
+    assert held.bytes == 115 and held.over_limit()
     assert held.release(pinned={b"big"}) == [b"x"]
-    assert held.bytes == 80 and not held.over_limit()
+    assert held.bytes == 85 and not held.over_limit()
+
+
+def test_the_most_recently_used_stays_however_large():
+    held = HeldFunctions(max_count=100, max_bytes=100)
+    held.add(b"old", 10)
+    held.add(b"huge", 500)
+    assert held.over_limit() and held.release(pinned=set()) == [b"old"]
+    assert b"huge" in held
+    held.add(b"next", 1)
+    assert held.release(pinned=set()) == [b"huge"]
 
 
 def test_limits_kept_exceeded_by_pinned_functions_are_looked_at_again_a_second_later(monkeypatch):
@@ -31,8 +42,9 @@ def test_limits_kept_exceeded_by_pinned_functions_are_looked_at_again_a_second_l
     monkeypatch.setattr(held_functions.time, "monotonic", lambda: now[0])
     held = HeldFunctions(max_count=100, max_bytes=100)
     held.add(b"big", 150)
+    held.add(b"small", 1)
     assert held.over_limit() and held.release(pinned={b"big"}) == []
     assert not held.over_limit()  # not every turn: big stays pinned for now
     now[0] += held_functions.RAISED_SECONDS
     assert held.over_limit()  # a second later
-    assert held.release(pinned=set()) == [b"big"] and len(held) == 0
+    assert held.release(pinned=set()) == [b"big"] and len(held) == 1
