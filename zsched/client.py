@@ -656,19 +656,25 @@ class Client(concurrent.futures.Executor):
         if self._lost is not None:
             return ()
         digest = row[1]
+        blob = self._function_to_send(digest)
+        if blob is False:
+            self._fail_unsendable([row])
+            return ()
+        if blob is None:
+            return [p.SubmitTasks({}, [row])]
+        self._held_functions.add(digest, len(self._function_blobs.pop(digest)))
+        return [p.SubmitTasks({digest: blob}, [row])]
+
+    def _function_to_send(self, digest):
+        """For tasks of ``digest`` leaving now: None when the driver holds the function,
+        else its pickle to send with them, or False when this client can no longer send it
+        (``_fail_unsendable``)."""
         held = self._held_functions
         if digest in held:
-            functions = {}
             held.used(digest)
             self._function_blobs.pop(digest, None)  # pickled again by a submit: not needed
-        else:
-            blob = self._function_blobs.pop(digest, None)
-            if blob is None:
-                self._fail_unsendable([row])
-                return ()
-            functions = {digest: blob}
-            held.add(digest, len(blob))
-        return [p.SubmitTasks(functions, [row])]
+            return None
+        return self._function_blobs.get(digest, False)
 
     def _submit_messages(self, tasks, messages):
         """Append to ``messages`` the SubmitTasks for these task rows, with the functions
@@ -682,13 +688,11 @@ class Client(concurrent.futures.Executor):
             used = set(map(itemgetter(1), frame_tasks))
             new = set()
             for digest in used:
-                if digest in held:
-                    held.used(digest)
-                    blobs.pop(digest, None)  # pickled again by a submit: not needed
-                elif digest in blobs:
-                    new.add(digest)
-                else:
+                blob = self._function_to_send(digest)
+                if blob is False:
                     frame_tasks = self._fail_unsendable(frame_tasks, digest)
+                elif blob is not None:
+                    new.add(digest)
             size = sum(map(len, map(itemgetter(2), frame_tasks))) + sum(len(blobs[d]) for d in new)
             if size <= limit:  # the usual case: one frame, sized in C
                 batches = [({digest: blobs[digest] for digest in new}, frame_tasks)]
