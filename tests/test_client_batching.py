@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -337,15 +338,81 @@ def test_results_are_unpickled_by_the_thread_that_asks_for_them(client):
     assert isinstance(refused.exception(), zsched.TaskFailed)
 
 
-def test_a_pending_future_is_one_object_for_the_gc():
+def test_a_pending_future_is_no_object_for_the_gc():
     condition = threading.Condition()
     gc.collect()
     before = len(gc.get_objects())
     futures = [TaskFuture(None, i, condition) for i in range(10_000)]
     added = len(gc.get_objects()) - before
-    assert added < 10_100, f"{added} GC-tracked objects for 10,000 futures"
+    assert added < 100, f"{added} GC-tracked objects for 10,000 futures"
     assert futures[0].cancel() and futures[0].cancelled()
     assert not futures[1].done()
+    assert not gc.is_tracked(futures[0]) and not gc.is_tracked(futures[1])
+
+
+def fail(value):
+    raise ValueError(value)
+
+
+def make_lock():
+    return threading.Lock()
+
+
+def collected_once_dropped(make):
+    """Whether the future ``make()`` returns is freed by a collection once dropped (it may
+    be in a reference cycle), and its object was in the GC's lists."""
+    future = make()
+    tracked = gc.is_tracked(future)
+    ref = weakref.ref(future)
+    del future
+    deadline = time.monotonic() + 10  # a thread of the client's may still hold it a moment
+    while gc.collect() >= 0 and ref() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return tracked and ref() is None
+
+
+def test_futures_stay_out_of_the_gc_until_they_may_be_in_a_cycle(client):
+    """A flood of futures alive made the GC's full collections traverse them all, again and
+    again; so a future stays out of the GC's lists, and goes back in before it can be in a
+    reference cycle, which must still be collected."""
+    futures = [client.submit(identity, i) for i in range(100)]
+    assert [f.result(30) for f in futures] == list(range(100))
+    assert not any(gc.is_tracked(f) for f in futures)
+    assert not any(gc.is_tracked(row) for row in client._outbox)
+
+    def caught(future):  # the exception's traceback holds this frame, which holds the future
+        try:
+            future.result(30)
+        except Exception:
+            pass
+        return future
+
+    assert collected_once_dropped(lambda: caught(client.submit(fail, 1)))  # raised in the task
+    assert collected_once_dropped(lambda: caught(client.submit(make_lock)))  # its result unpicklable
+    assert collected_once_dropped(lambda: caught(client.submit(make_refused)))  # not unpicklable here
+
+    def failed_by_the_client():  # as when too large, or the driver is lost
+        future = TaskFuture(client, 0, threading.Condition())
+        future.set_exception(ValueError("failed by the client"))
+        return caught(future)
+
+    assert collected_once_dropped(failed_by_the_client)
+
+    def with_callback():  # the callback refers to its own future
+        future = client.submit(identity, 1)
+        ran = threading.Event()
+        future.add_done_callback(lambda _: ran.set() or future)
+        ran.wait(30)  # (in the client's callback thread, for a client in the driver's process)
+        return future
+
+    def waited_for():
+        future = client.submit(identity, 1)
+        concurrent.futures.wait([future], 30)
+        return future
+
+    assert collected_once_dropped(with_callback)
+    assert collected_once_dropped(waited_for)
+    assert client.submit(identity, 2).result(30) == 2
 
 
 def test_a_flood_leaves_the_gc_settings_as_they_were(client):

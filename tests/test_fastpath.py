@@ -28,6 +28,28 @@ def test_compiled_is_used_unless_asked_otherwise():
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_objects_leave_the_cyclic_gc_and_come_back(impl):
+    import gc
+    row = [1, b"digest", b"args", 0]
+    impl.gc_untrack(row)
+    impl.gc_untrack(row)  # once out, out
+    assert not gc.is_tracked(row)
+    impl.gc_track(row)
+    impl.gc_track(row)  # once in, in: not linked twice
+    assert gc.is_tracked(row)
+    impl.gc_track(1)  # not a container: nothing to do
+    impl.gc_track(int)
+    impl.gc_untrack("text")
+    assert not gc.is_tracked(1) and not gc.is_tracked(int)
+    cycle = [row]
+    row.append(cycle)
+    impl.gc_untrack(cycle)
+    impl.gc_track(cycle)
+    del cycle, row
+    gc.collect()  # the lists' links are whole: a collection walks them
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_offers_spread_round_robin(impl):
     table = impl.SlotTable()
     a, b, c = table.add(1, 2), table.add(1, 2), table.add(1, 1)

@@ -18,6 +18,9 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(object)
+    void PyObject_GC_Track(object)
+    int PyObject_GC_IsTracked(object)
+    int PyObject_IS_GC(object)
     PyObject *PyList_GET_ITEM(object, Py_ssize_t)
     void PyList_SET_ITEM(object, Py_ssize_t, PyObject *)
 from libc.stdlib cimport malloc, calloc, realloc, free
@@ -835,6 +838,16 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
     counts["failed"] += failed
     counts["retried"] += retried
     return stale, freed, done + errors, retried, returned
+
+
+def gc_untrack(obj):
+    if PyObject_GC_IsTracked(obj):
+        PyObject_GC_UnTrack(obj)
+
+
+def gc_track(obj):
+    if PyObject_IS_GC(obj) and not PyObject_GC_IsTracked(obj):
+        PyObject_GC_Track(obj)
 
 
 LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)

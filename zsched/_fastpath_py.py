@@ -17,7 +17,12 @@ The fast path is the driver's per-task work:
   result. The rarer turns (suspects after a loss, removal of an executor) are the
   scheduler's, in Python, for both implementations.
 - ``LatencyHistogram`` counts how long tasks waited in the queue.
+- ``gc_untrack`` and ``gc_track`` take an object out of the cyclic garbage collector and put
+  it back: what a process holds by the hundred thousand (the client's futures and rows)
+  would otherwise be traversed by its collections again and again.
 """
+import ctypes
+import gc
 from bisect import bisect_left
 from collections import deque
 
@@ -339,6 +344,33 @@ def apply_status_updates(executor, updates, pending, now, counts):
     counts["failed"] += failed
     counts["retried"] += retried
     return stale, freed, done + errors, retried, returned
+
+
+def _c_api(name, restype):
+    function = getattr(ctypes.pythonapi, name)  # called holding the GIL
+    function.argtypes = (ctypes.py_object,)
+    function.restype = restype
+    return function
+
+
+_GC_TRACK = _c_api("PyObject_GC_Track", None)
+_GC_UNTRACK = _c_api("PyObject_GC_UnTrack", None)
+_IS_GC = _c_api("PyObject_IS_GC", ctypes.c_int)
+
+
+def gc_untrack(obj):
+    """Take ``obj`` out of the cyclic garbage collector's lists, if it is in them. Only for
+    an object that is in no reference cycle, nor will be while it stays out: a cycle
+    through it would never be collected."""
+    if gc.is_tracked(obj):
+        _GC_UNTRACK(obj)
+
+
+def gc_track(obj):
+    """Put ``obj`` back in the cyclic garbage collector's lists, if it is a container that
+    is not in them."""
+    if _IS_GC(obj) and not gc.is_tracked(obj):
+        _GC_TRACK(obj)
 
 
 LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)

@@ -27,6 +27,7 @@ import zmq
 from . import protocol as p
 from .config import Config
 from .errors import DriverConnectionError, MessageTooLarge, TaskFailed, exception_payload, load_exception
+from .fastpath import gc_track, gc_untrack
 from .future import DONE_STATES, TaskFuture
 from .held_functions import HeldFunctions
 from .progress_bar import ProgressBar
@@ -316,8 +317,10 @@ class Client(concurrent.futures.Executor):
             return self._too_large(future, len(payload) + fn_size), None
         self._futures[task_id] = future
         # a list: the row of SubmitTasks as the driver decodes it (in this process, the
-        # driver takes it as it is)
-        return future, [task_id, digest, payload, retries]
+        # driver takes it as it is); ints and bytes, in no cycle: out of the GC
+        row = [task_id, digest, payload, retries]
+        gc_untrack(row)
+        return future, row
 
     def _too_large(self, future, size):
         future.set_exception(MessageTooLarge(f"task {future._task_id}", size, self._max_message_size))
@@ -353,7 +356,9 @@ class Client(concurrent.futures.Executor):
             if len(payload) + fn_size > self._max_message_size:
                 return self._too_large(future, len(payload) + fn_size)
             self._futures[task_id] = future
-            self._outbox.append([task_id, digest, payload, retries])
+            row = [task_id, digest, payload, retries]
+            gc_untrack(row)  # ints and bytes: in no cycle
+            self._outbox.append(row)
         finally:
             if lock is not None:
                 lock.release()
@@ -791,6 +796,7 @@ class Client(concurrent.futures.Executor):
             if future is None:
                 return
             future._invoke_callbacks_now()  # logs and goes on when a callback raises
+            del future  # nor held, with its result, until the next one comes
 
     def _driver_stopped(self):
         """The driver in this process stopped (its thread says so as it ends): what is
@@ -839,11 +845,13 @@ class Client(concurrent.futures.Executor):
                     future._payload = payload
                 elif state == _FAILED:
                     future._failure_payload = payload
+                    gc_track(future)  # it will hold an exception (see TaskFuture)
                 elif state == _KILLED:
                     killed.append(future)
                     continue
                 else:
                     future._exception = TaskFailed(payload.decode(errors="replace"))
+                    gc_track(future)
                 future._state = FINISHED
                 if future._waiter_list or future._callback_list:
                     self._notify_one(future, state != _FINISHED, with_callbacks)
