@@ -1,5 +1,6 @@
 """The client under floods of submissions: batching, ordering with control messages,
 futures that share one condition, the GC, and ZMTP heartbeats that follow the driver."""
+import collections
 import concurrent.futures
 import contextlib
 import gc
@@ -375,10 +376,24 @@ def test_futures_stay_out_of_the_gc_until_they_may_be_in_a_cycle(client):
     """A flood of futures alive made the GC's full collections traverse them all, again and
     again; so a future stays out of the GC's lists, and goes back in before it can be in a
     reference cycle, which must still be collected."""
+    queued_tracked = []
+
+    class Outbox(collections.deque):  # what submit and map queue for the driver
+        def append(self, row):
+            queued_tracked.append(gc.is_tracked(row))
+            super().append(row)
+
+        def extend(self, rows):
+            rows = list(rows)
+            queued_tracked.extend(map(gc.is_tracked, rows))
+            super().extend(rows)
+
+    client._outbox = Outbox(client._outbox)
     futures = [client.submit(identity, i) for i in range(100)]
+    assert list(client.map(identity, range(100, 200), chunksize=1)) == list(range(100, 200))
     assert [f.result(30) for f in futures] == list(range(100))
     assert not any(gc.is_tracked(f) for f in futures)
-    assert not any(gc.is_tracked(row) for row in client._outbox)
+    assert queued_tracked == [False] * 200
 
     def caught(future):  # the exception's traceback holds this frame, which holds the future
         try:
