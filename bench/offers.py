@@ -18,7 +18,10 @@ time on a shared machine), and divided by the number of tasks. The rows of a Sub
 and of a StatusUpdates are built, as msgpack would decode them, just before they are
 handled (not timed); results for the client are dropped at the end of the wake-up, when
 the driver sends them. The garbage collector runs, as in the driver. ``slot table`` is the
-same sequence of offers and releases on the ``SlotTable`` alone.
+same sequence of offers and releases on the ``SlotTable`` alone. ``faults/1k tasks`` are
+the minor page faults of the whole scheduling run (timed calls and the messages built
+between them) per 1,000 tasks: each is memory touched for the first time, which both
+implementations pay for the Python objects a task makes (see bench/RESULTS.md).
 
 Each executor's measured task run time is set to that of a no-op task (``TASK_SECONDS``),
 so its window is what the driver gives no-op tasks: ``cores * tasks_per_core`` (8 x 256).
@@ -37,6 +40,7 @@ import importlib.util
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -58,7 +62,7 @@ RECV_BATCH = 1024       # messages the driver handles per wake-up (driver._RECV_
 IMPLEMENTATIONS = {"compiled": "0", "reference": "1"}  # -> ZSCHED_PUREPYTHON
 TARGET_RATIO = 10.0       # compiled at least this many times faster than the reference
 TARGET_NS_PER_TASK = 1000  # compiled, at the largest size
-FIGURES = ("submit_ns", "offers_ns", "status_ns", "total_ns", "slot_table_ns")
+FIGURES = ("submit_ns", "offers_ns", "status_ns", "total_ns", "slot_table_ns", "faults_per_1k")
 
 
 # ---------------------------------------------------------------- one run (in a subprocess)
@@ -172,7 +176,10 @@ def run_slot_table(n_executors, cores, n_tasks, batch, window):
 
 def worker(args):
     from zsched import fastpath
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     figures = run_once(args.executors[0], args.cores, args.tasks, args.batch)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    figures["faults_per_1k"] = 1000 * faults / args.tasks
     figures["slot_table_ns"] = run_slot_table(args.executors[0], args.cores, args.tasks,
                                               args.batch, figures["window"])
     figures["implementation"] = fastpath.IMPLEMENTATION
@@ -214,7 +221,7 @@ def measure(args):
 def print_table(medians):
     header = (f"{'executors':>9}  {'implementation':<14} {'submit ns/task':>14} {'offers ns/task':>14} "
               f"{'status ns/task':>14} {'total ns/task':>13} {'speed-up':>8}"
-              f"  {'slot table ns/task':>18} {'speed-up':>8}")
+              f"  {'slot table ns/task':>18} {'speed-up':>8} {'faults/1k tasks':>15}")
     print(header)
     print("-" * len(header))
     for size, by_impl in medians.items():
@@ -226,7 +233,7 @@ def print_table(medians):
                 slot_ratio = f"{ref['slot_table_ns'] / m['slot_table_ns']:.1f}x"
             print(f"{size:>9,}  {impl:<14} {m['submit_ns']:>14,.0f} {m['offers_ns']:>14,.0f} {m['status_ns']:>14,.0f} "
                   f"{m['total_ns']:>13,.0f} {ratio:>8}  {m['slot_table_ns']:>18,.1f} "
-                  f"{slot_ratio:>8}")
+                  f"{slot_ratio:>8} {m['faults_per_1k']:>15,.1f}")
 
 
 def verdict(medians):
