@@ -17,7 +17,8 @@ FINISHED. Only those three calls are timed, in CPU time of the thread (steadier 
 time on a shared machine), and divided by the number of tasks. The rows of a SubmitTasks
 and of a StatusUpdates are built, as msgpack would decode them, just before they are
 handled (not timed); results for the client are dropped at the end of the wake-up, when
-the driver sends them. The garbage collector runs, as in the driver. ``slot table`` is the
+the driver sends them. The garbage collector runs, as in the driver (``--no-gc``: it does
+not, to see what it costs each implementation). ``slot table`` is the
 same sequence of offers and releases on the ``SlotTable`` alone. ``faults/1k tasks`` are
 the minor page faults of the whole scheduling run (timed calls and the messages built
 between them) per 1,000 tasks: each is memory touched for the first time, which both
@@ -176,6 +177,8 @@ def run_slot_table(n_executors, cores, n_tasks, batch, window):
 
 def worker(args):
     from zsched import fastpath
+    if args.no_gc:
+        gc.disable()
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     figures = run_once(args.executors[0], args.cores, args.tasks, args.batch)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
@@ -193,7 +196,7 @@ def spawn(impl, n_executors, args):
     env = dict(os.environ, ZSCHED_PUREPYTHON=IMPLEMENTATIONS[impl])
     command = [sys.executable, os.path.abspath(__file__), "--worker",
                "--executors", str(n_executors), "--cores", str(args.cores),
-               "--tasks", str(args.tasks), "--batch", str(args.batch)]
+               "--tasks", str(args.tasks), "--batch", str(args.batch)] + (["--no-gc"] if args.no_gc else [])
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{impl} run with {n_executors} executors failed:\n{done.stderr}")
@@ -261,6 +264,8 @@ def parse_args(argv=None):
                         help="runs per size and implementation; medians (default 3)")
     parser.add_argument("--batch", type=int, default=64, metavar="N",
                         help="tasks an executor reports per StatusUpdates (default 64)")
+    parser.add_argument("--no-gc", action="store_true",
+                        help="the garbage collector disabled (it runs in the driver)")
     parser.add_argument("--quick", action="store_true", help="small numbers, for a smoke run")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -279,7 +284,8 @@ def main(argv=None):
     if args.worker:
         return worker(args)
     print(f"offers and status updates: {args.tasks:,} no-op tasks, executors of {args.cores} "
-          f"cores, StatusUpdates of {args.batch} tasks, medians of {args.rounds} round(s)",
+          f"cores, StatusUpdates of {args.batch} tasks, medians of {args.rounds} round(s)"
+          f"{', garbage collector off' if args.no_gc else ''}",
           file=sys.stderr)
     started = time.perf_counter()
     medians, runs = measure(args)
@@ -295,7 +301,8 @@ def main(argv=None):
     any_run = runs[args.executors[0]]["compiled"][0]
     report = {
         "settings": {"executors": args.executors, "cores": args.cores, "tasks": args.tasks,
-                     "rounds": args.rounds, "batch": args.batch, "task_seconds": TASK_SECONDS,
+                     "rounds": args.rounds, "batch": args.batch, "gc": not args.no_gc,
+                     "task_seconds": TASK_SECONDS,
                      "window": any_run["window"]},
         "medians": {str(size): by_impl for size, by_impl in medians.items()},
         "runs": {str(size): by_impl for size, by_impl in runs.items()},

@@ -1,5 +1,7 @@
 """What a wake-up costs on this machine: a bare pyzmq round trip between two processes,
-with their CPUs left to the kernel, pinned to one CPU each, or both pinned to the same one.
+with their CPUs left to the kernel, pinned to one CPU each, or both pinned to the same one;
+and with the CPUs left to the kernel but ZeroMQ's I/O threads in a scheduling class that
+does not preempt the thread that woke them (``SCHED_BATCH``, ``SCHED_IDLE``).
 
     python bench/wakeup_cost.py                # 4 rounds x 4,000 round trips per placement
     python bench/wakeup_cost.py --rounds 6 --samples 10000
@@ -21,17 +23,29 @@ import tempfile
 
 import zmq
 
-PLACEMENTS = {  # (this process's CPU, the echoing process's CPU); None: any
-    "free": (None, None),
-    "one CPU each": (0, 1),
-    "same CPU": (0, 0),
+PLACEMENTS = {  # (this process's CPU, the echoing process's CPU; None: any), and the
+    # scheduling policy of both processes' ZeroMQ I/O threads (None: the default)
+    "free": (None, None, None),
+    "one CPU each": (0, 1, None),
+    "same CPU": (0, 0, None),
+    "I/O SCHED_BATCH": (None, None, os.SCHED_BATCH),
+    "I/O SCHED_IDLE": (None, None, os.SCHED_IDLE),
 }
 
 
-def echo(url, cpu):
+def make_context(policy):
+    """A context whose I/O thread, once started, has the scheduling ``policy``."""
+    context = zmq.Context()
+    if policy is not None:
+        context.set(zmq.THREAD_SCHED_POLICY, policy)
+        context.set(zmq.THREAD_PRIORITY, 0)  # the only priority these policies take
+    return context
+
+
+def echo(url, cpu, policy):
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    context = zmq.Context()  # after pinning: its I/O thread inherits the affinity
+    context = make_context(policy)  # after pinning: its I/O thread inherits the affinity
     sock = context.socket(zmq.DEALER)
     sock.connect(url)
     while True:
@@ -45,17 +59,17 @@ def echo(url, cpu):
 
 def round_trips(placement, samples, warmup=300):
     import time
-    mine, theirs = PLACEMENTS[placement]
+    mine, theirs, policy = PLACEMENTS[placement]
     allowed = os.sched_getaffinity(0)
     if mine is not None:
         os.sched_setaffinity(0, {mine})
     try:
         with tempfile.TemporaryDirectory() as directory:
             url = f"ipc://{directory}/echo"
-            context = zmq.Context()
+            context = make_context(policy)
             sock = context.socket(zmq.DEALER)
             sock.bind(url)
-            child = multiprocessing.Process(target=echo, args=(url, theirs))
+            child = multiprocessing.Process(target=echo, args=(url, theirs, policy))
             child.start()
             frame, times = b"x" * 60, []
             for _ in range(warmup + samples):
@@ -83,9 +97,9 @@ def main(argv=None):
     for _ in range(args.rounds):
         for name in PLACEMENTS:
             runs[name].append(round_trips(name, args.samples))
-    print(f"{'placement':<14} {'p50 us':>8}   rounds")
+    print(f"{'placement':<16} {'p50 us':>8}   rounds")
     for name, values in runs.items():
-        print(f"{name:<14} {statistics.median(values):>8.0f}   {', '.join(f'{v:.0f}' for v in values)}")
+        print(f"{name:<16} {statistics.median(values):>8.0f}   {', '.join(f'{v:.0f}' for v in values)}")
     print("JSON " + json.dumps({"benchmark": "zsched-wakeup-cost", "params": vars(args),
                                 "p50_us": {k: statistics.median(v) for k, v in runs.items()},
                                 "rounds": runs}))
