@@ -526,11 +526,14 @@ def parse_args(argv=None):
         description="Throughput, latency, efficiency and start-up of zsched (and peers, --compare) "
                     "on no-op tasks.")
     parser.add_argument("--tasks", type=int, default=None, metavar="N",
-                        help="no-op tasks per throughput phase (default 20000; 2000 with --quick)")
+                        help="no-op tasks per throughput phase (default 100000: a phase of about "
+                             "1 s for zsched, long enough that one stall of a shared machine does "
+                             "not decide it; 2000 with --quick)")
     parser.add_argument("--latency-samples", type=int, default=None, metavar="N",
                         help="single-task round trips timed (default 500; 50 with --quick)")
     parser.add_argument("--rounds", type=int, default=None, metavar="R",
-                        help="rounds; figures are medians over rounds (default 3; 1 with --quick)")
+                        help="rounds; figures are medians over rounds (default 3; 5 with "
+                             "--compare, as the peers' figures zsched is held to; 1 with --quick)")
     parser.add_argument("--executors", type=int, default=2, metavar="N",
                         help="executors (workers) of one core each, for every system (default 2)")
     parser.add_argument("--compare", action="store_true",
@@ -546,11 +549,11 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     quick = args.quick
     if args.tasks is None:
-        args.tasks = 2000 if quick else 20000
+        args.tasks = 2000 if quick else 100_000
     if args.latency_samples is None:
         args.latency_samples = 50 if quick else 500
     if args.rounds is None:
-        args.rounds = 1 if quick else 3
+        args.rounds = 1 if quick else 5 if args.compare else 3
     if args.phase_budget is None:
         args.phase_budget = 2.0 if quick else 10.0
     for name in ("tasks", "latency_samples", "rounds", "executors"):
