@@ -458,3 +458,49 @@ def test_many_tasks_in_and_out_of_the_tables(impl):
         assert len(client.tasks) == 20000 - counts["finished"]
     assert counts["finished"] == 20000 and not client.tasks
     assert sorted(row[0] for row in client.results) == list(range(20000))
+
+
+# -- the protocol's row checks
+
+class IntSubclass(int):
+    pass
+
+
+ITEMS = st.one_of(st.integers(min_value=-2**70, max_value=2**70), st.booleans(), st.none(),
+                  st.binary(max_size=3), st.text(max_size=2), st.floats(allow_nan=False),
+                  st.builds(bytearray, st.binary(max_size=2)), st.builds(IntSubclass, st.integers()))
+ROW = st.one_of(st.lists(ITEMS, max_size=5), st.tuples(ITEMS, ITEMS, ITEMS), ITEMS)
+ROW_TYPES = st.lists(st.sampled_from([int, bytes, str, float]), min_size=1, max_size=4).map(tuple)
+
+
+@st.composite
+def rows_and_types(draw):
+    """Rows that mostly have the types, with a fault here and there."""
+    types = draw(ROW_TYPES)
+    samples = {int: st.integers(min_value=-2**64, max_value=2**64), bytes: st.binary(max_size=3),
+               str: st.text(max_size=2), float: st.floats(allow_nan=False)}
+    good = st.tuples(*(samples[t] for t in types)).map(list)
+    rows = draw(st.lists(st.one_of(good, good, good, ROW), max_size=6))
+    return draw(st.one_of(st.just(rows), ITEMS, st.just(tuple(rows)))), types
+
+
+@settings(max_examples=500, deadline=None)
+@given(rows_and_types())
+def test_row_checks_agree(case):
+    value, types = case
+    assert _fastpath.rows_have_types(value, types) == _fastpath_py.rows_have_types(value, types)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_row_checks(impl):
+    types = (int, int, int, bytes)
+    check = impl.rows_have_types
+    assert check([], types)
+    assert check([[1, 2, 3, b"x"]], types)
+    assert check([[1, 2, 3, b"x"]] * 1000, types)
+    assert check([[2**80, -1, 0, b""], [1, 2, 3, b"x"]], types)
+    for bad in ([[1, 2, 3]], [[1, 2, 3, b"x", 5]], [[1, 2, 3, "x"]], [[True, 2, 3, b"x"]],
+                [[1, 2, 3, bytearray(b"x")]], [[IntSubclass(1), 2, 3, b"x"]], [(1, 2, 3, b"x")],
+                ([1, 2, 3, b"x"],), [[1, 2, 3, b"x"], [1, 2, 3, None]], [[1, 2, 3, b"x"], 7],
+                None, 5, b"rows", {}):
+        assert not check(bad, types), bad

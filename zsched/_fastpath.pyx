@@ -9,10 +9,12 @@ and ``apply_status_updates`` loop over it in C, with only the container operatio
 the messages need (the rows themselves), no attribute lookups and no interpreter in
 between. ``RunningTasks`` (an executor's tasks by task id) and ``ClientTasks`` (a client's
 tasks by client task id) keep their tasks in C arrays, so a task joins and leaves them
-without a dict entry made and dropped per task.
+without a dict entry made and dropped per task. ``rows_have_types`` compares each item's
+type with the expected one, pointer to pointer.
 """
 cimport cython
 from cpython.long cimport PyLong_AsLongAndOverflow, PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
+from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
 
@@ -22,11 +24,12 @@ cdef extern from "Python.h":
     int PyObject_GC_IsTracked(object)
     int PyObject_IS_GC(object)
     PyObject *PyList_GET_ITEM(object, Py_ssize_t)
+    PyObject *PyTuple_GET_ITEM(object, Py_ssize_t)
     void PyList_SET_ITEM(object, Py_ssize_t, PyObject *)
 from libc.stdlib cimport malloc, calloc, realloc, free
 
 from ._fastpath_py import BATCH_FRACTION as _BATCH_FRACTION
-from .protocol import TaskState
+from .task_state import TaskState
 
 cdef long FINISHED = TaskState.FINISHED
 cdef long FAILED = TaskState.FAILED
@@ -848,6 +851,23 @@ def gc_untrack(obj):
 def gc_track(obj):
     if PyObject_IS_GC(obj) and not PyObject_GC_IsTracked(obj):
         PyObject_GC_Track(obj)
+
+
+def rows_have_types(value, tuple types):
+    cdef Py_ssize_t i, j, n = len(types)
+    cdef object row
+    cdef PyObject *item
+    if type(value) is not list:
+        return False
+    for i in range(len(<list>value)):
+        row = <object>PyList_GET_ITEM(value, i)
+        if type(row) is not list or len(<list>row) != n:
+            return False
+        for j in range(n):
+            item = PyList_GET_ITEM(row, j)
+            if item.ob_type != <PyTypeObject *>PyTuple_GET_ITEM(types, j):
+                return False
+    return True
 
 
 LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)

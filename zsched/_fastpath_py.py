@@ -20,13 +20,16 @@ The fast path is the driver's per-task work:
 - ``gc_untrack`` and ``gc_track`` take an object out of the cyclic garbage collector and put
   it back: what a process holds by the hundred thousand (the client's futures and rows)
   would otherwise be traversed by its collections again and again.
+- ``rows_have_types`` is the check ``protocol`` makes of every task row a message carries
+  (SubmitTasks, LaunchTasks, StatusUpdates, TaskResults), in every process.
 """
 import ctypes
 import gc
 from bisect import bisect_left
 from collections import deque
+from itertools import chain
 
-from .protocol import TaskState
+from .task_state import TaskState
 
 # An executor whose window is more than BATCH_FRACTION times its cores (its tasks are short)
 # takes at least 1 / BATCH_FRACTION of its window per offer, when offered that many tasks
@@ -371,6 +374,21 @@ def gc_track(obj):
     is not in them."""
     if _IS_GC(obj) and not gc.is_tracked(obj):
         _GC_TRACK(obj)
+
+
+def rows_have_types(value, types):
+    """Whether ``value`` is a list of lists, each of ``len(types)`` items of exactly these
+    types, in order (``type(item) is t``: a bool is not an int, a subclass not its base)."""
+    if type(value) is not list:
+        return False
+    expected = list(types)
+    if len(value) == 1:  # a lone task: a third of the passes below
+        row = value[0]
+        return type(row) is list and list(map(type, row)) == expected
+    # three passes that each loop in C: rows are lists, of length n, of these types
+    return (set(map(type, value)) <= {list}
+            and set(map(len, value)) <= {len(expected)}
+            and list(map(type, chain.from_iterable(value))) == expected * len(value))
 
 
 LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)

@@ -11,12 +11,13 @@ checks to them).
 """
 from dataclasses import dataclass, fields
 from enum import IntEnum
-from itertools import chain
 from typing import ClassVar
 
 import msgpack
 
 from .errors import ProtocolError
+from .fastpath import rows_have_types
+from .task_state import TaskState  # noqa: F401 (part of the protocol; the fast path uses it too)
 
 VERSION = 1
 
@@ -70,16 +71,6 @@ class MsgType(IntEnum):
     ADMIN_REPLY = 32
 
 
-class TaskState(IntEnum):
-    """State carried by StatusUpdates (executor -> driver) and TaskResults (driver -> client)."""
-
-    FINISHED = 1   # payload: the pickled return value
-    FAILED = 2     # payload: the pickled (exception, traceback text) raised by the task
-    KILLED = 3     # payload: reason, utf-8
-    ERROR = 4      # payload: utf-8 text of a failure that is not the task's own exception
-    RETURNED = 5   # executor -> driver only: given back unstarted (decommissioning, ReturnTasks); payload empty
-
-
 # ---------------------------------------------------------------- field checks
 # A check takes a decoded value and returns True when it has the declared shape.
 
@@ -113,22 +104,9 @@ def _dict_of(check_key, check_value):
 def _rows(*types):
     """A list of rows (one task each in a batch) whose items have exactly ``types``, in
     order. msgpack decodes to exact int, float, str and bytes, so an exact type test is both
-    right (a bool never passes for an int) and cheap: this runs once per task."""
-    expected = list(types)
-    n = len(types)
-    just_list, just_n = {list}, {n}
-
-    def check(value):
-        if type(value) is not list:
-            return False
-        if len(value) == 1:  # a lone task: a third of the passes below
-            row = value[0]
-            return type(row) is list and list(map(type, row)) == expected
-        # three passes that each loop in C: rows are lists, of length n, of these types
-        return (set(map(type, value)) <= just_list
-                and set(map(len, value)) <= just_n
-                and list(map(type, chain.from_iterable(value))) == expected * len(value))
-    return check
+    right (a bool never passes for an int) and cheap: this runs once per task, in the fast
+    path (``rows_have_types``)."""
+    return lambda value: rows_have_types(value, types)
 
 
 def _scalar(value):
