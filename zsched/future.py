@@ -128,7 +128,10 @@ class TaskFuture(concurrent.futures.Future):
     def _load(self):
         """Unpickle the result or exception left as bytes, once, outside the condition
         (which completes the client's other futures meanwhile); of two threads asking at
-        once, the first to finish sets it and both return that."""
+        once, the first to finish sets it and both return that. The condition's lock is
+        taken through ``acquire`` and ``release`` (the lock's own methods), not ``with``:
+        ``Condition.__enter__`` and ``__exit__`` are Python functions, and this runs once
+        per result."""
         payload = self._payload
         if payload is not None:
             try:
@@ -137,10 +140,14 @@ class TaskFuture(concurrent.futures.Future):
                 value, error = None, TaskFailed(
                     f"the result of task {self._task_id} cannot be unpickled here: {exc!r}")
                 gc_track(self)
-            with self._condition:
+            condition = self._condition
+            condition.acquire()
+            try:
                 if self._payload is not None:
                     self._result, self._exception = value, error
                     self._payload = None
+            finally:
+                condition.release()
             return
         payload = self._failure_payload
         if payload is not None:
@@ -152,7 +159,8 @@ class TaskFuture(concurrent.futures.Future):
 
     def _wait_until_done(self, timeout):
         condition = self._condition
-        with condition:
+        condition.acquire()  # as in _load
+        try:
             if timeout is None:
                 while self._state not in DONE_STATES:
                     condition.wait()
@@ -163,3 +171,5 @@ class TaskFuture(concurrent.futures.Future):
                 if remaining <= 0:
                     return
                 condition.wait(remaining)
+        finally:
+            condition.release()
