@@ -66,6 +66,39 @@ def test_results_are_futures_for_wait_and_as_completed(client):
     assert sorted(f.result() for f in concurrent.futures.as_completed(futures)) == list(range(1, 201))
 
 
+def make_list(i):
+    return [i]
+
+
+def test_threads_asking_one_future_at_once_get_the_same_result_object(client):
+    # Each result is unpickled by the first thread that asks; of threads asking at once,
+    # all must return the one object that was kept (and waiting ones must all wake).
+    futures = [client.submit(make_list, i) for i in range(300)]
+    n_threads = 6
+    barrier = threading.Barrier(n_threads)
+    seen = [None] * n_threads
+
+    def ask(k):
+        barrier.wait()
+        seen[k] = [f.result(30) for f in futures]
+
+    threads = [threading.Thread(target=ask, args=(k,)) for k in range(n_threads)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads take turns within a call: they do race
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(t.is_alive() for t in threads)
+    for i, future in enumerate(futures):
+        kept = future.result()
+        assert kept == [i]
+        assert all(results[i] is kept for results in seen)
+
+
 def test_map_in_order_with_chunks(client):
     xs = list(range(5000))
     assert list(client.map(add, xs, xs)) == [2 * x for x in xs]
