@@ -13,6 +13,7 @@ import pytest
 
 import zsched
 from zsched.errors import MessageTooLarge, RemoteTraceback, TaskFailed
+from zsched.future import FuturesCondition
 
 from conftest import wait_for
 
@@ -64,6 +65,29 @@ def test_results_are_futures_for_wait_and_as_completed(client):
     done, not_done = concurrent.futures.wait(futures, timeout=30)
     assert not not_done
     assert sorted(f.result() for f in concurrent.futures.as_completed(futures)) == list(range(1, 201))
+
+
+def test_the_futures_condition_behaves_as_a_condition():
+    condition = FuturesCondition()
+    with condition:
+        with condition:  # re-entrant, as threading.Condition's default lock
+            assert condition.wait(0.01) is False
+    with pytest.raises(RuntimeError):
+        condition.wait(0.01)  # not held
+    ready, woken = [], []
+
+    def waiter():
+        with condition:
+            woken.append(condition.wait_for(lambda: ready, 10))
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.05)
+    with condition:
+        ready.append(1)
+        condition.notify_all()
+    thread.join(10)
+    assert woken == [[1]]
 
 
 def make_list(i):

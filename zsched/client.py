@@ -28,7 +28,7 @@ from . import protocol as p
 from .config import Config
 from .errors import DriverConnectionError, MessageTooLarge, TaskFailed, exception_payload, load_exception
 from .fastpath import gc_track, gc_untrack
-from .future import DONE_STATES, TaskFuture
+from .future import DONE_STATES, FuturesCondition, TaskFuture
 from .held_functions import HeldFunctions
 from .progress_bar import ProgressBar
 from .protocol import MsgType, TaskState
@@ -157,7 +157,7 @@ class Client(concurrent.futures.Executor):
         # registers its future instead (a lock there cost 0.5 us a task). Reentrant:
         # done-callbacks may submit.
         self._submit_lock = threading.RLock()
-        self._condition = threading.Condition()  # shared by this client's TaskFutures
+        self._condition = FuturesCondition()  # shared by this client's TaskFutures
         self._shutdown = False
         # True once no message leaves for the driver any more (goodbye sent, driver lost)
         self._io_stopped = False

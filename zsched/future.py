@@ -1,6 +1,8 @@
 """``TaskFuture``: the ``concurrent.futures.Future`` of a task submitted to a zsched client."""
+import _thread
 import concurrent.futures
 import pickle
+import threading
 import time
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 
@@ -8,6 +10,33 @@ from .errors import TaskFailed, load_exception
 from .fastpath import gc_track, gc_untrack
 
 DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
+
+
+class FuturesCondition(_thread.RLock):
+    """The condition a client's futures share: a ``threading.Condition`` whose lock it is.
+
+    ``concurrent.futures`` takes a future's condition with ``with`` (``wait``,
+    ``as_completed``, ``Future.done``, ``add_done_callback``, ...): on a
+    ``threading.Condition`` that calls two Python methods, ``__enter__`` and ``__exit__``;
+    here they are the lock's own, in C. ``wait``, ``wait_for``, ``notify`` and
+    ``notify_all`` are a ``threading.Condition``'s, on this lock."""
+
+    __slots__ = ("_condition",)
+
+    def __init__(self):
+        self._condition = threading.Condition(self)
+
+    def wait(self, timeout=None):
+        return self._condition.wait(timeout)
+
+    def wait_for(self, predicate, timeout=None):
+        return self._condition.wait_for(predicate, timeout)
+
+    def notify(self, n=1):
+        self._condition.notify(n)
+
+    def notify_all(self):
+        self._condition.notify_all()
 
 
 class TaskFuture(concurrent.futures.Future):
