@@ -420,14 +420,94 @@ def test_futures_stay_out_of_the_gc_until_they_may_be_in_a_cycle(client):
         ran.wait(30)  # (in the client's callback thread, for a client in the driver's process)
         return future
 
-    def waited_for():
+    assert collected_once_dropped(with_callback)
+    assert client.submit(identity, 2).result(30) == 2
+
+
+class LeftWaiter:
+    """A waiter as ``concurrent.futures.wait`` puts in a future's list, left there as by a
+    ``wait`` interrupted (KeyboardInterrupt) before it took it out."""
+
+    def __init__(self):
+        self.told = []
+
+    def add_result(self, future):
+        self.told.append(future)
+
+    add_exception = add_cancelled = add_result
+
+
+def freed_without_a_collection(make):
+    """Whether the future ``make()`` returns is out of the GC's lists, and freed once
+    dropped with the collector off: in no reference cycle."""
+    gc.disable()
+    try:
+        future = make()
+        untracked = not gc.is_tracked(future)
+        ref = weakref.ref(future)
+        del future
+        deadline = time.monotonic() + 10  # a thread of the client's may still hold it a moment
+        while ref() is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return untracked and ref() is None
+    finally:
+        gc.enable()
+
+
+def test_futures_waited_for_stay_out_of_the_gc_in_no_cycle(client):
+    """A waiter keeps the futures it is told of; a future empties its list of waiters once
+    it has told them, so the two are in no cycle, and a future waited for stays out of the
+    GC's lists (with 100,000 futures waited for, the collector took 8% of a flood)."""
+    def waited_for(return_when):
         future = client.submit(identity, 1)
-        concurrent.futures.wait([future], 30)
+        concurrent.futures.wait([future], 30, return_when=return_when)
+        assert future.done()
         return future
 
-    assert collected_once_dropped(with_callback)
-    assert collected_once_dropped(waited_for)
-    assert client.submit(identity, 2).result(30) == 2
+    def waited_for_when_done():
+        future = client.submit(identity, 1)
+        future.result(30)
+        assert concurrent.futures.wait([future], 30).done == {future}
+        return future
+
+    def as_completed():
+        future = client.submit(identity, 1)
+        assert list(concurrent.futures.as_completed([future], 30)) == [future]
+        return future
+
+    def with_a_left_waiter(fn, *args):
+        def make():
+            future = client.submit(fn, *args)
+            waiter = LeftWaiter()
+            with future._condition:
+                future._waiters.append(waiter)
+            concurrent.futures.wait([future], 30)
+            assert waiter.told == [future] and not future._waiter_list
+            return future
+        return make
+
+    for return_when in (concurrent.futures.ALL_COMPLETED, concurrent.futures.FIRST_COMPLETED):
+        assert freed_without_a_collection(lambda: waited_for(return_when))
+    assert freed_without_a_collection(waited_for_when_done)
+    assert freed_without_a_collection(as_completed)
+    assert freed_without_a_collection(with_a_left_waiter(identity, 1))
+    # a failed task's future is in the GC's lists (its exception), and still told once
+    assert collected_once_dropped(with_a_left_waiter(fail, 1))
+
+
+def test_a_cancelled_future_tells_its_waiters_once(client):
+    blocker = client.submit(time.sleep, 0.5)  # 2 executors of 1 core: these queue behind
+    blockers = [client.submit(time.sleep, 0.5) for _ in range(3)]
+    future = client.submit(identity, 1)
+    waiter = LeftWaiter()
+    with future._condition:
+        future._waiters.append(waiter)
+    done, not_done = concurrent.futures.wait([future], 0)
+    assert not done
+    assert future.cancel()
+    assert waiter.told == [future] and not future._waiter_list
+    assert concurrent.futures.wait([future], 5).done == {future}
+    concurrent.futures.wait([blocker, *blockers], 30)
 
 
 def test_a_flood_leaves_the_gc_settings_as_they_were(client):

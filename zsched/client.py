@@ -873,6 +873,7 @@ class Client(concurrent.futures.Executor):
             else:
                 for waiter in waiters:
                     waiter.add_exception(future)
+            waiters.clear()  # told, once for all (see future.Waiters)
         if future._callback_list:
             with_callbacks.append(future)
 

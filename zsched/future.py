@@ -39,6 +39,22 @@ class FuturesCondition(_thread.RLock):
         self._condition.notify_all()
 
 
+class Waiters(list):
+    """A future's waiters: ``concurrent.futures.wait`` and ``as_completed`` put theirs in
+    and take them out. The future empties it once it has told them it is done
+    (``Client._notify_one``, ``TaskFuture.cancel`` and ``set_exception``): it has nothing
+    more to tell them, and a waiter keeps the futures it was told of (its
+    ``finished_futures``), so a waiter left in would make a cycle with the future. With
+    none, a future waited for stays out of the cyclic GC, and so does this list. A waiter
+    may thus be gone when its ``wait`` takes it out: ``remove`` allows that."""
+
+    __slots__ = ()
+
+    def remove(self, waiter):
+        if waiter in self:
+            list.remove(self, waiter)
+
+
 class TaskFuture(concurrent.futures.Future):
     """A Future whose ``cancel`` also removes the task from the cluster.
 
@@ -58,9 +74,11 @@ class TaskFuture(concurrent.futures.Future):
     no reference cycle: with a flood of futures alive, the GC's full collections traversed
     them all, again and again (a fifth of the client's time). What it refers to while it is
     out is its client (alive while its thread runs), its result (unpickled: new objects, and
-    objects pickled by name, which modules hold anyway) and plain values. It goes back in
-    before it can be in a cycle: when a list of waiters or of done-callbacks is made (they
-    may refer to the future), and when it gets an exception (once raised, its traceback
+    objects pickled by name, which modules hold anyway), plain values, and the waiters of
+    ``concurrent.futures.wait`` and ``as_completed`` until it tells them it is done (see
+    ``Waiters``). It goes back in
+    before it can be in a cycle: when a list of done-callbacks is made (they may refer to
+    the future), and when it gets an exception (once raised, its traceback
     refers to the frames it went through, which may hold the future). An attribute set on
     a future by its user, that refers back to it, would make a cycle never collected.
 
@@ -92,8 +110,8 @@ class TaskFuture(concurrent.futures.Future):
     def _waiters(self):
         waiters = self._waiter_list
         if waiters is None:
-            gc_track(self)
-            waiters = self._waiter_list = []
+            waiters = self._waiter_list = Waiters()
+            gc_untrack(waiters)  # in no cycle (see Waiters)
         return waiters
 
     @property
@@ -115,15 +133,20 @@ class TaskFuture(concurrent.futures.Future):
             first = self._state == CANCELLED
             if first:
                 self._state = CANCELLED_AND_NOTIFIED
-                for waiter in self._waiter_list or ():
-                    waiter.add_cancelled(self)
+                waiters = self._waiter_list
+                if waiters:
+                    for waiter in waiters:
+                        waiter.add_cancelled(self)
+                    waiters.clear()  # see Waiters
         if first and self._client is not None:
             self._client._cancel_task(self._task_id)
         return True
 
     def set_exception(self, exception):
-        gc_track(self)  # (Future.set_exception makes the list of waiters too, for now)
+        gc_track(self)
         super().set_exception(exception)
+        if self._waiter_list:  # told: see Waiters
+            self._waiter_list.clear()
 
     def _invoke_callbacks(self):
         if self._callback_list:  # without making the list when there is none
