@@ -412,6 +412,34 @@ def test_task_path_agreement_at_scale():
     assert _simulate(_fastpath, ops) == _simulate(_fastpath_py, ops)
 
 
+def test_the_compiled_path_calls_the_queue_s_methods_in_c():
+    # deque's append takes one argument and its popleft none, as the compiled module
+    # expects of them on the CPython versions zsched supports; were it otherwise, it would
+    # call them as methods (the next test)
+    assert _fastpath.DEQUE_METHODS_IN_C
+
+
+class QueueOfTasks(deque):
+    """Not a deque by type: the compiled path uses it through its methods."""
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_a_queue_that_is_not_a_deque_is_used_through_its_methods(impl):
+    def run(queue_type):
+        client, pending = _client(impl), queue_type()
+        executor = _executor(impl, 0, cores=4)
+        impl.queue_tasks(client, [[i, b"f", b"x%d" % i, 1] for i in range(6)], 1, 0.0, pending, {b"f": b"F"})
+        launched = impl.launch_tasks(pending, 4, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
+        counts = {"finished": 0, "failed": 0, "retried": 0}
+        updates = [[1, 1, 1, b"r"], [2, 1, 2, b"e"]]  # FINISHED; FAILED with a retry left
+        outcome = impl.apply_status_updates(executor, updates, pending, 0.0, counts)
+        return (launched[1], [(needed, [list(row) for row in rows]) for needed, rows in launched[0]],
+                outcome[:4], [t.task_id for t in pending], counts, client.results)
+
+    assert run(QueueOfTasks) == run(deque)
+    assert run(deque)[3] == [2, 5, 6]  # the retried task first
+
+
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_running_and_client_tasks_read_like_dicts(impl):
     client, pending = _client(impl), deque()

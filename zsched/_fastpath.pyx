@@ -26,7 +26,19 @@ cdef extern from "Python.h":
     PyObject *PyList_GET_ITEM(object, Py_ssize_t)
     PyObject *PyTuple_GET_ITEM(object, Py_ssize_t)
     void PyList_SET_ITEM(object, Py_ssize_t, PyObject *)
+    Py_ssize_t Py_SIZE(object)
+    void Py_SET_SIZE(object, Py_ssize_t)
+    ctypedef PyObject *(*PyCFunction)(PyObject *, PyObject *)
+    ctypedef struct PyMethodDef:
+        PyCFunction ml_meth
+        int ml_flags
+    ctypedef struct PyMethodDescrObject:
+        PyMethodDef *d_method
+    int METH_O, METH_NOARGS
+    PyTypeObject PyMethodDescr_Type
 from libc.stdlib cimport malloc, calloc, realloc, free
+
+from collections import deque
 
 from ._fastpath_py import BATCH_FRACTION as _BATCH_FRACTION
 from .task_state import TaskState
@@ -42,6 +54,51 @@ cdef inline void set_item(list row, Py_ssize_t i, object value) noexcept:
     cdef PyObject *old = PyList_GET_ITEM(row, i)
     Py_INCREF(value)
     PyList_SET_ITEM(row, i, <PyObject *>value)
+    Py_DECREF(<object>old)
+
+
+cdef PyCFunction c_method(type cls, str name, int flags) noexcept:
+    """The C function of the method ``name`` of the built-in type ``cls``, if it takes
+    its arguments as ``flags`` says; else NULL."""
+    cdef object method = cls.__dict__.get(name)
+    if type(method) is not <type>&PyMethodDescr_Type:
+        return NULL
+    cdef PyMethodDef *definition = (<PyMethodDescrObject *>method).d_method
+    return definition.ml_meth if definition.ml_flags == flags else NULL
+
+
+# The queue of tasks waiting for a slot is a deque. Its append and popleft are called
+# through their C functions (one C call) rather than as bound methods (an interpreter call
+# each, about a sixth of a task's scheduling instructions); any other queue, or a deque
+# whose methods take their arguments otherwise, through its methods.
+ctypedef object (*MethodCall)(object, PyObject *)  # a PyCFunction, called from Cython: NULL raises
+cdef PyCFunction deque_append = c_method(deque, "append", METH_O)
+cdef PyCFunction deque_popleft = c_method(deque, "popleft", METH_NOARGS)
+DEQUE_METHODS_IN_C = deque_append != NULL and deque_popleft != NULL  # for the tests
+
+
+cdef inline void queue_append(object queue, object item) except *:
+    """``queue.append(item)``."""
+    if deque_append != NULL and type(queue) is deque:
+        (<MethodCall>deque_append)(queue, <PyObject *>item)
+    else:
+        queue.append(item)
+
+
+cdef inline object queue_popleft(object queue):
+    """``queue.popleft()``."""
+    if deque_popleft != NULL and type(queue) is deque:
+        return (<MethodCall>deque_popleft)(queue, NULL)
+    return queue.popleft()
+
+
+cdef inline void drop_last_item(list row) noexcept:
+    """``del row[-1]`` for a row of at least one item, inline: its size goes down by one
+    and its array stays (a list may have more room than items)."""
+    cdef Py_ssize_t last = Py_SIZE(row) - 1
+    cdef PyObject *old = PyList_GET_ITEM(row, last)
+    PyList_SET_ITEM(row, last, NULL)
+    Py_SET_SIZE(row, last)
     Py_DECREF(<object>old)
 
 
@@ -334,8 +391,8 @@ cdef struct Entry:
 cdef class RunningTasks:
     """The tasks launched on one executor and not yet reported: task id -> Task, in launch
     order (``executor.running``; a dict in the reference). A hash table of task ids (open
-    addressing, linear probing, slots left by a task marked until the table is rebuilt)
-    finds a task; the tasks are linked in launch order through two fields of their own.
+    addressing, linear probing; a slot left by a task is marked until the slot after it is
+    empty, or the table is rebuilt) finds a task; the tasks are linked in launch order through two fields of their own.
     The home slot of a task id is the id modulo the table size: an executor is given runs
     of consecutive task ids and reports them in about that order, so its lookups and
     removals walk the table in order and most tasks sit in their home slot. The table
@@ -425,7 +482,21 @@ cdef class RunningTasks:
         self._slots[i].key = -1
         self._left += 1
         self._count -= 1
+        if self._slots[(i + 1) & self._mask].key == 0:
+            self._empty_left_slots(i)
         Py_DECREF(task)  # the caller's ``task`` still holds one
+
+    cdef inline void _empty_left_slots(self, Py_ssize_t i) noexcept:
+        """Slot ``i``, left by a task, is followed by an empty slot: no probe for a task
+        passes through it, so it becomes empty, and so do the left slots just before it.
+        Tasks leave a run of consecutive ids in about launch order, so the last one to
+        leave empties the run's slots: the table seldom fills with left slots and needs
+        no rebuild for them."""
+        cdef Entry *slots = self._slots
+        while slots[i].key == -1:
+            slots[i].key = 0
+            self._left -= 1
+            i = (i - 1) & self._mask
 
     cdef void _clear(self) noexcept:
         cdef PyObject *p = self._first
@@ -684,7 +755,6 @@ def queue_tasks(client, list rows, next_id, double now, pending, dict functions)
     cdef object last_function = None
     cdef object blob = None
     cdef long long task_id = next_id
-    append = pending.append
     for row in rows:
         client_task_id, function, args, retries = row
         if function == last_function:  # one digest object for a run of tasks of one function
@@ -709,7 +779,7 @@ def queue_tasks(client, list rows, next_id, double now, pending, dict functions)
         task.queued_at = now
         task._client_pos = -1
         client_tasks._add(task, client_task_id)
-        append(task)
+        queue_append(pending, task)
         task_id += 1
     return task_id
 
@@ -728,9 +798,8 @@ def launch_tasks(tasks, long count, executor, Py_ssize_t limit,
     cdef list row
     cdef object digest, last_digest = None
     cdef bint new
-    popleft = tasks.popleft
     while launched < count and available > 0:
-        task = popleft()
+        task = queue_popleft(tasks)
         available -= 1
         if task.cancelled:
             continue
@@ -833,7 +902,7 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
         set_item(row, 0, task.client_task_id)
         set_item(row, 1, state_value)
         set_item(row, 2, payload)
-        del row[3]
+        drop_last_item(row)
         client_results.append(row)
     executor.tasks_done += done
     executor.tasks_failed += errors

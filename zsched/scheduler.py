@@ -111,24 +111,18 @@ class TaskScheduler:
         queued = math.ceil(self.config.prefetch_seconds / max(task_seconds, 1e-7))
         return max(1, min(self.config.tasks_per_core, 1 + max(1, queued)))
 
-    def _window(self, executor):
-        if executor.decommissioning:
-            return 0
-        if self.clamped or executor.suspect_losses or executor.task_seconds is None:
-            return executor.cores
-        return executor.cores * self.slots_per_core(executor.task_seconds)
-
     def _apply_window(self, executor):
-        slots = self._window(executor)
+        """Set the tasks ``executor`` may hold: none while it is decommissioned, its cores
+        while suspects wait or the length of its tasks is not known, else its window."""
+        if executor.decommissioning:
+            slots = 0
+        elif self.clamped or executor.suspect_losses or executor.task_seconds is None:
+            slots = executor.cores
+        else:
+            slots = executor.cores * self.slots_per_core(executor.task_seconds)
         if slots != executor.slots:
             executor.slots = slots
             self.slots.resize(executor.slot, slots)
-
-    def _adapt_window(self, executor, busy, n_tasks):
-        sample = busy / n_tasks
-        average = executor.task_seconds
-        executor.task_seconds = sample if average is None else 0.8 * average + 0.2 * sample
-        self._apply_window(executor)
 
     def forget_idle_task_lengths(self):
         """Called once per ``revive_interval``: an executor that held no task since the last
@@ -356,15 +350,18 @@ class TaskScheduler:
         now = executor.last_report = self.clock()
         stale, freed, ran, retried, returned = apply_status_updates(
             executor, updates, self.pending, now, self.counts)
-        self.n_pending += retried
-        for task in reversed(returned):  # first in the queue, in their order
-            self._requeue(task)
+        if retried:
+            self.n_pending += retried
+        if returned:
+            for task in reversed(returned):  # first in the queue, in their order
+                self._requeue(task)
         if freed:
             self.slots.release(executor.slot, freed)
-            if ran:
-                self._adapt_window(executor, busy, ran)
-            else:
-                self._apply_window(executor)
+            if ran:  # the moving average of its tasks' run time
+                sample = busy / ran
+                average = executor.task_seconds
+                executor.task_seconds = sample if average is None else 0.8 * average + 0.2 * sample
+            self._apply_window(executor)
         return stale
 
     def _finish(self, task, state, payload):
