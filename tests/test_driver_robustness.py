@@ -31,6 +31,7 @@ JUNK = [
     [bytes((p.VERSION, p.MsgType.REGISTER_EXECUTOR)) + msgpack.packb(["1", "h", "x", "a", 1])],
     [bytes((p.VERSION, p.MsgType.LAUNCH_TASKS)) + msgpack.packb([{}, []])],  # not for a driver
     [b"two", b"frames"],
+    [b"three", b"", b"frames"],
     [p.encode(p.StatusUpdates(1, 0.0, [[1, 1, 1, b"x"]]))],              # not registered
     [p.encode(p.SubmitTasks({}, [[1, b"k", b"a", 0]]))],                    # no hello
     [p.encode(p.ForgetFunctions([b"k" * 16]))],                             # no hello

@@ -27,7 +27,7 @@ import zmq
 from . import protocol as p
 from .config import Config
 from .errors import DriverConnectionError, MessageTooLarge, TaskFailed, exception_payload, load_exception
-from .fastpath import gc_track, gc_untrack
+from .fastpath import SocketState, gc_track, gc_untrack
 from .future import DONE_STATES, FuturesCondition, TaskFuture
 from .held_functions import HeldFunctions
 from .progress_bar import ProgressBar
@@ -46,7 +46,7 @@ _AUTO_TASKS = 256
 _AUTO_CHUNK_MAX = 256
 
 
-_ZMQ_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: an IntFlag & makes an enum
+_POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
 _dumps = pickle.dumps
 _first = itemgetter(0)
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -136,6 +136,7 @@ class Client(concurrent.futures.Executor):
         self.address = address
         self._context = None if _driver is not None else zmq.Context()
         self._socket = None
+        self._socket_state = None
         self._task_ids = itertools.count(1)
         self._admin_ids = itertools.count(1)
         self._futures = {}                # task id -> TaskFuture not yet completed
@@ -180,6 +181,7 @@ class Client(concurrent.futures.Executor):
         self._wakeup = WakeupPipe(keep_gil=True)
         try:
             self._socket = self._connect(keys)
+            self._socket_state = SocketState(self._socket)  # its ZMQ_EVENTS, read cheaply
         except BaseException:
             self._close_resources()
             raise
@@ -743,9 +745,10 @@ class Client(concurrent.futures.Executor):
         ``recv`` gives that thread the GIL and waits to get it back, so a long run of them
         would leave the driver without tasks."""
         sock = self._socket
+        state = self._socket_state
         # ZMQ_EVENTS rather than recv until zmq.Again: an exception per turn costs more
         first = True
-        while sock.get(_ZMQ_EVENTS) & _POLLIN:
+        while state.events() & _POLLIN:
             if not (first or drain) and (self._outbox or self._cancels):
                 return  # one frame per turn at least: results are never starved either
             first = False

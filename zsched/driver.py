@@ -33,6 +33,7 @@ from .config import Config
 from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import ConfigError, ProtocolError
 from .fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
+from .fastpath import SocketState
 from .protocol import MsgType, TaskState
 from .scheduler import ClientData, TaskScheduler
 from .security import ZapHandler, create_secret_file, default_secret_path, load_keys, make_server
@@ -41,9 +42,9 @@ from .wakeup import WakeupPipe
 log = logging.getLogger("zsched.driver")  # also when run as __main__
 
 _RECV_BATCH = 1024          # messages handled per wake-up before timers and sends run
-# plain ints (an IntFlag & makes an enum); reading ZMQ_EVENTS costs a fifth of a recv that
+# a plain int (an IntFlag & makes an enum); reading ZMQ_EVENTS costs a fifth of a recv that
 # raises zmq.Again
-_ZMQ_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+_POLLIN = int(zmq.POLLIN)
 # send flags as plain ints too: send_multipart's ``flags | SNDMORE`` on zmq's Flag makes an
 # enum member per message (about a microsecond)
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -154,6 +155,7 @@ class Driver:
             self.ipc_url = f"ipc://{self.ipc_path}"
             router.bind(self.ipc_url)
         self.router = router
+        self._router_state = SocketState(router)  # its ZMQ_EVENTS and ZMQ_RCVMORE, read cheaply
         # a lost connection (peer process gone, or silent past the ZMTP heartbeat timeout)
         # is an event here; which peer it was is found by probing (see _probe_peers)
         self.monitor = router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
@@ -285,14 +287,18 @@ class Driver:
     def _receive(self):
         """Handle up to ``_RECV_BATCH`` waiting messages; True if more may wait."""
         router = self.router
+        state = self._router_state
         handle = self._handle
         counters = self.counters
         for _ in range(_RECV_BATCH):
             try:
-                frames = router.recv_multipart(zmq.NOBLOCK, copy=True)
+                rid = router.recv(_NOBLOCK)
             except zmq.Again:
                 return False
-            rid = frames[0]
+            # a message arrives whole: once its first frame is here, the others are
+            frames = [rid]
+            while state.more():
+                frames.append(router.recv(_NOBLOCK))
             counters["messages_in"] += 1
             counters["bytes_in"] += sum(map(len, frames))
             if len(frames) != 2:
@@ -305,7 +311,7 @@ class Driver:
                 else:
                     handle(rid, msg)
             # whether more waits: a recv that raises zmq.Again would cost five times as much
-            if not router.getsockopt(_ZMQ_EVENTS) & _POLLIN:
+            if not state.events() & _POLLIN:
                 return False
         return True  # more may wait
 

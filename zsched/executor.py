@@ -35,12 +35,14 @@ import zmq
 from . import protocol as p
 from .config import Config
 from .errors import ConfigError, MessageTooLarge, exception_payload
+from .fastpath import SocketState
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
 from .socket_events import recv_event
 from .wakeup import WakeupPipe
 
 log = logging.getLogger("zsched.executor")  # also when run as __main__
+_POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
 _digest_of = itemgetter(2)  # of a LaunchTasks row
 
 REGISTRATION_TIMEOUT_ENV = "ZSCHED_REGISTRATION_TIMEOUT"
@@ -159,6 +161,7 @@ class ExecutorBackend:
         self.incarnation = None
         self.context = zmq.Context()
         self.socket = None
+        self._socket_state = None
         self._work = deque()                 # [task id, attempt, function entry, args] for task threads
         self._work_ready = threading.Condition()  # task threads wait on it while _work is empty
         self._results = deque()              # [task id, attempt, state, payload] for the loop
@@ -234,6 +237,7 @@ class ExecutorBackend:
         self.config = Config.from_mapping(welcome.settings)
         sock, watch = self.connect()
         self.socket = sock
+        self._socket_state = SocketState(sock)  # its ZMQ_EVENTS, read cheaply
         try:
             msg = self._exchange(sock, watch, p.RegisterExecutor(
                 self.executor_id, self.hostname, self.cores, self.app_id, os.getpid()), deadline)
@@ -382,7 +386,7 @@ class ExecutorBackend:
                 else:
                     handler(self, msg)
                 # whether more waits: a recv that raises zmq.Again costs several times more
-                if not socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                if not self._socket_state.events() & _POLLIN:
                     break
         if self._monitor in events:  # after what the driver sent before it went
             self._stop("lost the connection to the driver", 1, driver_gone=True)

@@ -4,19 +4,19 @@ import os
 
 NAMES = ("SlotTable", "Task", "RunningTasks", "ClientTasks", "queue_tasks", "launch_tasks",
          "apply_status_updates", "LatencyHistogram", "LATENCY_BUCKETS", "gc_track", "gc_untrack",
-         "rows_have_types")
+         "rows_have_types", "SocketState")
 __all__ = [*NAMES, "IMPLEMENTATION"]
 
 if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0"):
     from ._fastpath_py import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, RunningTasks,
-                               SlotTable, Task, apply_status_updates, gc_track, gc_untrack,
-                               launch_tasks, queue_tasks, rows_have_types)
+                               SlotTable, SocketState, Task, apply_status_updates, gc_track,
+                               gc_untrack, launch_tasks, queue_tasks, rows_have_types)
     IMPLEMENTATION = "pure-Python reference (ZSCHED_PUREPYTHON is set)"
 else:
     try:
         from ._fastpath import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, RunningTasks,
-                                SlotTable, Task, apply_status_updates, gc_track, gc_untrack,
-                                launch_tasks, queue_tasks, rows_have_types)
+                                SlotTable, SocketState, Task, apply_status_updates, gc_track,
+                                gc_untrack, launch_tasks, queue_tasks, rows_have_types)
     except ImportError as exc:  # pragma: no cover - depends on the build
         raise ImportError(
             "zsched's compiled fast path is missing; build it with `pip install .` "
