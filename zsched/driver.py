@@ -253,8 +253,9 @@ class Driver:
         now = self.clock()
         for timer in timers:
             timer.append(now + timer[0])
+        next_due = min(timer[2] for timer in timers)
         while not self._stop_requested:
-            timeout = max(0.0, min(t[2] for t in timers) - self.clock())
+            timeout = max(0.0, next_due - self.clock())
             events = dict(poller.poll(timeout * 1000))
             if self.zap is not None and self.zap.socket in events:
                 self.zap.handle()
@@ -266,16 +267,19 @@ class Driver:
             if self.router in events:
                 self._receive()
             if self.local_wakeup.fd in events:
-                self.local_wakeup.clear()  # before the messages are taken: none is missed
-            if self._local_clients or self._local_arrivals:
+                # a client in this process queued something: it writes the pipe unless a
+                # wake-up is pending, and one is until this clear, so none is missed
+                self.local_wakeup.clear()
                 self._receive_local()
             if self.monitor in events:
                 self._on_disconnects()
             now = self.clock()
-            for timer in timers:
-                if now >= timer[2]:
-                    timer[1]()
-                    timer[2] = now + timer[0]
+            if now >= next_due:
+                for timer in timers:
+                    if now >= timer[2]:
+                        timer[1]()
+                        timer[2] = now + timer[0]
+                next_due = min(timer[2] for timer in timers)
             if self._offers_needed:
                 self._make_offers()
             if self._unused_functions:
