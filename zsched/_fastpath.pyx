@@ -10,7 +10,8 @@ the messages need (the rows themselves), no attribute lookups and no interpreter
 between. ``RunningTasks`` (an executor's tasks by task id) and ``ClientTasks`` (a client's
 tasks by client task id) keep their tasks in C arrays, so a task joins and leaves them
 without a dict entry made and dropped per task. ``rows_have_types`` compares each item's
-type with the expected one, pointer to pointer.
+type with the expected one, pointer to pointer. ``SocketState`` reads a socket's
+ZMQ_EVENTS and ZMQ_RCVMORE with libzmq's own ``zmq_getsockopt``.
 """
 cimport cython
 from cpython.long cimport PyLong_AsLongAndOverflow, PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
@@ -393,8 +394,8 @@ cdef class RunningTasks:
     """The tasks launched on one executor and not yet reported: task id -> Task, in launch
     order (``executor.running``; a dict in the reference). A hash table of task ids (open
     addressing, linear probing; a slot left by a task is marked until the slot after it is
-    empty, or the table is rebuilt) finds a task; the tasks are linked in launch order through two fields of their own.
-    The home slot of a task id is the id modulo the table size: an executor is given runs
+    empty, or the table is rebuilt) finds a task; the tasks are linked in launch order
+    through two fields of their own. The home slot of a task id is the id modulo the table size: an executor is given runs
     of consecutive task ids and reports them in about that order, so its lookups and
     removals walk the table in order and most tasks sit in their home slot. The table
     holds a reference to each task."""

@@ -42,9 +42,7 @@ from .wakeup import WakeupPipe
 log = logging.getLogger("zsched.driver")  # also when run as __main__
 
 _RECV_BATCH = 1024          # messages handled per wake-up before timers and sends run
-# a plain int (an IntFlag & makes an enum); reading ZMQ_EVENTS costs a fifth of a recv that
-# raises zmq.Again
-_POLLIN = int(zmq.POLLIN)
+_POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
 # send flags as plain ints too: send_multipart's ``flags | SNDMORE`` on zmq's Flag makes an
 # enum member per message (about a microsecond)
 _NOBLOCK = int(zmq.NOBLOCK)
