@@ -9,8 +9,8 @@ wrapping the driver's and the client's methods in this process) as the task pass
 stage; a stage's figure is the time from the previous stage to it, in µs, p50 and p90
 over the round trips that passed every stage once. Wrapping adds about 1 µs per stage.
 The executor is a process of its own: "executor round trip" is from the driver's send of
-LaunchTasks until its loop starts reading the StatusUpdates (both hops through ZeroMQ and
-the executor's own work). Output: a table, then one line ``JSON {...}``.
+LaunchTasks until its loop starts reading the StatusUpdates (both hops, through the pipes of
+an executor the driver started, and the executor's own work). Output: a table, then one line ``JSON {...}``.
 
 ``--through-socket``: the stages of ``LocalCluster().client()``'s round trip instead (the
 client's I/O thread and socket, the driver's ROUTER), with the driver in a thread of this
@@ -99,6 +99,7 @@ def instrument():
     wrap(Driver, "_send", STAGES[4], after=True,
          when=lambda d, rid, msg, *rest: isinstance(msg, p.LaunchTasks))
     wrap(Driver, "_receive", STAGES[5], when=lambda d: STAGES[4] in marks)
+    wrap(Driver, "_receive_link", STAGES[5], when=lambda d, *args: STAGES[4] in marks)
     wrap(Scheduler, "status_updates", STAGES[6], after=True)
     wrap(Client, "_complete", STAGES[7], after=True)
 
@@ -114,6 +115,7 @@ def instrument_socket_path():
     wrap(Driver, "_send", S[5], after=True,
          when=lambda d, rid, msg, *rest: isinstance(msg, p.LaunchTasks))
     wrap(Driver, "_receive", S[6], when=lambda d: S[5] in marks)
+    wrap(Driver, "_receive_link", S[6], when=lambda d, *args: S[5] in marks)
     wrap(Scheduler, "status_updates", S[7], after=True)
     wrap(Driver, "_send_results", S[8], after=True, when=lambda d: S[7] in marks)
     wrap(Client, "_receive", S[9], when=lambda c, *args: S[8] in marks)

@@ -79,6 +79,7 @@ _RULES = {
     "allocation_batch_delay": (parse_duration, lambda v: v > 0, "a positive duration"),
     "allocation_batch_size": (parse_int, lambda v: v >= 1, "an integer >= 1"),
     "executor_start_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
+    "local_executor_link": (str, lambda v: v in ("pipe", "socket"), "'pipe' or 'socket'"),
 }
 
 
@@ -103,6 +104,7 @@ class Config:
     allocation_batch_delay: float = 1.0        # the allocator compares and acts this often
     allocation_batch_size: int = 5             # most executors started per allocation round
     executor_start_timeout: float = 60.0       # an executor not registered by then is killed
+    local_executor_link: str = "pipe"          # executors a driver starts on its host reach it by
 
     def __post_init__(self):
         for f in fields(self):

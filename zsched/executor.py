@@ -14,6 +14,10 @@ an executor adds to one task's latency. While such a task runs the loop stands s
 it runs longer than ``INLINE_GRACE`` a relief thread, woken by a kernel timer (no wake-up
 at all for shorter tasks), takes the socket and runs the loop (heartbeats, KillTask,
 StopExecutor, ...) until the task ends and the loop's thread takes it back.
+
+An executor that a driver started on its own host (``--driver-fds``) talks to it over the
+pipe pair it inherited (``pipe_link``) instead of a DEALER: the same frames, with fewer
+thread wake-ups per message.
 """
 import argparse
 import ctypes
@@ -36,6 +40,7 @@ from . import protocol as p
 from .config import Config
 from .errors import ConfigError, MessageTooLarge, exception_payload
 from .fastpath import SocketState
+from .pipe_link import PipeLink
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
 from .socket_events import recv_event
@@ -57,6 +62,7 @@ Usage: zsched-executor [options]
    --app-id <appid>
    --worker-url <workerUrl>
    --secret-file <path>
+   --driver-fds <readFd>,<writeFd>
    --log-level <level>
 """
 
@@ -147,7 +153,8 @@ class KernelTimer:
 
 class ExecutorBackend:
     def __init__(self, driver_url, executor_id, hostname, cores, app_id, *, keys=None,
-                 worker_url=None, registration_timeout=30.0, clock=time.monotonic):
+                 worker_url=None, registration_timeout=30.0, clock=time.monotonic,
+                 driver_fds=None):
         self.driver_url = driver_url
         self.executor_id = executor_id
         self.hostname = hostname
@@ -162,6 +169,13 @@ class ExecutorBackend:
         self.context = zmq.Context()
         self.socket = None
         self._socket_state = None
+        # (read fd, write fd) inherited from the driver that started this executor: its link
+        # to the driver instead of the socket (see pipe_link)
+        self.link = None
+        if driver_fds is not None:
+            self.link = PipeLink(*driver_fds, p.frame_limit(self.config.max_message_size))
+        self._driver_key = None              # what the poller reports for the driver's input
+        self._early_frames = []              # read from the link with the registration's answer
         self._work = deque()                 # [task id, attempt, function entry, args] for task threads
         self._work_ready = threading.Condition()  # task threads wait on it while _work is empty
         self._results = deque()              # [task id, attempt, state, payload] for the loop
@@ -227,6 +241,15 @@ class ExecutorBackend:
         come first over a connection of their own, as a client asks for them (Spark's
         executors fetch SparkAppConfig the same way before they register)."""
         deadline = self.clock() + self.registration_timeout
+        if self.link is not None:
+            msg = self._exchange_over_link(p.RegisterExecutor(
+                self.executor_id, self.hostname, self.cores, self.app_id, os.getpid()), deadline)
+            self.incarnation = msg.incarnation
+            self.config = Config.from_mapping(msg.settings)
+            self.link.max_frame = p.frame_limit(self.config.max_message_size)
+            log.info("Successfully registered with driver %s (over pipes) as executor %s",
+                     self.driver_url, self.executor_id)
+            return
         sock, watch = self.connect()
         try:
             welcome = self._exchange(sock, watch, p.ClientHello(os.getpid()), deadline)
@@ -283,6 +306,50 @@ class ExecutorBackend:
                 return msg
             log.warning("ignored %s before registration", type(msg).__name__)
 
+    def _exchange_over_link(self, request, deadline):
+        """``_exchange`` over the link: no handshake, and the settings come with the answer."""
+        link = self.link
+        try:
+            link.send(p.encode(request))
+        except BrokenPipeError:
+            raise RegistrationError(f"Cannot register with driver {self.driver_url}: "
+                                    "its pipe is closed") from None
+        while True:
+            if self._stopping is not None:
+                raise RegistrationError(f"Registration with driver {self.driver_url} abandoned: "
+                                        f"{self._stopping}")
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                raise RegistrationError(f"Cannot register with driver: {self.driver_url}")
+            wanted = [link.write_fd] if link.wants_write else []
+            select.select([link.read_fd, self._wakeup.fd], wanted, [], remaining)
+            try:
+                link.flush()
+            except BrokenPipeError:
+                raise RegistrationError(f"Cannot register with driver {self.driver_url}: "
+                                        "its pipe is closed") from None
+            frames = link.receive()
+            for i, frame in enumerate(frames):
+                try:
+                    msg = p.decode(frame)
+                except p.ProtocolError as exc:
+                    log.warning("ignored a malformed message from the driver: %s", exc)
+                    continue
+                if isinstance(msg, p.RegisterExecutorFailed):
+                    raise RegistrationError(f"Registration refused by driver {self.driver_url}: "
+                                            f"{msg.reason}")
+                if isinstance(msg, p.RegisteredExecutor):
+                    # what came with the answer (tasks, at once) is for the loop
+                    self._early_frames = frames[i + 1:]
+                    return msg
+                log.warning("ignored %s before registration", type(msg).__name__)
+            if link.error is not None:
+                raise RegistrationError(f"Cannot register with driver {self.driver_url}: "
+                                        f"it broke the link: {link.error}")
+            if link.closed_by_peer:
+                raise RegistrationError(f"Cannot register with driver {self.driver_url}: "
+                                        "it closed its pipe")
+
     # ------------------------------------------------------------ loop
 
     def run(self):
@@ -315,16 +382,30 @@ class ExecutorBackend:
 
     def _loop(self):
         poller = self._poller = zmq.Poller()
-        poller.register(self.socket, zmq.POLLIN)
         poller.register(self._wakeup.fd, zmq.POLLIN)
-        # registered: from now on a lost connection to the driver ends this executor (the
-        # driver has dropped it too: a reconnection would be a stranger to it)
-        self._monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        poller.register(self._monitor, zmq.POLLIN)
+        if self.link is not None:  # its end of file ends this executor
+            self._driver_key = self.link.read_fd
+            poller.register(self._driver_key, zmq.POLLIN)
+            if self.link.wants_write:
+                poller.register(self.link.write_fd, zmq.POLLOUT)
+        else:
+            self._driver_key = self.socket
+            poller.register(self.socket, zmq.POLLIN)
+            # registered: from now on a lost connection to the driver ends this executor (the
+            # driver has dropped it too: a reconnection would be a stranger to it)
+            self._monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            poller.register(self._monitor, zmq.POLLIN)
         if self.worker_url:
             self._worker = self._watch_worker()
             poller.register(self._worker[1], zmq.POLLIN)
         self._last_heard = self._next_heartbeat = self.clock()
+        if self.link is not None:  # what came with the registration's answer
+            for frame in self._early_frames:
+                self._handle_frame(frame)
+            self._early_frames = []
+            self._check_link()
+            if self._lone is not None and self._stopping is None:
+                self._run_inline()
         while self._stopping is None:
             self._turn()
             if self._lone is not None and self._stopping is None:
@@ -338,7 +419,7 @@ class ExecutorBackend:
         if now >= self._next_heartbeat:
             self._send_heartbeat()
             self._next_heartbeat = now + self.config.executor_heartbeat_interval
-        socket = self.socket
+        driver = self._driver_key
         # Task threads write the wake-up pipe only while ``pending`` is False, that is while
         # this thread sleeps in poll with no result to send: while it is awake they make no
         # system call, and this turn takes every row added meanwhile.
@@ -351,7 +432,7 @@ class ExecutorBackend:
         wakeup.pending = True
         # silence counts only when nothing is waiting: after this process itself was
         # stalled (a task holding the GIL), the driver's answers are already here
-        if (socket not in events
+        if (driver not in events
                 and self.clock() - self._last_heard > self.config.executor_heartbeat_timeout):
             self._stop(f"driver silent for {self.config.executor_heartbeat_timeout:g} s", 1,
                        driver_gone=True)
@@ -367,29 +448,68 @@ class ExecutorBackend:
         if self._decommissioning and self._outstanding == 0:
             self._stop("decommissioned", 0, charge_tasks=False)
             return
-        if socket in events:
+        if self.link is not None:
+            self._serve_link(events)
+        elif driver in events:
             self._last_heard = self.clock()
-            handlers = self._handlers
+            socket = self.socket
             while self._stopping is None:
                 try:
                     frame = socket.recv(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                try:
-                    msg = p.decode(frame)
-                except p.ProtocolError as exc:
-                    log.warning("ignored a malformed message from the driver: %s", exc)
-                    continue
-                handler = handlers.get(msg.TYPE)
-                if handler is None:
-                    log.warning("ignored %s: not a message for an executor", type(msg).__name__)
-                else:
-                    handler(self, msg)
+                self._handle_frame(frame)
                 # whether more waits: a recv that raises zmq.Again costs several times more
                 if not self._socket_state.events() & _POLLIN:
                     break
         if self._monitor in events:  # after what the driver sent before it went
             self._stop("lost the connection to the driver", 1, driver_gone=True)
+
+    def _handle_frame(self, frame):
+        try:
+            msg = p.decode(frame)
+        except p.ProtocolError as exc:
+            log.warning("ignored a malformed message from the driver: %s", exc)
+            return
+        handler = self._handlers.get(msg.TYPE)
+        if handler is None:
+            log.warning("ignored %s: not a message for an executor", type(msg).__name__)
+        else:
+            handler(self, msg)
+
+    def _serve_link(self, events):
+        """Write what the link holds, if the pipe takes it now; handle what came in."""
+        link = self.link
+        if link.write_fd in events:
+            self._flush_link()
+        if link.read_fd not in events:
+            return
+        self._last_heard = self.clock()
+        for frame in link.receive():
+            if self._stopping is not None:
+                break
+            self._handle_frame(frame)
+        self._check_link()
+
+    def _check_link(self):
+        """Stop if the driver broke the link or closed it (after what it sent before)."""
+        if self._stopping is not None:
+            return
+        if self.link.error is not None:
+            self._stop(f"the driver broke the link: {self.link.error}", 1, driver_gone=True)
+        elif self.link.closed_by_peer:
+            self._stop("lost the connection to the driver", 1, driver_gone=True)
+
+    def _flush_link(self):
+        """Write the link's output; poll for room in the pipe while some is left."""
+        link = self.link
+        try:
+            done = link.flush()
+        except BrokenPipeError:
+            self._stop("lost the connection to the driver", 1, driver_gone=True)
+            return
+        if done:
+            self._poller.unregister(link.write_fd)
 
     def _leave(self):
         if not self._driver_gone:
@@ -609,6 +729,17 @@ class ExecutorBackend:
     }
 
     def _send(self, msg):
+        link = self.link
+        if link is not None:
+            waiting = link.wants_write
+            try:
+                link.send(p.encode(msg))
+            except BrokenPipeError:
+                self._stop("lost the connection to the driver", 1, driver_gone=True)
+                return
+            if link.wants_write and not waiting and self._poller is not None:
+                self._poller.register(link.write_fd, zmq.POLLOUT)  # until the pipe takes it
+            return
         try:
             self.socket.send(p.encode(msg), zmq.NOBLOCK)
         except zmq.Again:
@@ -768,8 +899,25 @@ class ExecutorBackend:
             self._monitor.close(linger=0)
         if self.socket is not None:
             self.socket.close(linger=linger)
+        if self.link is not None:
+            self._linger_link(linger / 1000)
+            self.link.close()
         self.context.term()
         self._wakeup.close()
+
+    def _linger_link(self, seconds):
+        """Write what the link still holds, ``seconds`` at most, as a socket lingers."""
+        link = self.link
+        deadline = self.clock() + seconds
+        while link.wants_write and not link.closed:
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                return
+            select.select([], [link.write_fd], [], remaining)
+            try:
+                link.flush()
+            except BrokenPipeError:
+                return
 
 
 # ---------------------------------------------------------------- command line
@@ -783,6 +931,18 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)
 
 
+def _fd_pair(text):
+    """``--driver-fds READ,WRITE``: two open descriptors inherited from the driver."""
+    try:
+        read_fd, write_fd = (int(part) for part in text.split(","))
+        for fd in (read_fd, write_fd):
+            os.fstat(fd)
+    except (ValueError, OSError):
+        raise argparse.ArgumentTypeError(
+            f"--driver-fds must be two open file descriptors READ,WRITE, got {text!r}") from None
+    return read_fd, write_fd
+
+
 def parse_args(argv):
     parser = _Parser(prog="zsched-executor", add_help=False)
     parser.add_argument("--driver-url", required=True)
@@ -793,6 +953,7 @@ def parse_args(argv):
     parser.add_argument("--worker-url", default=None)
     parser.add_argument("--secret-file", default=None)
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--driver-fds", default=None, type=_fd_pair)
     args = parser.parse_args(argv)
     if args.cores < 1:
         raise _UsageError(f"--cores must be at least 1, got {args.cores}")
@@ -821,7 +982,7 @@ def main(argv=None):
         return 1
     backend = ExecutorBackend(args.driver_url, args.executor_id, args.hostname, args.cores,
                               args.app_id, keys=keys, worker_url=args.worker_url,
-                              registration_timeout=timeout)
+                              registration_timeout=timeout, driver_fds=args.driver_fds)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: backend.request_stop(
             f"received signal {signal.Signals(signum).name}"))

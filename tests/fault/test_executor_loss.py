@@ -194,15 +194,20 @@ def test_sigkill_during_map_results_right_and_executor_replaced(tmp_path):
 # ---------------------------------------------------------------- 2. SIGSTOP, then SIGCONT
 
 # Two ways a silent executor is found: the ZMTP heartbeats of its connection (the ROUTER
-# drops it: "disconnected (...)"), or, with those slower, the executor's own heartbeats
-# ("heartbeat timeout (...)").
+# drops it: "disconnected (...)"), or, with those slower or with no socket between them
+# (the cluster's executors talk to the driver over pipes by default), the executor's own
+# heartbeats ("heartbeat timeout (...)").
 SILENCE_DETECTION = {
     "zmtp-heartbeat": (dict(zmq_heartbeat_interval=0.5, zmq_heartbeat_timeout=2,
-                            executor_heartbeat_interval=1, executor_heartbeat_timeout=6),
+                            executor_heartbeat_interval=1, executor_heartbeat_timeout=6,
+                            local_executor_link="socket"),
                        r"disconnected \(.+\)"),
-    "executor-heartbeat": (dict(zmq_heartbeat_timeout=60,
+    "executor-heartbeat": (dict(zmq_heartbeat_timeout=60, local_executor_link="socket",
                                 executor_heartbeat_interval=1, executor_heartbeat_timeout=5),
                            r"heartbeat timeout \(no message for 5 s\)"),
+    "executor-heartbeat-over-pipes": (dict(executor_heartbeat_interval=1,
+                                           executor_heartbeat_timeout=5),
+                                      r"heartbeat timeout \(no message for 5 s\)"),
 }
 
 

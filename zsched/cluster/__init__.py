@@ -13,6 +13,9 @@ Every manager has the same small interface:
 - ``poll_exits()``: ``[(executor id, reason)]`` for executors that ended since last call.
 - ``cores_per_executor``: the size of the executors it starts.
 - ``stop(timeout)``: stop every executor and wait for them (bounded).
+- ``adopt_link``: set by a driver to a manager whose executors run on its host
+  (``on_this_host``); a manager that starts processes itself may give each a pipe pair
+  to the driver and hand the driver its end (``LocalClusterManager`` does).
 
 The driver's ``ExecutorAllocator`` (``zsched/allocation.py``) decides how many to have.
 """

@@ -13,6 +13,9 @@ class ClusterManager:
     explains_losses_later = False
     # True when its executors run on the driver's host: they may reach it by its Unix socket
     on_this_host = False
+    # set by a driver on this host: ``adopt_link(executor id, read fd, write fd)`` takes the
+    # driver's end of a pipe pair to an executor the manager starts (see pipe_link)
+    adopt_link = None
 
     def attach(self, driver_url, app_id, secret_file):
         self.driver_url, self.app_id, self.secret_file = driver_url, app_id, secret_file

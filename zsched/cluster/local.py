@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+from ..pipe_link import pipe_pair
 from .base import ClusterManager
 
 log = logging.getLogger(__name__)
@@ -63,11 +64,13 @@ def child_environment():
 
 
 def executor_command(driver_url, executor_id, hostname, cores, app_id, secret_file=None,
-                     python=sys.executable, log_level=None):
+                     python=sys.executable, log_level=None, driver_fds=None):
     command = module_command("zsched.executor", python) + ["--driver-url", driver_url,
                "--executor-id", executor_id, "--hostname", hostname,
                "--cores", str(cores), "--app-id", app_id]
-    if secret_file:
+    if driver_fds is not None:
+        command += ["--driver-fds", "%d,%d" % driver_fds]
+    elif secret_file:
         command += ["--secret-file", secret_file]
     if log_level:
         command += ["--log-level", log_level]
@@ -100,13 +103,28 @@ class LocalClusterManager(ClusterManager):
         return self.hostname
 
     def _start_one(self):
+        """Start an executor; with a driver that adopts links (``adopt_link``), it talks to
+        the driver over a pipe pair instead of the driver's sockets."""
         executor_id = str(next(self._ids))
+        ours = theirs = None
+        if self.adopt_link is not None:
+            ours, theirs = pipe_pair()
         command = executor_command(self.driver_url, executor_id, self.hostname,
                                    self.cores_per_executor, self.app_id, self.secret_file,
-                                   log_level=self.log_level)
-        self._processes[executor_id] = subprocess.Popen(command, env=child_environment(),
-                                                        stdin=subprocess.DEVNULL)
-        log.info("started executor %s (pid %d)", executor_id, self._processes[executor_id].pid)
+                                   log_level=self.log_level, driver_fds=theirs)
+        try:
+            process = subprocess.Popen(command, env=child_environment(), stdin=subprocess.DEVNULL,
+                                       pass_fds=theirs or ())
+        except BaseException:
+            for fd in (ours or ()) + (theirs or ()):
+                os.close(fd)
+            raise
+        self._processes[executor_id] = process
+        if theirs is not None:
+            for fd in theirs:  # the child's now: its exit closes the pipes' last ends
+                os.close(fd)
+            self.adopt_link(executor_id, *ours)
+        log.info("started executor %s (pid %d)", executor_id, process.pid)
 
     def launched_ids(self):
         """Executors started and neither exited nor killed."""

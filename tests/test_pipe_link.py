@@ -1,0 +1,334 @@
+"""Executors that a driver starts on its own host talk to it over a pair of pipes
+(``zsched/pipe_link.py``): the link itself, and both of its ends in real processes."""
+import logging
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+import zsched
+from conftest import BIN, wait_for
+from zsched import protocol as p
+from zsched.cluster import LocalClusterManager
+from zsched.config import Config
+from zsched.pipe_link import PipeLink, pipe_pair
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def link_pair():
+    ours, theirs = pipe_pair()
+    a, b = PipeLink(*ours, 1 << 30), PipeLink(*theirs, 1 << 30)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def exchange(sender, receiver, frames):
+    """Send ``frames`` while reading, as two loops would; what arrived."""
+    received = []
+    pending = list(frames)
+    while pending or sender.wants_write or len(received) < len(frames):
+        if pending:
+            sender.send(pending.pop(0))
+        sender.flush()
+        received += receiver.receive()
+    return received
+
+
+# ---------------------------------------------------------------- the link alone
+
+def test_frames_of_every_size_arrive_whole_and_in_order(link_pair):
+    a, b = link_pair
+    rng = random.Random(7)
+    sizes = [0, 1, 3, 4, 5, 4092, 4096, 4097, 65532, 65536, 70000, 300000, 2_000_000]
+    frames = [rng.randbytes(rng.choice(sizes)) for _ in range(200)]
+    assert exchange(a, b, frames) == frames
+    assert exchange(b, a, frames[:50]) == frames[:50]  # both ways
+    assert a.queued_frames == b.queued_frames == 0
+
+
+def test_a_peer_that_does_not_read_never_blocks_the_sender(link_pair):
+    a, b = link_pair
+    frames = [bytes([i]) * 100_000 for i in range(60)]  # 6 MB: more than the pipe holds
+    started = time.monotonic()
+    for frame in frames:
+        a.send(frame)
+    assert time.monotonic() - started < 5
+    assert a.wants_write and 0 < a.queued_frames < len(frames)
+    received = []
+    while len(received) < len(frames):
+        a.flush()
+        received += b.receive()
+    assert received == frames and not a.wants_write and a.queued_frames == 0
+
+
+def test_the_read_buffer_shrinks_back_after_a_large_frame(link_pair):
+    a, b = link_pair
+    assert exchange(a, b, [b"x" * 3_000_000, b"small"]) == [b"x" * 3_000_000, b"small"]
+    assert len(b._buffer) == 1 << 16
+
+
+def test_end_of_file_comes_after_what_the_peer_sent(link_pair):
+    a, b = link_pair
+    b.send(b"last words")
+    b.close()
+    assert a.receive() == [b"last words"]
+    # a poll reports the end of the file as input (POLLHUP): the next call reads it
+    assert select.select([a.read_fd], [], [], 5)[0]
+    assert a.receive() == [] and a.closed_by_peer
+    with pytest.raises(BrokenPipeError):
+        a.send(b"anyone there?")
+
+
+def test_a_frame_over_the_limit_breaks_the_link_after_the_frames_before_it(link_pair):
+    a, b = link_pair
+    b.max_frame = 1000
+    a.send(b"fine")
+    a.send(b"y" * 1001)
+    a.send(b"after")
+    assert b.receive() == [b"fine"]
+    assert b.error == "a frame of 1001 bytes (at most 1000)"
+    assert b.receive() == []  # nothing more is read from a broken link
+    # a header too large at the end of a full buffer: no buffer is made for its frame
+    ours, theirs = pipe_pair()
+    c, d = PipeLink(*ours, 100_000), PipeLink(*theirs, 1 << 30)
+    try:
+        d.send(b"z" * (65536 - 8))  # with its header, the buffer less 4 bytes
+        os.write(d.write_fd, (10**9).to_bytes(4, "little") + b"more")
+        assert c.receive() == [b"z" * (65536 - 8)]
+        assert c.error == "a frame of 1000000000 bytes (at most 100000)"
+        assert len(c._buffer) == 1 << 16
+    finally:
+        c.close()
+        d.close()
+
+
+# ---------------------------------------------------------------- the driver's side
+
+def executor_processes():
+    return [proc for proc in psutil.Process().children(recursive=True)
+            if "zsched.executor" in " ".join(proc.cmdline())]
+
+
+@pytest.mark.parametrize("in_process", [True, False], ids=["embedded-driver", "driver-process"])
+def test_a_local_cluster_s_executors_talk_to_its_driver_over_pipes(in_process):
+    with zsched.LocalCluster(2, in_process=in_process) as cluster:
+        client = cluster.client()
+        assert sum(client.map(abs, range(-1000, 1000))) == 1_000_000
+        commands = [proc.cmdline() for proc in executor_processes()]
+        assert len(commands) == 2
+        for command in commands:
+            assert "--driver-fds" in command and "--secret-file" not in command
+        client.shutdown()
+
+
+def test_with_local_executor_link_socket_they_use_the_driver_s_socket():
+    with zsched.LocalCluster(2, local_executor_link="socket") as cluster:
+        client = cluster.client()
+        assert client.submit(pow, 2, 10).result(30) == 1024
+        for proc in executor_processes():
+            command = proc.cmdline()
+            assert "--driver-fds" not in command and "--secret-file" in command
+        client.shutdown()
+
+
+def test_an_executor_killed_is_found_at_once_and_its_task_runs_elsewhere(tmp_path):
+    marker = tmp_path / "started"
+
+    def note_and_sleep(path, seconds):
+        import os
+        import time
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(seconds)
+        return os.getpid()
+
+    # heartbeats are slow here: only the pipe's end of file can tell the driver in time
+    with zsched.LocalCluster(2, executor_heartbeat_interval=20,
+                             executor_heartbeat_timeout=60) as cluster:
+        client = cluster.client()
+        future = client.submit(note_and_sleep, str(marker), 3)
+        wait_for(lambda: marker.exists() and marker.read_text().strip(), timeout=30,
+                 message="the task started")
+        victim = int(marker.read_text().split()[0])
+        killed_at = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        losses = wait_for(lambda: client.status()["losses"], timeout=10,
+                          message="the killed executor removed")
+        assert time.monotonic() - killed_at < 5
+        assert "killed by signal SIGKILL" in losses[0]["reason"], losses
+        assert future.result(60) != victim  # ran again, on another executor
+        client.shutdown()
+
+
+class JunkExecutors(LocalClusterManager):
+    """Starts, instead of executors, a script that registers over the pipes, sends what
+    ``script`` says, then waits for the end of its input."""
+
+    script = ""
+
+    def _start_one(self):
+        ours, theirs = pipe_pair()
+        command = [sys.executable, "-c", self.script, str(theirs[0]), str(theirs[1]), self.app_id]
+        process = subprocess.Popen(command, pass_fds=theirs, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        for fd in theirs:
+            os.close(fd)
+        executor_id = str(next(self._ids))
+        self._processes[executor_id] = process
+        self.adopt_link(executor_id, *ours)
+
+
+REGISTER_THEN = """
+import os, sys, time
+from zsched import protocol as p
+from zsched.pipe_link import PipeLink
+link = PipeLink(int(sys.argv[1]), int(sys.argv[2]), 1 << 20)
+link.send(p.encode(p.RegisterExecutor("junk-1", "localhost", 1, sys.argv[3], os.getpid())))
+{then}
+while not link.closed_by_peer:  # until the driver closes its end or says to stop
+    link.flush()
+    for frame in link.receive():
+        if p.decode(frame).TYPE in (p.MsgType.SHUTDOWN, p.MsgType.STOP_EXECUTOR):
+            sys.exit(0)
+    time.sleep(0.01)
+"""
+
+
+def run_driver_with(script, caplog):
+    from zsched.driver import Driver
+    manager = JunkExecutors()
+    manager.script = script
+    driver = Driver(Config(), cluster_manager=manager, initial_executors=1, keys=None)
+    with caplog.at_level(logging.INFO, logger="zsched.driver"):
+        driver.start_thread()
+        return driver
+
+
+def test_junk_over_a_pipe_is_dropped_and_the_driver_serves_on(caplog):
+    driver = run_driver_with(REGISTER_THEN.format(then="""
+link.send(b"\\x00\\x01 not a message")
+"""), caplog)
+    try:
+        wait_for(lambda: "dropped malformed input from peer" in caplog.text, timeout=30,
+                 message="the junk warned of")
+        assert "junk-1" in driver.executors  # registered before, and kept
+        assert driver.is_running()
+    finally:
+        driver.request_stop()
+        driver.join(60)
+    assert not driver.is_running()
+
+
+def test_a_frame_over_the_limit_over_a_pipe_drops_that_executor(caplog):
+    driver = run_driver_with(REGISTER_THEN.format(then="""
+os.write(link.write_fd, (1 << 30).to_bytes(4, "little"))
+"""), caplog)
+    try:
+        wait_for(lambda: "broke its link: a frame of 1073741824 bytes" in caplog.text,
+                 timeout=30, message="the executor dropped")
+        assert "junk-1" not in driver.executors
+        assert "Removed executor junk-1 on localhost: broke its link: a frame of 1073741824 bytes" \
+            in caplog.text
+        assert driver.is_running()
+    finally:
+        driver.request_stop()
+        driver.join(60)
+
+
+# ---------------------------------------------------------------- the executor's side
+
+class FakeDriver:
+    """The test as a driver: an executor process started with ``--driver-fds``."""
+
+    def __init__(self, tmp_path, cores=1):
+        ours, theirs = pipe_pair()
+        self.link = PipeLink(*ours, 1 << 30)
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(BIN, "executor"), "--driver-url", "pipe:test",
+             "--executor-id", "7", "--hostname", "localhost", "--cores", str(cores),
+             "--app-id", "app", "--driver-fds", "%d,%d" % theirs],
+            pass_fds=theirs, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for fd in theirs:
+            os.close(fd)
+
+    def receive(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            frames = self.link.receive()
+            if frames:
+                return [p.decode(frame) for frame in frames]
+            if self.link.closed_by_peer:
+                return []
+            select.select([self.link.read_fd], [], [], 0.5)
+        raise AssertionError("nothing from the executor")
+
+    def register(self):
+        (msg,) = self.receive()
+        assert isinstance(msg, p.RegisterExecutor) and msg.executor_id == "7"
+        self.link.send(p.encode(p.RegisteredExecutor(99, Config().to_settings())))
+
+    def finish(self, timeout=30):
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            raise AssertionError("the executor did not exit")
+        self.link.close()
+        return self.proc.returncode, err
+
+
+def test_a_piped_executor_runs_tasks_and_exits_when_its_driver_s_end_closes(tmp_path):
+    import cloudpickle
+    import pickle
+    driver = FakeDriver(tmp_path)
+    driver.register()
+    blob = cloudpickle.dumps(pow)
+    driver.link.send(p.encode(p.LaunchTasks({b"d": blob}, [[1, 1, b"d", pickle.dumps(((2, 5), {}))]])))
+    messages = []
+    while not any(isinstance(m, p.StatusUpdates) for m in messages):
+        messages += driver.receive()
+    (update,) = [m for m in messages if isinstance(m, p.StatusUpdates)][0].updates
+    assert update[:3] == [1, 1, p.TaskState.FINISHED] and pickle.loads(update[3]) == 32
+    driver.link.close()  # the driver is gone
+    status, err = driver.finish()
+    assert status == 1 and "lost the connection to the driver" in err, err
+
+
+def test_a_piped_executor_ignores_junk_and_stops_on_an_oversized_frame(tmp_path):
+    driver = FakeDriver(tmp_path)
+    driver.register()  # and at once, what follows: read with the answer, or after it
+    driver.link.send(b"\x00junk")
+    driver.link.send(p.encode(p.HeartbeatAck(99)))
+    os.write(driver.link.write_fd, (1 << 31).to_bytes(4, "little"))
+    status, err = driver.finish()
+    assert "ignored a malformed message from the driver" in err, err
+    assert status == 1 and "the driver broke the link" in err, err
+
+
+def test_a_piped_executor_whose_driver_closes_before_answering_does_not_register(tmp_path):
+    driver = FakeDriver(tmp_path)
+    (msg,) = driver.receive()
+    assert isinstance(msg, p.RegisterExecutor)
+    driver.link.close()
+    status, err = driver.finish()
+    assert status == 1 and "Cannot register with driver pipe:test: it closed its pipe" in err, err
+
+
+@pytest.mark.parametrize("value", ["", "3", "a,b", "1,2,3", "900,901"])
+def test_bad_driver_fds_print_usage_and_exit_1(value):
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BIN, "executor"), "--driver-url", "pipe:x", "--executor-id",
+         "1", "--hostname", "h", "--cores", "1", "--app-id", "a", "--driver-fds", value],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc
+    assert "--driver-fds must be two open file descriptors" in proc.stderr, proc.stderr
+    assert "Usage" in proc.stderr
