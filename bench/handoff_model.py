@@ -15,6 +15,10 @@ sockets and a pipe; the caller is the main thread. Three designs of one round tr
 - ``caller > loop > echo > caller``: the same, but the caller reads the reply itself (the
   loop thread leaves the socket alone meanwhile).
 - ``caller > echo > caller``: the caller sends and reads itself.
+- ``caller > loop > echo > loop > caller, over pipes``: the first design, with the echo
+  reached over a pair of pipes instead of ZeroMQ sockets (as ``zsched.Client()``'s driver
+  thread reaches the executors it started): a ZeroMQ message also wakes the I/O thread of
+  each side, a pipe only its reader.
 
 Each adds Python work of a few µs at most; what differs is the thread wake-ups. Designs
 are interleaved round by round; p50 and p90 of the round trip in µs, medians over rounds.
@@ -35,7 +39,31 @@ import time
 import zmq
 
 DESIGNS = ("caller > loop > echo > loop > caller", "caller > loop > echo > caller",
-           "caller > echo > caller")
+           "caller > echo > caller", "caller > loop > echo > loop > caller, over pipes")
+
+
+def echo_over_pipes(read_fd, write_fd):
+    while True:
+        frame = os.read(read_fd, 8)
+        if frame in (b"stop", b""):
+            break
+        os.write(write_fd, frame)
+
+
+class PipeEnds:
+    """Frames of 8 bytes over a pair of pipes, with the socket methods the model uses."""
+
+    def __init__(self, read_fd, write_fd):
+        self.read_fd, self.write_fd = read_fd, write_fd
+
+    def fileno(self):
+        return self.read_fd
+
+    def send(self, frame):
+        os.write(self.write_fd, frame)
+
+    def recv(self):
+        return os.read(self.read_fd, 8)
 
 
 def echo(url_in, url_out):
@@ -77,8 +105,10 @@ class Model:
         poller = zmq.Poller()
         poller.register(self.rx, zmq.POLLIN)
         poller.register(self.read_fd, zmq.POLLIN)
+        # a Poller reports a socket as itself, any other object as its descriptor
+        rx_key = self.rx.fileno() if isinstance(self.rx, PipeEnds) else self.rx
         while not self.stopping:
-            reads_socket = self.design == DESIGNS[0]
+            reads_socket = self.design in (DESIGNS[0], DESIGNS[3])
             if reads_socket:
                 ready = dict(poller.poll(1000))
             else:  # the caller reads the replies: this thread waits on the pipe alone
@@ -90,12 +120,17 @@ class Model:
                     pass
             while self.outbox:
                 self.tx.send(self.outbox.popleft())
-            if reads_socket and self.rx in ready:
+            if reads_socket and rx_key in ready:
+                if isinstance(self.rx, PipeEnds):  # one frame at a time: one read
+                    self.hand_back(self.rx.recv())
+                    continue
                 while self.rx.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    frame = self.rx.recv()
-                    with self.condition:
-                        self.reply = frame
-                        self.condition.notify_all()
+                    self.hand_back(self.rx.recv())
+
+    def hand_back(self, frame):
+        with self.condition:
+            self.reply = frame
+            self.condition.notify_all()
 
     def round_trip(self, frame):
         if self.design == DESIGNS[2]:
@@ -147,24 +182,34 @@ def main(argv=None):
         child = multiprocessing.Process(target=echo, args=(url_in, url_out))
         child.start()
         model = Model(tx, rx)
+        to_echo_read, to_echo_write = os.pipe()
+        from_echo_read, from_echo_write = os.pipe()
+        piped_child = multiprocessing.Process(target=echo_over_pipes,
+                                              args=(to_echo_read, from_echo_write))
+        piped_child.start()
+        piped_model = Model(PipeEnds(None, to_echo_write), PipeEnds(from_echo_read, None))
         try:
             order = list(DESIGNS)
             for _ in range(args.rounds):
                 for design in order:
-                    runs[design].append(measure(model, design, args.samples))
+                    chosen = piped_model if design == DESIGNS[3] else model
+                    runs[design].append(measure(chosen, design, args.samples))
                 order.reverse()
         finally:
             model.stop()
+            piped_model.stop()
             tx.send(b"stop")
+            os.write(to_echo_write, b"stop")
             child.join(10)
+            piped_child.join(10)
             context.destroy(0)
-    print(f"{'design':<38} {'p50 us':>7} {'p90 us':>7}   p50 of each round")
+    print(f"{'design':<50} {'p50 us':>7} {'p90 us':>7}   p50 of each round")
     medians = {}
     for design, values in runs.items():
         p50 = statistics.median(v[0] for v in values)
         p90 = statistics.median(v[1] for v in values)
         medians[design] = {"p50_us": p50, "p90_us": p90}
-        print(f"{design:<38} {p50:>7.0f} {p90:>7.0f}   {', '.join(f'{v[0]:.0f}' for v in values)}")
+        print(f"{design:<50} {p50:>7.0f} {p90:>7.0f}   {', '.join(f'{v[0]:.0f}' for v in values)}")
     print("JSON " + json.dumps({"benchmark": "zsched-handoff-model", "params": vars(args),
                                 "medians": medians, "rounds": runs}))
 

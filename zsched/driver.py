@@ -394,13 +394,16 @@ class Driver:
 
     def _serve_links(self, events):
         """Read the links that have input, and write those that had output queued."""
-        # a handler may close any link: each is looked up again
-        for fd, rid in list(self._link_writers.items()):
-            if fd in events and rid in self._links:
-                self._flush_link(rid, self._links[rid])
-        for fd, rid in list(self._link_readers.items()):
-            if fd in events and rid in self._links:
-                self._receive_link(rid, self._links[rid])
+        # what polled ready, a few descriptors; a handler may close any link meanwhile
+        writers, readers, links = self._link_writers, self._link_readers, self._links
+        for key in events:
+            rid = writers.get(key)
+            if rid is not None and rid in links:
+                self._flush_link(rid, links[rid])
+        for key in events:
+            rid = readers.get(key)
+            if rid is not None and rid in links:
+                self._receive_link(rid, links[rid])
 
     def _receive_link(self, rid, link):
         frames = link.receive()

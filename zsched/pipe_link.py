@@ -87,10 +87,6 @@ class PipeLink:
         self._outbox = deque()      # [bytes, bytes of it written, whether a frame ends there]
         self.queued_frames = 0      # frames not yet written whole
 
-    def fileno(self):
-        """The descriptor to poll for input (pollers take any object with ``fileno``)."""
-        return self.read_fd
-
     @property
     def wants_write(self):
         return bool(self._outbox)
