@@ -294,17 +294,25 @@ class ExecutorBackend:
             events = dict(poller.poll(remaining * 1000))
             if sock not in events:
                 continue
-            try:
-                msg = p.decode(sock.recv())
-            except p.ProtocolError as exc:
-                log.warning("ignored a malformed message from the driver: %s", exc)
-                continue
-            if isinstance(msg, p.RegisterExecutorFailed):
-                raise RegistrationError(f"Registration refused by driver {self.driver_url}: "
-                                        f"{msg.reason}")
-            if isinstance(msg, expected):
+            msg = self._answer_in(sock.recv(), expected)
+            if msg is not None:
                 return msg
-            log.warning("ignored %s before registration", type(msg).__name__)
+
+    def _answer_in(self, frame, expected):
+        """The driver's answer to a registration step if ``frame`` holds it (``expected``,
+        a message class), else None; RegistrationError if the driver refused."""
+        try:
+            msg = p.decode(frame)
+        except p.ProtocolError as exc:
+            log.warning("ignored a malformed message from the driver: %s", exc)
+            return None
+        if isinstance(msg, p.RegisterExecutorFailed):
+            raise RegistrationError(f"Registration refused by driver {self.driver_url}: "
+                                    f"{msg.reason}")
+        if isinstance(msg, expected):
+            return msg
+        log.warning("ignored %s before registration", type(msg).__name__)
+        return None
 
     def _exchange_over_link(self, request, deadline):
         """``_exchange`` over the link: no handshake, and the settings come with the answer."""
@@ -330,19 +338,11 @@ class ExecutorBackend:
                                         "its pipe is closed") from None
             frames = link.receive()
             for i, frame in enumerate(frames):
-                try:
-                    msg = p.decode(frame)
-                except p.ProtocolError as exc:
-                    log.warning("ignored a malformed message from the driver: %s", exc)
-                    continue
-                if isinstance(msg, p.RegisterExecutorFailed):
-                    raise RegistrationError(f"Registration refused by driver {self.driver_url}: "
-                                            f"{msg.reason}")
-                if isinstance(msg, p.RegisteredExecutor):
+                msg = self._answer_in(frame, p.RegisteredExecutor)
+                if msg is not None:
                     # what came with the answer (tasks, at once) is for the loop
                     self._early_frames = frames[i + 1:]
                     return msg
-                log.warning("ignored %s before registration", type(msg).__name__)
             if link.error is not None:
                 raise RegistrationError(f"Cannot register with driver {self.driver_url}: "
                                         f"it broke the link: {link.error}")
