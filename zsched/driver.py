@@ -1120,12 +1120,14 @@ class Driver:
     def _flush_links(self, seconds):
         """Write what the links still hold (Shutdown), ``seconds`` at most in all."""
         deadline = self.clock() + seconds
-        while self._link_writers and self.clock() < deadline:
-            for rid in list(self._link_writers.values()):
-                if rid in self._links:
-                    self._flush_link(rid, self._links[rid])
-            if self._link_writers:
-                time.sleep(0.005)
+        for rid in list(self._link_writers.values()):
+            link = self._links.get(rid)
+            if link is None:
+                continue
+            try:
+                link.flush_within(max(0.0, deadline - self.clock()))
+            except BrokenPipeError:
+                self._link_lost(rid, "gone")
 
     def _stop_local_clients(self):
         """Tell the clients in this process that the driver is gone; none connects later."""

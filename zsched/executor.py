@@ -900,24 +900,13 @@ class ExecutorBackend:
         if self.socket is not None:
             self.socket.close(linger=linger)
         if self.link is not None:
-            self._linger_link(linger / 1000)
+            try:
+                self.link.flush_within(linger / 1000)
+            except BrokenPipeError:
+                pass  # the driver is gone: nobody to tell
             self.link.close()
         self.context.term()
         self._wakeup.close()
-
-    def _linger_link(self, seconds):
-        """Write what the link still holds, ``seconds`` at most, as a socket lingers."""
-        link = self.link
-        deadline = self.clock() + seconds
-        while link.wants_write and not link.closed:
-            remaining = deadline - self.clock()
-            if remaining <= 0:
-                return
-            select.select([], [link.write_fd], [], remaining)
-            try:
-                link.flush()
-            except BrokenPipeError:
-                return
 
 
 # ---------------------------------------------------------------- command line

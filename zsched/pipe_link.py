@@ -2,7 +2,7 @@
 talk.
 
 The frames are the ones the ZeroMQ bus carries (``protocol.encode``), each preceded by its
-length; only the carrier differs. A ZeroMQ message between two processes wakes four
+length; only the carrier differs. A ZeroMQ message between two processes wakes three
 threads (each side's I/O thread, then the receiver), and those wake-ups are most of a lone
 task's latency. A pipe wakes only its reader, and Linux runs a reader woken by a writer
 that is about to wait on the writer's own CPU. The pipes are inherited from the driver's
@@ -27,7 +27,9 @@ One thread uses a link at a time.
 import ctypes
 import fcntl
 import os
+import select
 import struct
+import time
 from collections import deque
 
 _HEADER = struct.Struct("<I")   # the length of the frame that follows
@@ -129,6 +131,17 @@ class PipeLink:
                 return False
             outbox.popleft()
             self.queued_frames -= entry[2]
+        return True
+
+    def flush_within(self, seconds):
+        """``flush``, waiting for room in the pipe up to ``seconds`` in all (as a closing
+        socket lingers); True once the outbox is empty."""
+        deadline = time.monotonic() + seconds
+        while not self.flush():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            select.select([], [self.write_fd], [], remaining)
         return True
 
     # ------------------------------------------------------------ reading
