@@ -4,7 +4,8 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=cythonize(
-        [Extension("zsched._fastpath", ["zsched/_fastpath.pyx"])],
+        [Extension("zsched._fastpath", ["zsched/_fastpath.pyx"]),
+         Extension("zsched._pipe_link", ["zsched/_pipe_link.pyx"])],
         compiler_directives={"language_level": "3", "boundscheck": False, "wraparound": False},
     )
 )

@@ -17,15 +17,30 @@ from conftest import BIN, wait_for
 from zsched import protocol as p
 from zsched.cluster import LocalClusterManager
 from zsched.config import Config
-from zsched.pipe_link import PipeLink, pipe_pair
+from zsched import fastpath
+from zsched.pipe_link import PipeLink, PipeLinkReference, pipe_pair
 
 pytestmark = pytest.mark.timeout(120)
 
+# The compiled link and the reference pass the same tests, and each reads what the other
+# writes. Without the compiled module (ZSCHED_PUREPYTHON=1) PipeLink is the reference.
+IMPLEMENTATIONS = {"reference": PipeLinkReference}
+if fastpath.COMPILED:
+    from zsched._pipe_link import PipeLink as CompiledPipeLink
+    IMPLEMENTATIONS["compiled"] = CompiledPipeLink
+PAIRS = [(a, b) for a in IMPLEMENTATIONS for b in IMPLEMENTATIONS]
 
-@pytest.fixture
-def link_pair():
+
+def test_the_link_in_use_is_the_compiled_one_unless_the_reference_is_asked_for():
+    assert PipeLink is (IMPLEMENTATIONS["compiled"] if fastpath.COMPILED else PipeLinkReference)
+
+
+@pytest.fixture(params=PAIRS, ids=["-".join(pair) for pair in PAIRS])
+def link_pair(request):
+    """Two ends of one link, ``(ours, theirs)``, of the implementations in the test's id."""
+    first, second = (IMPLEMENTATIONS[name] for name in request.param)
     ours, theirs = pipe_pair()
-    a, b = PipeLink(*ours, 1 << 30), PipeLink(*theirs, 1 << 30)
+    a, b = first(*ours, 1 << 30), second(*theirs, 1 << 30)
     yield a, b
     a.close()
     b.close()
@@ -73,7 +88,7 @@ def test_a_peer_that_does_not_read_never_blocks_the_sender(link_pair):
 def test_the_read_buffer_shrinks_back_after_a_large_frame(link_pair):
     a, b = link_pair
     assert exchange(a, b, [b"x" * 3_000_000, b"small"]) == [b"x" * 3_000_000, b"small"]
-    assert len(b._buffer) == 1 << 16
+    assert b.buffer_size == 1 << 16
 
 
 def test_end_of_file_comes_after_what_the_peer_sent(link_pair):
@@ -99,13 +114,13 @@ def test_a_frame_over_the_limit_breaks_the_link_after_the_frames_before_it(link_
     assert b.receive() == []  # nothing more is read from a broken link
     # a header too large at the end of a full buffer: no buffer is made for its frame
     ours, theirs = pipe_pair()
-    c, d = PipeLink(*ours, 100_000), PipeLink(*theirs, 1 << 30)
+    c, d = type(b)(*ours, 100_000), type(a)(*theirs, 1 << 30)
     try:
         d.send(b"z" * (65536 - 8))  # with its header, the buffer less 4 bytes
         os.write(d.write_fd, (10**9).to_bytes(4, "little") + b"more")
         assert c.receive() == [b"z" * (65536 - 8)]
         assert c.error == "a frame of 1000000000 bytes (at most 100000)"
-        assert len(c._buffer) == 1 << 16
+        assert c.buffer_size == 1 << 16
     finally:
         c.close()
         d.close()

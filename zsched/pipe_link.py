@@ -17,10 +17,13 @@ returns the whole frames; the end of the file (the peer closed its end or exited
 frames before it, sets ``error`` and reads no more, and its owner drops it, as ZeroMQ drops
 a connection over its MAXMSGSIZE.
 
-Reads and writes keep the GIL (the C library's ``read`` and ``write`` through
-``ctypes.PyDLL``): the descriptors are non-blocking, so no call waits, and a driver thread
-that let the GIL go at each read would wait for it behind a caller busy in Python (up to the
-interpreter's switch interval) before it could go on.
+Reads and writes keep the GIL: the descriptors are non-blocking, so no call waits, and a
+driver thread that let the GIL go at each read would wait for it behind a caller busy in
+Python (up to the interpreter's switch interval) before it could go on.
+
+``PipeLink`` is the compiled link (``_pipe_link.pyx``: its reads and writes are C calls),
+unless ``ZSCHED_PUREPYTHON=1`` selects ``PipeLinkReference``, this module's link in Python
+(the C library's ``read`` and ``write`` through ``ctypes.PyDLL``). The tests run both.
 
 One thread uses a link at a time.
 """
@@ -32,8 +35,11 @@ import struct
 import time
 from collections import deque
 
+from . import fastpath
+
 _HEADER = struct.Struct("<I")   # the length of the frame that follows
-_BUFFER_SIZE = 1 << 16          # the read buffer's size, unless a frame needs more
+BUFFER_SIZE = 1 << 16           # the read buffer's size, unless a frame needs more
+PIPE_BUF = 4096                 # a write of at most this many bytes to a pipe is whole or none
 # F_SETPIPE_SZ: a larger pipe takes a batch of launches or status updates in one write
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PIPE_SIZE = 1 << 20
@@ -71,7 +77,7 @@ def pipe_pair():
     return (from_child_read, to_child_write), (to_child_read, from_child_write)
 
 
-class PipeLink:
+class PipeLinkReference:
     """One end of a link: frames in through ``read_fd``, out through ``write_fd``."""
 
     def __init__(self, read_fd, write_fd, max_frame):
@@ -84,7 +90,7 @@ class PipeLink:
         self.error = None           # why the peer's input cannot be read (a frame too large)
         self.closed = False
         # bytes read and not yet returned: from _start to _end of _buffer
-        self._buffer = ctypes.create_string_buffer(_BUFFER_SIZE)
+        self._buffer = ctypes.create_string_buffer(BUFFER_SIZE)
         self._start = self._end = 0
         self._outbox = deque()      # [bytes, bytes of it written, whether a frame ends there]
         self.queued_frames = 0      # frames not yet written whole
@@ -93,6 +99,11 @@ class PipeLink:
     def wants_write(self):
         return bool(self._outbox)
 
+    @property
+    def buffer_size(self):
+        """The read buffer's size in bytes."""
+        return len(self._buffer)
+
     # ------------------------------------------------------------ writing
 
     def send(self, frame):
@@ -100,8 +111,8 @@ class PipeLink:
         the peer has closed its end."""
         header = _HEADER.pack(len(frame))
         outbox = self._outbox
-        if len(frame) <= 4096:
-            outbox.append([header + frame, 0, True])  # at most PIPE_BUF: written whole
+        if len(frame) + 4 <= PIPE_BUF:
+            outbox.append([header + frame, 0, True])  # written whole, or not at all
         else:
             outbox.append([header, 0, False])
             outbox.append([frame, 0, True])
@@ -186,8 +197,8 @@ class PipeLink:
             start += 4 + size
         if start == end:
             start = self._end = 0
-            if len(buffer) > _BUFFER_SIZE:  # a large frame has gone: give its room back
-                self._buffer = ctypes.create_string_buffer(_BUFFER_SIZE)
+            if len(buffer) > BUFFER_SIZE:  # a large frame has gone: give its room back
+                self._buffer = ctypes.create_string_buffer(BUFFER_SIZE)
         self._start = start
 
     def _make_room(self):
@@ -225,3 +236,9 @@ class PipeLink:
                 os.close(fd)
             except OSError:
                 pass
+
+
+if fastpath.COMPILED:
+    from ._pipe_link import PipeLink
+else:
+    PipeLink = PipeLinkReference
