@@ -253,3 +253,29 @@ cdef class PipeLink:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def write_keeping_gil(int fd, bytes data):
+    """``write(2)`` of ``data`` to ``fd``, a C call that keeps the GIL (for a non-blocking
+    descriptor: it cannot wait); the bytes written, or -1."""
+    return write(fd, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+
+
+cdef extern from "<sys/timerfd.h>" nogil:
+    struct timespec:
+        long tv_sec
+        long tv_nsec
+    struct itimerspec:
+        timespec it_interval
+        timespec it_value
+    int timerfd_settime(int fd, int flags, const itimerspec *new_value, itimerspec *old_value)
+
+
+def set_timer(int fd, long seconds, long nanoseconds):
+    """Set the one-shot timerfd ``fd`` to expire in ``seconds`` and ``nanoseconds`` (both 0:
+    disarm it), a C call that keeps the GIL; 0, or -1 on failure."""
+    cdef itimerspec spec
+    spec.it_interval.tv_sec = spec.it_interval.tv_nsec = 0
+    spec.it_value.tv_sec = seconds
+    spec.it_value.tv_nsec = nanoseconds
+    return timerfd_settime(fd, 0, &spec, NULL)

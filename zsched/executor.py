@@ -39,6 +39,7 @@ import zmq
 from . import protocol as p
 from .config import Config
 from .errors import ConfigError, MessageTooLarge, exception_payload
+from . import fastpath
 from .fastpath import SocketState
 from .pipe_link import PipeLink
 from .protocol import MsgType, TaskState
@@ -103,10 +104,24 @@ class _TimerSpec(ctypes.Structure):
                 ("value_sec", ctypes.c_long), ("value_nsec", ctypes.c_long)]
 
 
+def _ctypes_set_timer(timerfd_settime):
+    """``set_timer(fd, seconds, nanoseconds)`` through ctypes: a one-shot ``timerfd_settime``."""
+    timerfd_settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    specs = {}  # (seconds, nanoseconds) -> its _TimerSpec: a timer is set to a few values
+
+    def set_timer(fd, seconds, nanoseconds):
+        spec = specs.get((seconds, nanoseconds))
+        if spec is None:
+            spec = specs[seconds, nanoseconds] = _TimerSpec(0, 0, seconds, nanoseconds)
+        return timerfd_settime(fd, 0, ctypes.byref(spec), None)
+    return set_timer
+
+
 class KernelTimer:
     """A one-shot Linux timerfd: ``arm`` and ``disarm`` are one system call each and wake no
     thread; ``fd`` becomes readable when the time is up. ``create`` returns None where there
-    is none (not Linux, or not 64-bit)."""
+    is none (not Linux, or not 64-bit). The calls are compiled (``_pipe_link.set_timer``),
+    or go through ctypes with the pure-Python fast path."""
 
     @classmethod
     def create(cls, seconds):
@@ -121,25 +136,26 @@ class KernelTimer:
         fd = timerfd_create(clock_monotonic, os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 0:
             return None
-        return cls(fd, timerfd_settime, seconds)
+        if fastpath.COMPILED:
+            from ._pipe_link import set_timer
+        else:
+            set_timer = _ctypes_set_timer(timerfd_settime)
+        return cls(fd, set_timer, seconds)
 
-    def __init__(self, fd, timerfd_settime, seconds):
+    def __init__(self, fd, set_timer, seconds):
         self.fd = fd
-        timerfd_settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
-        self._settime = timerfd_settime
-        whole = int(seconds)
-        self._armed = _TimerSpec(0, 0, whole, max(1, int((seconds - whole) * 1e9)))
-        self._now = _TimerSpec(0, 0, 0, 1)
-        self._off = _TimerSpec()
+        self._set = set_timer  # (fd, seconds, nanoseconds)
+        self._seconds = int(seconds)
+        self._nanoseconds = max(1, int((seconds - self._seconds) * 1e9))
 
     def arm(self):
-        self._settime(self.fd, 0, ctypes.byref(self._armed), None)
+        self._set(self.fd, self._seconds, self._nanoseconds)
 
     def disarm(self):
-        self._settime(self.fd, 0, ctypes.byref(self._off), None)
+        self._set(self.fd, 0, 0)
 
     def fire_now(self):
-        self._settime(self.fd, 0, ctypes.byref(self._now), None)
+        self._set(self.fd, 0, 1)
 
     def clear(self):
         try:

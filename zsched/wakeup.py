@@ -2,17 +2,22 @@
 import ctypes
 import os
 
+from . import fastpath
+
 
 def _write_holding_gil():
-    """``write(2)`` called without releasing the GIL (``ctypes.PyDLL``), or None where the C
-    library's ``write`` cannot be found this way."""
+    """``write(2)`` called without releasing the GIL: compiled (``_pipe_link``), else through
+    ``ctypes.PyDLL``; None where the C library's ``write`` cannot be found that way."""
+    if fastpath.COMPILED:
+        from ._pipe_link import write_keeping_gil
+        return write_keeping_gil
     try:
         write = ctypes.PyDLL(None).write
     except (OSError, AttributeError, TypeError):
         return None
     write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
     write.restype = ctypes.c_ssize_t
-    return write
+    return lambda fd, data: write(fd, data, len(data))
 
 
 class WakeupPipe:
@@ -45,7 +50,7 @@ class WakeupPipe:
 
     def _write(self):
         if self._write_keeping_gil is not None:
-            self._write_keeping_gil(self._write_fd, b"x", 1)  # -1 when full or closed: as below
+            self._write_keeping_gil(self._write_fd, b"x")  # -1 when full or closed: as below
             return
         try:
             os.write(self._write_fd, b"x")
