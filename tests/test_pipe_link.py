@@ -18,7 +18,7 @@ from zsched import protocol as p
 from zsched.cluster import LocalClusterManager
 from zsched.config import Config
 from zsched import fastpath
-from zsched.pipe_link import PipeLink, PipeLinkReference, pipe_pair
+from zsched.pipe_link import HEADER_SIZE, PipeLink, PipeLinkReference, pipe_pair
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -103,6 +103,16 @@ def test_end_of_file_comes_after_what_the_peer_sent(link_pair):
         a.send(b"anyone there?")
 
 
+def test_a_length_header_takes_any_frame_size_and_a_huge_one_breaks_the_link(link_pair):
+    a, b = link_pair
+    # a frame of more than 4 GiB (not made here: its header alone) is just over the limit
+    os.write(a.write_fd, (5 << 30).to_bytes(HEADER_SIZE, "little"))
+    assert b.receive() == [] and b.error == f"a frame of {5 << 30} bytes (at most {1 << 30})"
+    a.max_frame = 1 << 40  # and under a limit above it, a frame that has not arrived yet
+    os.write(b.write_fd, (5 << 30).to_bytes(HEADER_SIZE, "little") + b"start")
+    assert a.receive() == [] and a.error is None
+
+
 def test_a_frame_over_the_limit_breaks_the_link_after_the_frames_before_it(link_pair):
     a, b = link_pair
     b.max_frame = 1000
@@ -116,9 +126,10 @@ def test_a_frame_over_the_limit_breaks_the_link_after_the_frames_before_it(link_
     ours, theirs = pipe_pair()
     c, d = type(b)(*ours, 100_000), type(a)(*theirs, 1 << 30)
     try:
-        d.send(b"z" * (65536 - 8))  # with its header, the buffer less 4 bytes
-        os.write(d.write_fd, (10**9).to_bytes(4, "little") + b"more")
-        assert c.receive() == [b"z" * (65536 - 8)]
+        first = b"z" * (65536 - 2 * HEADER_SIZE)  # with its header, the buffer less a header
+        d.send(first)
+        os.write(d.write_fd, (10**9).to_bytes(HEADER_SIZE, "little") + b"more")
+        assert c.receive() == [first]
         assert c.error == "a frame of 1000000000 bytes (at most 100000)"
         assert c.buffer_size == 1 << 16
     finally:
@@ -244,7 +255,7 @@ link.send(b"\\x00\\x01 not a message")
 
 def test_a_frame_over_the_limit_over_a_pipe_drops_that_executor(caplog):
     driver = run_driver_with(REGISTER_THEN.format(then="""
-os.write(link.write_fd, (1 << 30).to_bytes(4, "little"))
+os.write(link.write_fd, (1 << 30).to_bytes(8, "little"))
 """), caplog)
     try:
         wait_for(lambda: "broke its link: a frame of 1073741824 bytes" in caplog.text,
@@ -323,7 +334,7 @@ def test_a_piped_executor_ignores_junk_and_stops_on_an_oversized_frame(tmp_path)
     driver.register()  # and at once, what follows: read with the answer, or after it
     driver.link.send(b"\x00junk")
     driver.link.send(p.encode(p.HeartbeatAck(99)))
-    os.write(driver.link.write_fd, (1 << 31).to_bytes(4, "little"))
+    os.write(driver.link.write_fd, (1 << 31).to_bytes(HEADER_SIZE, "little"))
     status, err = driver.finish()
     assert "ignored a malformed message from the driver" in err, err
     assert status == 1 and "the driver broke the link" in err, err

@@ -11,7 +11,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.errno cimport EAGAIN, EINTR, EPIPE, errno
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memmove, strerror
-from libc.stdint cimport uint32_t
+from libc.stdint cimport uint64_t
 
 cdef extern from "<unistd.h>" nogil:
     ssize_t read(int fd, void *buf, size_t count)
@@ -23,22 +23,30 @@ cdef extern from "<sys/uio.h>" nogil:
         size_t iov_len
     ssize_t writev(int fd, const iovec *iov, int iovcnt)
 
-from .pipe_link import BUFFER_SIZE, PIPE_BUF
+from .pipe_link import BUFFER_SIZE, HEADER_SIZE, PIPE_BUF
 
 cdef Py_ssize_t C_BUFFER_SIZE = BUFFER_SIZE
 cdef Py_ssize_t C_PIPE_BUF = PIPE_BUF
 
 
-cdef inline void put_length(unsigned char *header, uint32_t size) noexcept:
-    header[0] = size & 0xff
-    header[1] = (size >> 8) & 0xff
-    header[2] = (size >> 16) & 0xff
-    header[3] = (size >> 24) & 0xff
+DEF HEADER = 8  # bytes of a frame's length header, little-endian
 
 
-cdef inline Py_ssize_t get_length(const unsigned char *header) noexcept:
-    return (<Py_ssize_t>header[0] | (<Py_ssize_t>header[1] << 8) | (<Py_ssize_t>header[2] << 16)
-            | (<Py_ssize_t>header[3] << 24))
+cdef inline void put_length(unsigned char *header, uint64_t size) noexcept:
+    cdef int i
+    for i in range(HEADER):
+        header[i] = (size >> (8 * i)) & 0xff
+
+
+cdef inline uint64_t get_length(const unsigned char *header) noexcept:
+    cdef uint64_t size = 0
+    cdef int i
+    for i in range(HEADER):
+        size |= (<uint64_t>header[i]) << (8 * i)
+    return size
+
+
+assert HEADER_SIZE == HEADER
 
 
 cdef object io_error(int error):
@@ -90,27 +98,25 @@ cdef class PipeLink:
     # ------------------------------------------------------------ writing
 
     def send(self, bytes frame):
-        cdef unsigned char header[4]
+        cdef unsigned char header[HEADER]
         cdef Py_ssize_t size = PyBytes_GET_SIZE(frame), written
         cdef iovec parts[2]
         cdef int error
-        if size > 0xffffffff:
-            raise ValueError(f"a frame of {size} bytes does not fit a link's length header")
-        put_length(header, <uint32_t>size)
+        put_length(header, <uint64_t>size)
         if self._outbox:  # frames wait: this one goes after them
             self._queue(header, frame, 0)
             if len(self._outbox) <= 2:  # else the pipe was full a moment ago
                 self.flush()
             return
         parts[0].iov_base = header
-        parts[0].iov_len = 4
+        parts[0].iov_len = HEADER
         parts[1].iov_base = PyBytes_AS_STRING(frame)
         parts[1].iov_len = size
         while True:
             written = writev(self.write_fd, parts, 2)
             if written >= 0 or errno != EINTR:
                 break
-        if written == 4 + size:
+        if written == HEADER + size:
             return
         if written < 0:
             if errno != EAGAIN:
@@ -122,10 +128,10 @@ cdef class PipeLink:
 
     cdef void _queue(self, unsigned char *header, bytes frame, Py_ssize_t written) except *:
         """Queue the part of ``header`` + ``frame`` after its first ``written`` bytes."""
-        cdef bytes head = PyBytes_FromStringAndSize(<char *>header, 4)
-        if written >= 4:
-            self._outbox.append([frame, written - 4, True])
-        elif PyBytes_GET_SIZE(frame) + 4 <= C_PIPE_BUF and written == 0:
+        cdef bytes head = PyBytes_FromStringAndSize(<char *>header, HEADER)
+        if written >= HEADER:
+            self._outbox.append([frame, written - HEADER, True])
+        elif PyBytes_GET_SIZE(frame) + HEADER <= C_PIPE_BUF and written == 0:
             self._outbox.append([head + frame, 0, True])  # written whole, or not at all
         else:
             self._outbox.append([head, written, False])
@@ -195,12 +201,12 @@ cdef class PipeLink:
     cdef int _take_frames(self, list frames) except -1:
         cdef Py_ssize_t start = self._start, end = self._end, size
         cdef unsigned char *smaller
-        while end - start >= 4:
+        while end - start >= HEADER:
             size = self._frame_size(start)
-            if size < 0 or end - start - 4 < size:
+            if size < 0 or end - start - HEADER < size:
                 break
-            frames.append(PyBytes_FromStringAndSize(<char *>self._buffer + start + 4, size))
-            start += 4 + size
+            frames.append(PyBytes_FromStringAndSize(<char *>self._buffer + start + HEADER, size))
+            start += HEADER + size
         if start == end:
             start = self._end = 0
             if self._capacity > C_BUFFER_SIZE:  # a large frame has gone: give its room back
@@ -216,11 +222,11 @@ cdef class PipeLink:
         cdef Py_ssize_t start = self._start, unread = self._end - self._start
         cdef Py_ssize_t needed = unread + 1, size
         cdef unsigned char *larger
-        if unread >= 4:  # room for the whole frame that begins there
+        if unread >= HEADER:  # room for the whole frame that begins there
             size = self._frame_size(start)
             if size < 0:
                 return False
-            needed = max(needed, 4 + size)
+            needed = max(needed, HEADER + size)
         if needed > self._capacity:
             larger = <unsigned char *>malloc(needed)
             if larger == NULL:
@@ -237,11 +243,11 @@ cdef class PipeLink:
 
     cdef Py_ssize_t _frame_size(self, Py_ssize_t start) except? -2:
         """The size of the frame whose header is at ``start``; -1 if over ``max_frame``."""
-        cdef Py_ssize_t size = get_length(self._buffer + start)
-        if size > self.max_frame:
+        cdef uint64_t size = get_length(self._buffer + start)
+        if size > <uint64_t>self.max_frame:
             self.error = f"a frame of {size} bytes (at most {self.max_frame})"
             return -1
-        return size
+        return <Py_ssize_t>size
 
     def close(self):
         if self.closed:

@@ -37,7 +37,8 @@ from collections import deque
 
 from . import fastpath
 
-_HEADER = struct.Struct("<I")   # the length of the frame that follows
+_HEADER = struct.Struct("<Q")   # the length of the frame that follows (no frame is too long for it)
+HEADER_SIZE = _HEADER.size
 BUFFER_SIZE = 1 << 16           # the read buffer's size, unless a frame needs more
 PIPE_BUF = 4096                 # a write of at most this many bytes to a pipe is whole or none
 # F_SETPIPE_SZ: a larger pipe takes a batch of launches or status updates in one write
@@ -111,7 +112,7 @@ class PipeLinkReference:
         the peer has closed its end."""
         header = _HEADER.pack(len(frame))
         outbox = self._outbox
-        if len(frame) + 4 <= PIPE_BUF:
+        if len(frame) + HEADER_SIZE <= PIPE_BUF:
             outbox.append([header + frame, 0, True])  # written whole, or not at all
         else:
             outbox.append([header, 0, False])
@@ -189,12 +190,13 @@ class PipeLinkReference:
     def _take_frames(self, frames):
         """Append the whole frames in the buffer to ``frames``."""
         buffer, start, end = self._buffer, self._start, self._end
-        while end - start >= 4:
+        while end - start >= HEADER_SIZE:
             size = self._frame_size(buffer, start)
-            if size is None or end - start - 4 < size:
+            if size is None or end - start - HEADER_SIZE < size:
                 break
-            frames.append(buffer[start + 4:start + 4 + size])  # bytes: a c_char array's slice
-            start += 4 + size
+            begin = start + HEADER_SIZE
+            frames.append(buffer[begin:begin + size])  # bytes: a c_char array's slice
+            start = begin + size
         if start == end:
             start = self._end = 0
             if len(buffer) > BUFFER_SIZE:  # a large frame has gone: give its room back
@@ -207,11 +209,11 @@ class PipeLinkReference:
         buffer, start, end = self._buffer, self._start, self._end
         unread = end - start
         needed = unread + 1
-        if unread >= 4:  # room for the whole frame that begins there
+        if unread >= HEADER_SIZE:  # room for the whole frame that begins there
             size = self._frame_size(buffer, start)
             if size is None:
                 return False
-            needed = max(needed, 4 + size)
+            needed = max(needed, HEADER_SIZE + size)
         if needed > len(buffer):
             self._buffer = ctypes.create_string_buffer(needed)
         ctypes.memmove(self._buffer, ctypes.byref(buffer, start), unread)
