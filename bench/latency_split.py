@@ -107,8 +107,8 @@ def instrument():
 def instrument_socket_path():
     Driver, Scheduler, Client = driver_module.Driver, scheduler_module.TaskScheduler, client_module.Client
     S = SOCKET_STAGES
-    wrap(Client, "_send_outbox", S[0], when=lambda c: bool(c._outbox))
-    wrap(Client, "_send_outbox", S[1], after=True, when=lambda c: S[0] in marks)
+    wrap(Client, "_send_outbox", S[0], when=lambda c, send: bool(c._outbox))
+    wrap(Client, "_send_outbox", S[1], after=True, when=lambda c, send: S[0] in marks)
     wrap(Driver, "_receive", S[2], when=lambda d: S[1] in marks)
     wrap(Driver, "_handle", S[3], after=True, when=lambda d, rid, msg: isinstance(msg, p.SubmitTasks))
     wrap(Scheduler, "resource_offers", S[4], after=True, when=lambda s: S[3] in marks)

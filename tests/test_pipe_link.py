@@ -358,3 +358,134 @@ def test_bad_driver_fds_print_usage_and_exit_1(value):
     assert proc.returncode == 1, proc
     assert "--driver-fds must be two open file descriptors" in proc.stderr, proc.stderr
     assert "Usage" in proc.stderr
+
+
+# ---------------------------------------------------------------- the cluster's own client
+
+def test_a_local_cluster_s_first_client_talks_to_its_driver_over_pipes():
+    # a killed sleep ends with its executor, after task_kill_timeout (a sleep takes no
+    # exception until it returns)
+    with zsched.LocalCluster(2, tasks_per_core=1, task_kill_timeout="1s") as cluster:
+        first = cluster.client()
+        second = cluster.client()  # the pipes are taken: through the driver's socket
+        assert first._link is not None and first._socket is None
+        assert second._link is None and second._socket is not None
+        assert first.submit(abs, -3).result(30) == 3
+        assert list(first.map(abs, range(-3000, 0))) == list(range(3000, 0, -1))
+        assert second.submit(abs, -4).result(30) == 4
+        # a shut-down client is dropped by the driver: its running task is killed and the
+        # executor serves the other client
+        long = [first.submit(time.sleep, 60) for _ in range(2)]
+        wait_for(lambda: second.status()["tasks"]["running"] == 2, timeout=30,
+                 message="both executors busy")
+        first.shutdown(wait=False, cancel_futures=True)
+        assert all(future.cancelled() for future in long)
+        assert second.submit(abs, -5).result(30) == 5
+        wait_for(lambda: first._link.closed, timeout=30, message="the first client closed")
+
+
+def test_a_piped_client_fails_its_futures_at_once_when_its_driver_dies():
+    with zsched.LocalCluster(1) as cluster:
+        client = cluster.client()
+        assert client._link is not None
+        future = client.submit(time.sleep, 60)
+        wait_for(lambda: client.status()["tasks"]["running"] == 1, timeout=30,
+                 message="the task running")
+        started = time.monotonic()
+        os.kill(cluster._process.pid, signal.SIGKILL)
+        with pytest.raises(zsched.DriverConnectionError, match="lost the connection"):
+            future.result(30)
+        assert time.monotonic() - started < 10  # the pipe's end of file, not a heartbeat timeout
+        with pytest.raises(zsched.DriverConnectionError):
+            client.submit(abs, 1)
+    wait_for(lambda: not executor_processes(), timeout=30, message="the executors gone")
+
+
+class FakeClient:
+    """The test as a client, at the other end of a driver's ``client_fds``."""
+
+    def __init__(self, caplog):
+        from zsched.driver import Driver
+        ours, theirs = pipe_pair()
+        self.link = PipeLink(*ours, 1 << 30)
+        self.driver = Driver(Config(), keys=None, client_fds=theirs)
+        with caplog.at_level(logging.INFO, logger="zsched.driver"):
+            self.driver.start_thread()
+
+    def exchange(self, msg):
+        """Send ``msg``; the first message the driver answers with."""
+        self.link.send(p.encode(msg))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            select.select([self.link.read_fd], [], [], 1)
+            frames = self.link.receive()
+            if frames:
+                return p.decode(frames[0])
+        raise AssertionError("the driver did not answer")
+
+    def close(self):
+        self.driver.request_stop()
+        self.driver.join(60)
+        self.link.close()
+        assert not self.driver.is_running()
+
+
+def test_junk_from_a_piped_client_is_dropped_and_an_oversized_frame_drops_the_client(caplog):
+    client = FakeClient(caplog)
+    try:
+        welcome = client.exchange(p.ClientHello(os.getpid()))
+        assert isinstance(welcome, p.ClientWelcome)
+        assert len(client.driver.clients) == 1
+        client.link.send(b"\x00\x01 not a message")
+        wait_for(lambda: "dropped malformed input from peer" in caplog.text, timeout=30,
+                 message="the junk warned of")
+        assert len(client.driver.clients) == 1 and client.driver.is_running()
+        os.write(client.link.write_fd, (1 << 40).to_bytes(HEADER_SIZE, "little"))
+        wait_for(lambda: not client.driver.clients, timeout=30, message="the client dropped")
+        assert "is cut off (it broke its link: a frame of 1099511627776 bytes" in caplog.text
+        assert client.driver.is_running()
+        # and the driver closed its end of the pipes
+        wait_for(lambda: client.link.receive() == [] and client.link.closed_by_peer, timeout=30,
+                 message="the end of the driver's pipe")
+    finally:
+        client.close()
+
+
+def test_a_piped_client_whose_driver_breaks_the_link_fails_its_futures():
+    from zsched.client import Client
+    ours, theirs = pipe_pair()
+    driver_end = PipeLink(*theirs, 1 << 30)  # the test as the driver
+    try:
+        hello = []
+
+        def answer():  # the client's hello, then the welcome
+            while not hello:
+                select.select([driver_end.read_fd], [], [], 1)
+                hello.extend(p.decode(frame) for frame in driver_end.receive())
+            driver_end.send(p.encode(p.ClientWelcome(1, "app", {})))
+
+        import threading
+        answering = threading.Thread(target=answer)
+        answering.start()
+        client = Client("pipes", _link=PipeLink(*ours, 1 << 30), timeout=30)
+        answering.join(30)
+        assert isinstance(hello[0], p.ClientHello)
+        future = client.submit(abs, -1)
+        wait_for(lambda: any(isinstance(p.decode(frame), p.SubmitTasks)
+                             for frame in driver_end.receive()), timeout=30,
+                 message="the task sent")
+        os.write(driver_end.write_fd, (1 << 40).to_bytes(HEADER_SIZE, "little"))
+        with pytest.raises(zsched.DriverConnectionError, match="broke the link: a frame of"):
+            future.result(30)
+        client.shutdown()
+        assert client._link.closed
+    finally:
+        driver_end.close()
+
+
+@pytest.mark.parametrize("value", ["7", "a,b", "999,998"])
+def test_bad_client_fds_are_a_usage_error(value):
+    done = subprocess.run([sys.executable, "-m", "zsched.driver", "--insecure", "--client-fds", value],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--client-fds must be two open file descriptors READ,WRITE" in done.stderr

@@ -14,6 +14,7 @@ import logging
 import os
 import pickle
 import queue
+import select
 import threading
 import time
 import types
@@ -112,9 +113,11 @@ class Client(concurrent.futures.Executor):
     a driver started with ``--insecure`` accepts.
     """
 
-    def __init__(self, address=None, *, secret_file=None, timeout=30, retries=0, _driver=None):
+    def __init__(self, address=None, *, secret_file=None, timeout=30, retries=0, _driver=None,
+                 _link=None):
         # _driver: a Driver running in a thread of this process (LocalCluster.client() of an
-        # in_process cluster), connected to without a socket
+        # in_process cluster), connected to without a socket. _link: a PipeLink to a driver
+        # this process started (LocalCluster.client()), used instead of a socket
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         self._closed = False
@@ -131,12 +134,13 @@ class Client(concurrent.futures.Executor):
         self._driver = _driver
         if _driver is not None:
             address = _driver.inproc_url
-        else:
+        elif _link is None:
             keys = load_keys(secret_file)
         self.address = address
-        self._context = None if _driver is not None else zmq.Context()
+        self._context = None if _driver is not None or _link is not None else zmq.Context()
         self._socket = None
         self._socket_state = None
+        self._link = _link
         self._task_ids = itertools.count(1)
         self._admin_ids = itertools.count(1)
         self._futures = {}                # task id -> TaskFuture not yet completed
@@ -180,8 +184,11 @@ class Client(concurrent.futures.Executor):
             return
         self._wakeup = WakeupPipe(keep_gil=True)
         try:
-            self._socket = self._connect(keys)
-            self._socket_state = SocketState(self._socket)  # its ZMQ_EVENTS, read cheaply
+            if _link is not None:
+                self._connect_link()
+            else:
+                self._socket = self._connect(keys)
+                self._socket_state = SocketState(self._socket)  # its ZMQ_EVENTS, read cheaply
         except BaseException:
             self._close_resources()
             raise
@@ -236,6 +243,31 @@ class Client(concurrent.futures.Executor):
                 raise DriverConnectionError(f"cannot connect to driver {self.address}: "
                                             f"no answer within {self.timeout:g} s")
         self._welcomed(self._welcome)
+
+    def _connect_link(self):
+        """Say hello over ``_link`` and wait for the driver's ClientWelcome. The pipes were
+        inherited by the driver from this process: nothing to authenticate."""
+        link = self._link
+        deadline = time.monotonic() + self.timeout
+        link.send(p.encode(p.ClientHello(os.getpid())))
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DriverConnectionError(
+                    f"cannot connect to driver {self.address}: no answer within {self.timeout:g} s")
+            select.select([link.read_fd], [link.write_fd] if link.wants_write else [], [],
+                          remaining)
+            link.flush()
+            for frame in link.receive():
+                msg = p.decode(frame)
+                if isinstance(msg, p.ClientWelcome):
+                    self._welcomed(msg)
+                    link.max_frame = p.frame_limit(self._max_message_size)
+                    return
+            if link.error is not None or link.closed_by_peer:
+                raise DriverConnectionError(
+                    f"cannot connect to driver {self.address}: "
+                    f"{link.error or 'it closed its end of the pipes'}")
 
     def _hello(self, keys, heartbeats, deadline):
         """A new connection with these heartbeat options, and the driver's ClientWelcome."""
@@ -546,35 +578,11 @@ class Client(concurrent.futures.Executor):
     # ------------------------------------------------------------ I/O thread
 
     def _io_loop(self):
-        sock = self._socket
-        wakeup = self._wakeup
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(wakeup.fd, zmq.POLLIN)
-        poller.register(self._monitor, zmq.POLLIN)
         try:
-            while True:
-                # Calling threads write the wake-up pipe only while ``pending`` is False, that
-                # is while this thread sleeps in poll with nothing queued: during a flood they
-                # make no system call (which would also hand this thread the GIL for a turn
-                # that takes one row), and each turn takes all the rows queued meanwhile.
-                if self._outbox or self._cancels:
-                    events = dict(poller.poll(0))
-                else:
-                    wakeup.pending = False
-                    idle = not (self._outbox or self._cancels)  # after pending: none is missed
-                    events = dict(poller.poll(1000 if idle else 0))
-                    wakeup.pending = True
-                if wakeup.fd in events:
-                    wakeup.drain()
-                if self._send_outbox():
-                    break
-                if self._monitor in events:  # after the results the driver sent before it went
-                    self._receive(drain=True)
-                    self._driver_lost()
-                    break
-                if sock in events:
-                    self._receive()
+            if self._link is not None:
+                self._serve_link()
+            else:
+                self._serve_socket()
             log.debug("client I/O thread ended: %s", self._lost or "shutdown")
         except Exception as exc:
             log.exception("client I/O thread ended by an error")
@@ -583,12 +591,99 @@ class Client(concurrent.futures.Executor):
             self._io_stopped = True
             self._io_done.set()
 
-    def _send_outbox(self):
-        """Send what the calling threads queued since the last turn; True when told to stop."""
+    def _poll(self, poller):
+        """Wait for something to do: what poll returned.
+
+        Calling threads write the wake-up pipe only while ``pending`` is False, that is while
+        this thread sleeps in poll with nothing queued: during a flood they make no system
+        call (which would also hand this thread the GIL for a turn that takes one row), and
+        each turn takes all the rows queued meanwhile."""
+        wakeup = self._wakeup
+        if self._outbox or self._cancels:
+            events = dict(poller.poll(0))
+        else:
+            wakeup.pending = False
+            idle = not (self._outbox or self._cancels)  # after pending: none is missed
+            events = dict(poller.poll(1000 if idle else 0))
+            wakeup.pending = True
+        if wakeup.fd in events:
+            wakeup.drain()
+        return events
+
+    def _serve_socket(self):
         sock = self._socket
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._wakeup.fd, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
+        while True:
+            events = self._poll(poller)
+            if self._send_outbox(sock.send):
+                return
+            if self._monitor in events:  # after the results the driver sent before it went
+                self._receive(drain=True)
+                self._driver_lost()
+                return
+            if sock in events:
+                self._receive()
+
+    def _serve_link(self):
+        """``_serve_socket`` for a client that talks to its driver over pipes (``_link``):
+        the end of the driver's pipe is its connection lost."""
+        link = self._link
+        poller = zmq.Poller()
+        poller.register(link.read_fd, zmq.POLLIN)
+        poller.register(self._wakeup.fd, zmq.POLLIN)
+        polling_writes = False
+        while True:
+            events = self._poll(poller)
+            try:
+                goodbye = self._send_outbox(link.send)
+                if link.write_fd in events:
+                    link.flush()
+            except BrokenPipeError:  # the driver is gone: after what it sent before
+                if not self._receive_link():
+                    self._driver_lost()
+                return
+            if goodbye:
+                link.flush_within(1.0)  # as a closing socket lingers
+                return
+            if link.wants_write != polling_writes:  # poll for room in the pipe while output waits
+                polling_writes = link.wants_write
+                if polling_writes:
+                    poller.register(link.write_fd, zmq.POLLOUT)
+                else:
+                    poller.unregister(link.write_fd)
+            if link.read_fd in events and self._receive_link():
+                return
+
+    def _receive_link(self):
+        """Handle the frames the link holds; True when the driver is gone (or broke the
+        link), after the frames it sent before."""
+        link = self._link
+        for frame in link.receive():
+            try:
+                msg = p.decode(frame)
+            except p.ProtocolError as exc:
+                log.warning("ignored a malformed message from the driver: %s", exc)
+                continue
+            self._from_driver(msg)
+        if link.error is not None:
+            error = DriverConnectionError(f"the driver {self.address} broke the link: {link.error}")
+            log.error("%s", error)
+            self._connection_failed(error)
+            return True
+        if link.closed_by_peer:
+            self._driver_lost()
+            return True
+        return False
+
+    def _send_outbox(self, send):
+        """Send what the calling threads queued since the last turn, each frame with
+        ``send`` (the socket's or the link's); True once a ClientGoodbye has gone."""
         goodbye = False
         for msg in self._messages_for_driver():
-            sock.send(p.encode(msg))
+            send(p.encode(msg))
             goodbye = msg.TYPE == MsgType.CLIENT_GOODBYE
         return goodbye
 
@@ -939,12 +1034,15 @@ class Client(concurrent.futures.Executor):
     def _close_resources(self):
         if self._driver is not None:
             return  # no socket; the wake-up pipe is the driver's
+        if self._link is not None:
+            self._link.close()
         sock = self._socket
         if sock is not None:
             sock.disable_monitor()
             self._monitor.close(linger=0)
             sock.close(linger=0 if self._lost else 1000)
-        self._context.term()
+        if self._context is not None:
+            self._context.term()
         self._wakeup.close()
 
     def __enter__(self):

@@ -36,7 +36,7 @@ from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import ConfigError, ProtocolError
 from .fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from .fastpath import SocketState
-from .pipe_link import PipeLink
+from .pipe_link import PipeLink, fd_pair_argument
 from .protocol import MsgType, TaskState
 from .scheduler import ClientData, TaskScheduler
 from .security import ZapHandler, create_secret_file, default_secret_path, load_keys, make_server
@@ -65,7 +65,7 @@ class Driver:
     def __init__(self, config=None, *, host="127.0.0.1", port=0, app_id=None, keys=None,
                  cluster_manager=None, initial_executors=0, dynamic_allocation=None,
                  secret_file=None, stop_on_eof_fd=None, report=None, dashboard_port=None,
-                 inproc=False, ipc_path=None, clock=time.monotonic):
+                 inproc=False, ipc_path=None, client_fds=None, clock=time.monotonic):
         self.config = config or Config()
         self.host = host
         self.port = port
@@ -76,6 +76,9 @@ class Driver:
         self.initial_executors = initial_executors
         self.clock = clock
         self.stop_on_eof_fd = stop_on_eof_fd  # the driver stops when this fd reaches end of file
+        # (read fd, write fd) of a pipe pair to a client of the program that started this
+        # driver (LocalCluster's client()): its link, adopted when the loop starts
+        self.client_fds = client_fds
         self.incarnation = secrets.randbits(62)
         self.functions = {}           # digest -> FunctionBlob, held by a connected client
         self._unowned = {}            # digest -> weakref to the FunctionBlob no client holds
@@ -89,8 +92,9 @@ class Driver:
         self._local_clients = {}      # key (their routing id here) -> Client
         self._local_arrivals = deque()  # (key, Client) that asked to connect, for the loop
         self._local_keys = itertools.count(1)
-        # executors this driver's cluster manager started on this host, over pipes (see
-        # _adopt_link): routing id -> PipeLink, and the descriptors the loop polls
+        # executors this driver's cluster manager started on this host, and the client of
+        # client_fds, over pipes (see _adopt_link): routing id -> PipeLink, and the
+        # descriptors the loop polls
         self._links = {}
         self._link_readers = {}       # read fd -> routing id
         self._link_writers = {}       # write fd -> routing id, while its link has output queued
@@ -229,8 +233,11 @@ class Driver:
                     url = self.ipc_url
                 self.cluster_manager.attach(url, self.app_id, self.secret_file)
                 if self.cluster_manager.on_this_host and self.config.local_executor_link == "pipe":
-                    self.cluster_manager.adopt_link = self._adopt_link
+                    self.cluster_manager.adopt_link = self._adopt_executor_link
                 self.allocator.round()
+            if self.client_fds is not None:
+                self._adopt_link("the client of the program that started this driver",
+                                 *self.client_fds)
             self.ready_event.set()
             self._loop()
             log.info("driver loop ended: stop requested")
@@ -379,18 +386,25 @@ class Driver:
 
     # -- executors over pipes
 
-    def _adopt_link(self, executor_id, read_fd, write_fd):
+    def _adopt_executor_link(self, executor_id, read_fd, write_fd):
         """The cluster manager started executor ``executor_id`` with a pipe pair to this
         driver: its end is ``read_fd`` and ``write_fd``. Called in the loop's thread."""
+        self._adopt_link(f"executor {executor_id}", read_fd, write_fd)
+
+    def _adopt_link(self, peer, read_fd, write_fd):
+        """Talk to ``peer`` (its description, for the log) over this driver's end of a pipe
+        pair, ``read_fd`` and ``write_fd``, as to a peer of the ROUTER."""
         # a routing id that starts with a zero byte and is not five bytes long: no ROUTER
         # peer has it, nor a client in this process (see connect_local)
         rid = b"\0pipe" + next(self._link_keys).to_bytes(4, "big")
+        for fd in (read_fd, write_fd):
+            os.set_inheritable(fd, False)  # no process this driver starts holds them
         link = PipeLink(read_fd, write_fd, p.frame_limit(self.config.max_message_size))
         self._links[rid] = link
         self._link_readers[read_fd] = rid
         if self._poller is not None:
             self._poller.register(read_fd, zmq.POLLIN)
-        log.debug("executor %s talks to this driver over pipes (peer %s)", executor_id, rid.hex())
+        log.debug("%s talks to this driver over pipes (peer %s)", peer, rid.hex())
 
     def _serve_links(self, events):
         """Read the links that have input, and write those that had output queued."""
@@ -427,6 +441,8 @@ class Driver:
             if executor is not None:
                 self.remove_executor(executor.executor_id, f"broke its link: {link.error}",
                                      notify=False)
+            else:  # a client's link
+                self._peer_unreachable(rid, f"cut off (it broke its link: {link.error})", None)
         elif link.closed_by_peer:
             self._link_lost(rid, "gone")
 
@@ -1069,10 +1085,10 @@ class Driver:
         self._drain()
         frame = p.encode(p.Probe())
         local = self._local_clients
-        # piped executors need no probe: a pipe's end of file says at once that one is gone
+        # piped peers need no probe: a pipe's end of file says at once that one is gone
         piped = self._links
         for rid in ([rid for rid in self.executors_by_rid if rid not in piped]
-                    + [rid for rid in self.clients if rid not in local]):
+                    + [rid for rid in self.clients if rid not in local and rid not in piped]):
             try:
                 self.router.send_multipart((rid, frame), zmq.NOBLOCK)
             except zmq.Again:
@@ -1223,6 +1239,10 @@ def build_parser():
                         help="a directory made for this driver alone by the program that "
                              "started it (its secret file, its --ipc-path): removed, with "
                              "what it holds, when the driver stops")
+    parser.add_argument("--client-fds", default=None, type=fd_pair_argument("--client-fds"),
+                        metavar="READ,WRITE",
+                        help="a client talks to this driver over this pipe pair, inherited "
+                             "from the program that started it (LocalCluster's client())")
     parser.add_argument("--exit-on-stdin-close", action="store_true",
                         help="stop (and stop the executors) when standard input closes: "
                              "fate-sharing with the program that started the driver")
@@ -1320,7 +1340,8 @@ def main(argv=None):
                         cluster_manager=manager, initial_executors=initial,
                         dynamic_allocation=policy, secret_file=secret_file, report=_report,
                         dashboard_port=args.dashboard_port, ipc_path=args.ipc_path,
-                        stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None)
+                        stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None,
+                        client_fds=args.client_fds)
     except (OSError, zmq.ZMQError) as exc:
         parser.exit(1, f"{parser.prog}: cannot listen on {args.host}: {exc}\n")
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -28,6 +28,8 @@ from .cluster.local import (LocalClusterManager, child_environment, fits_a_unix_
 from .config import Config
 from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import DriverConnectionError
+from .pipe_link import PipeLink, pipe_pair
+from .protocol import frame_limit
 from .security import create_secret_file, load_keys
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,7 @@ class LocalCluster:
             ipc_path = None
         self.secret_file = None
         self._process = self._driver = None
+        self._client_link_fds = None  # this process's end of the first client's pipes
         self.inproc_address = self.context = None
         if in_process:
             self._start_in_process(config, n_executors, cores_per_executor, host, port, ipc_path,
@@ -127,8 +130,19 @@ class LocalCluster:
             command += ["--secret-file", secret_file]
         for name, value in values.items():
             command += ["--conf", f"{name}={value}"]
-        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         env=child_environment(), text=True)
+        # the first client() talks to the driver over a pipe pair rather than a socket: one
+        # thread woken per message instead of three (see zsched/pipe_link.py)
+        self._client_link_fds, driver_fds = pipe_pair()
+        command += ["--client-fds", "%d,%d" % driver_fds]
+        try:
+            self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             env=child_environment(), text=True, pass_fds=driver_fds)
+        except BaseException:
+            self._close_client_link_fds()
+            raise
+        finally:
+            for fd in driver_fds:
+                os.close(fd)
         _live_clusters.add(self)
         try:
             line = self._process.stdout.readline().strip()
@@ -217,11 +231,18 @@ class LocalCluster:
 
     def client(self, **kwargs):
         """A client of this cluster in this process; closed with the cluster. With the
-        driver in this process (``in_process``) it reaches the driver without a socket."""
+        driver in this process (``in_process``) it reaches the driver without a socket; else
+        the first one talks to the driver over a pair of pipes the driver inherited, and
+        later ones through the driver's local socket."""
         from .client import Client
         if self._driver is not None:
             kwargs.pop("secret_file", None)  # nothing to authenticate in this process
             client = Client(_driver=self._driver, **kwargs)
+        elif self._client_link_fds is not None:
+            kwargs.pop("secret_file", None)  # the pipes reach the driver alone
+            fds, self._client_link_fds = self._client_link_fds, None
+            link = PipeLink(*fds, frame_limit(Config().max_message_size))  # until the welcome
+            client = Client(self.local_address, _link=link, **kwargs)
         else:
             kwargs.setdefault("secret_file", self.secret_file)
             client = Client(self.local_address, **kwargs)
@@ -260,6 +281,7 @@ class LocalCluster:
         _live_clusters.discard(self)
         for client in list(self._clients):
             client.shutdown(wait=False, cancel_futures=True, _now=True)
+        self._close_client_link_fds()
         if self._driver is not None:
             self._driver.request_stop()  # it stops its executors, then closes its sockets
             self._driver.join(60 + self._driver.config.shutdown_timeout)
@@ -280,6 +302,12 @@ class LocalCluster:
             process.kill()
             process.wait()
         shutil.rmtree(self._private_dir, ignore_errors=True)
+
+    def _close_client_link_fds(self):
+        """This process's end of the first client's pipes, if no client took it."""
+        fds, self._client_link_fds = self._client_link_fds, None
+        for fd in fds or ():
+            os.close(fd)
 
     def __enter__(self):
         return self
