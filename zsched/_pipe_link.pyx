@@ -3,14 +3,12 @@
 contract), with its reads and writes made by C calls, the read buffer in C memory, and a
 frame written with its length header in one ``writev`` when nothing waits before it."""
 import os
-import select
-import time
 from collections import deque
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.errno cimport EAGAIN, EINTR, EPIPE, errno
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memmove, strerror
+from libc.string cimport memcpy, memmove
 from libc.stdint cimport uint64_t
 
 cdef extern from "<unistd.h>" nogil:
@@ -23,7 +21,7 @@ cdef extern from "<sys/uio.h>" nogil:
         size_t iov_len
     ssize_t writev(int fd, const iovec *iov, int iovcnt)
 
-from .pipe_link import BUFFER_SIZE, HEADER_SIZE, PIPE_BUF
+from .pipe_link import BUFFER_SIZE, HEADER_SIZE, PIPE_BUF, close_fds, flush_within
 
 cdef Py_ssize_t C_BUFFER_SIZE = BUFFER_SIZE
 cdef Py_ssize_t C_PIPE_BUF = PIPE_BUF
@@ -164,13 +162,7 @@ cdef class PipeLink:
         return True
 
     def flush_within(self, seconds):
-        deadline = time.monotonic() + seconds
-        while not self.flush():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            select.select([], [self.write_fd], [], remaining)
-        return True
+        return flush_within(self, seconds)
 
     # ------------------------------------------------------------ reading
 
@@ -254,11 +246,7 @@ cdef class PipeLink:
             return
         self.closed = True
         self._outbox.clear()
-        for fd in (self.read_fd, self.write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_fds(self.read_fd, self.write_fd)
 
 
 def write_keeping_gil(int fd, bytes data):

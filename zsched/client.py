@@ -662,12 +662,7 @@ class Client(concurrent.futures.Executor):
         link), after the frames it sent before."""
         link = self._link
         for frame in link.receive():
-            try:
-                msg = p.decode(frame)
-            except p.ProtocolError as exc:
-                log.warning("ignored a malformed message from the driver: %s", exc)
-                continue
-            self._from_driver(msg)
+            self._from_driver_frame(frame)
         if link.error is not None:
             error = DriverConnectionError(f"the driver {self.address} broke the link: {link.error}")
             log.error("%s", error)
@@ -847,13 +842,15 @@ class Client(concurrent.futures.Executor):
             if not (first or drain) and (self._outbox or self._cancels):
                 return  # one frame per turn at least: results are never starved either
             first = False
-            frame = sock.recv(zmq.NOBLOCK)
-            try:
-                msg = p.decode(frame)
-            except p.ProtocolError as exc:
-                log.warning("ignored a malformed message from the driver: %s", exc)
-                continue
-            self._from_driver(msg)
+            self._from_driver_frame(sock.recv(zmq.NOBLOCK))
+
+    def _from_driver_frame(self, frame):
+        try:
+            msg = p.decode(frame)
+        except p.ProtocolError as exc:
+            log.warning("ignored a malformed message from the driver: %s", exc)
+            return
+        self._from_driver(msg)
 
     def _from_driver(self, msg):
         """Act on a message from the driver: in the I/O thread, or in the thread of a driver

@@ -164,13 +164,7 @@ class PipeLinkReference:
     def flush_within(self, seconds):
         """``flush``, waiting for room in the pipe up to ``seconds`` in all (as a closing
         socket lingers); True once the outbox is empty."""
-        deadline = time.monotonic() + seconds
-        while not self.flush():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            select.select([], [self.write_fd], [], remaining)
-        return True
+        return flush_within(self, seconds)
 
     # ------------------------------------------------------------ reading
 
@@ -249,11 +243,28 @@ class PipeLinkReference:
             return
         self.closed = True
         self._outbox.clear()
-        for fd in (self.read_fd, self.write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_fds(self.read_fd, self.write_fd)
+
+
+# ---------------------------------------------------------------- shared by both links
+
+def flush_within(link, seconds):
+    """``link.flush_within(seconds)``."""
+    deadline = time.monotonic() + seconds
+    while not link.flush():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        select.select([], [link.write_fd], [], remaining)
+    return True
+
+
+def close_fds(*fds):
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 if fastpath.COMPILED:
