@@ -489,3 +489,17 @@ def test_bad_client_fds_are_a_usage_error(value):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "--client-fds must be two open file descriptors READ,WRITE" in done.stderr
+
+
+def test_clients_made_at_once_in_several_threads_take_the_pipes_once():
+    import threading
+    with zsched.LocalCluster(1) as cluster:
+        clients = []
+        threads = [threading.Thread(target=lambda: clients.append(cluster.client())) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert len(clients) == 6
+        assert sum(client._link is not None for client in clients) == 1
+        assert [client.submit(abs, -i).result(30) for i, client in enumerate(clients)] == list(range(6))

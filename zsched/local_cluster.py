@@ -92,6 +92,7 @@ class LocalCluster:
         self.secret_file = None
         self._process = self._driver = None
         self._client_link_fds = None  # this process's end of the first client's pipes
+        self._client_link_lock = threading.Lock()  # one client() takes them
         self.inproc_address = self.context = None
         if in_process:
             self._start_in_process(config, n_executors, cores_per_executor, host, port, ipc_path,
@@ -238,9 +239,8 @@ class LocalCluster:
         if self._driver is not None:
             kwargs.pop("secret_file", None)  # nothing to authenticate in this process
             client = Client(_driver=self._driver, **kwargs)
-        elif self._client_link_fds is not None:
+        elif (fds := self._take_client_link_fds()) is not None:
             kwargs.pop("secret_file", None)  # the pipes reach the driver alone
-            fds, self._client_link_fds = self._client_link_fds, None
             link = PipeLink(*fds, frame_limit(Config().max_message_size))  # until the welcome
             client = Client(self.local_address, _link=link, **kwargs)
         else:
@@ -303,10 +303,15 @@ class LocalCluster:
             process.wait()
         shutil.rmtree(self._private_dir, ignore_errors=True)
 
+    def _take_client_link_fds(self):
+        """This process's end of the first client's pipes, once; then None."""
+        with self._client_link_lock:
+            fds, self._client_link_fds = self._client_link_fds, None
+        return fds
+
     def _close_client_link_fds(self):
         """This process's end of the first client's pipes, if no client took it."""
-        fds, self._client_link_fds = self._client_link_fds, None
-        for fd in fds or ():
+        for fd in self._take_client_link_fds() or ():
             os.close(fd)
 
     def __enter__(self):
