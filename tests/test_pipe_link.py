@@ -7,6 +7,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -464,7 +465,6 @@ def test_a_piped_client_whose_driver_breaks_the_link_fails_its_futures():
                 hello.extend(p.decode(frame) for frame in driver_end.receive())
             driver_end.send(p.encode(p.ClientWelcome(1, "app", {})))
 
-        import threading
         answering = threading.Thread(target=answer)
         answering.start()
         client = Client("pipes", _link=PipeLink(*ours, 1 << 30), timeout=30)
@@ -492,7 +492,6 @@ def test_bad_client_fds_are_a_usage_error(value):
 
 
 def test_clients_made_at_once_in_several_threads_take_the_pipes_once():
-    import threading
     with zsched.LocalCluster(1) as cluster:
         clients = []
         threads = [threading.Thread(target=lambda: clients.append(cluster.client())) for _ in range(6)]
