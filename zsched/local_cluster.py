@@ -48,7 +48,9 @@ class LocalCluster:
     """A local zsched cluster; a context manager.
 
     ``address`` and ``secret_file`` let any process connect (``zsched.Client(address,
-    secret_file=...)``); ``client()`` returns a client in this process. Settings are keyword
+    secret_file=...)``); ``client()`` returns a client in this process: the first one talks to
+    the driver over a pair of pipes the driver inherited (``bin/driver --client-fds``), later
+    ones through the driver's local socket (``local_address``). Settings are keyword
     arguments (``max_message_size=...``) or a ``conf`` mapping, as ``--conf`` of ``bin/driver``.
     ``dynamic_allocation=True`` (with ``min_executors``, ``max_executors``,
     ``initial_executors``, ``backlog_timeout``, ``executor_idle_timeout``) grows the cluster
