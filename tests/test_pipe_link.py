@@ -502,3 +502,30 @@ def test_clients_made_at_once_in_several_threads_take_the_pipes_once():
         assert len(clients) == 6
         assert sum(client._link is not None for client in clients) == 1
         assert [client.submit(abs, -i).result(30) for i, client in enumerate(clients)] == list(range(6))
+
+
+@pytest.mark.parametrize("driver", ["silent", "gone", "hangs-up"])
+def test_a_piped_client_whose_driver_does_not_answer_fails_to_connect(driver):
+    from zsched.client import Client
+    ours, theirs = pipe_pair()
+    driver_end = PipeLink(*theirs, 1 << 30)  # the test as a driver that never welcomes
+    hanging_up = None
+    try:
+        if driver == "gone":
+            driver_end.close()
+        elif driver == "hangs-up":  # reads the hello, then closes its end
+            def hang_up():
+                select.select([driver_end.read_fd], [], [], 30)
+                driver_end.close()
+            hanging_up = threading.Thread(target=hang_up)
+            hanging_up.start()
+        started = time.monotonic()
+        message = ("no answer within 1 s" if driver == "silent"
+                   else "it closed its end of the pipes")
+        with pytest.raises(zsched.DriverConnectionError, match=message):
+            Client("pipes", _link=PipeLink(*ours, 1 << 30), timeout=1 if driver == "silent" else 30)
+        assert time.monotonic() - started < 10
+    finally:
+        if hanging_up is not None:
+            hanging_up.join(30)
+        driver_end.close()

@@ -249,7 +249,12 @@ class Client(concurrent.futures.Executor):
         inherited by the driver from this process: nothing to authenticate."""
         link = self._link
         deadline = time.monotonic() + self.timeout
-        link.send(p.encode(p.ClientHello(os.getpid())))
+        gone = DriverConnectionError(f"cannot connect to driver {self.address}: "
+                                     "it closed its end of the pipes")
+        try:
+            link.send(p.encode(p.ClientHello(os.getpid())))
+        except BrokenPipeError:
+            raise gone from None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -257,17 +262,20 @@ class Client(concurrent.futures.Executor):
                     f"cannot connect to driver {self.address}: no answer within {self.timeout:g} s")
             select.select([link.read_fd], [link.write_fd] if link.wants_write else [], [],
                           remaining)
-            link.flush()
+            try:
+                link.flush()
+            except BrokenPipeError:
+                raise gone from None
             for frame in link.receive():
                 msg = p.decode(frame)
                 if isinstance(msg, p.ClientWelcome):
                     self._welcomed(msg)
                     link.max_frame = p.frame_limit(self._max_message_size)
                     return
-            if link.error is not None or link.closed_by_peer:
-                raise DriverConnectionError(
-                    f"cannot connect to driver {self.address}: "
-                    f"{link.error or 'it closed its end of the pipes'}")
+            if link.error is not None:
+                raise DriverConnectionError(f"cannot connect to driver {self.address}: {link.error}")
+            if link.closed_by_peer:
+                raise gone
 
     def _hello(self, keys, heartbeats, deadline):
         """A new connection with these heartbeat options, and the driver's ClientWelcome."""
