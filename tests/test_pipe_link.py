@@ -363,14 +363,15 @@ def test_bad_driver_fds_print_usage_and_exit_1(value):
 
 # ---------------------------------------------------------------- the cluster's own client
 
-def test_a_local_cluster_s_first_client_talks_to_its_driver_over_pipes():
+def test_a_local_cluster_s_clients_talk_to_its_driver_over_pipes_of_their_own():
     # a killed sleep ends with its executor, after task_kill_timeout (a sleep takes no
     # exception until it returns)
     with zsched.LocalCluster(2, tasks_per_core=1, task_kill_timeout="1s") as cluster:
         first = cluster.client()
-        second = cluster.client()  # the pipes are taken: through the driver's socket
-        assert first._link is not None and first._socket is None
-        assert second._link is None and second._socket is not None
+        second = cluster.client()
+        for client in (first, second):
+            assert client._link is not None and client._socket is None
+        assert first._link.read_fd != second._link.read_fd
         assert first.submit(abs, -3).result(30) == 3
         assert list(first.map(abs, range(-3000, 0))) == list(range(3000, 0, -1))
         assert second.submit(abs, -4).result(30) == 4
@@ -399,19 +400,30 @@ def test_a_piped_client_fails_its_futures_at_once_when_its_driver_dies():
         assert time.monotonic() - started < 10  # the pipe's end of file, not a heartbeat timeout
         with pytest.raises(zsched.DriverConnectionError):
             client.submit(abs, 1)
+        with pytest.raises(zsched.DriverConnectionError, match="cannot connect to the cluster's driver"):
+            cluster.client()
     wait_for(lambda: not executor_processes(), timeout=30, message="the executors gone")
 
 
 class FakeClient:
-    """The test as a client, at the other end of a driver's ``client_fds``."""
+    """The test as a client, with a pipe pair passed through a driver's ``client_door``."""
 
     def __init__(self, caplog):
+        import socket
         from zsched.driver import Driver
-        ours, theirs = pipe_pair()
-        self.link = PipeLink(*ours, 1 << 30)
-        self.driver = Driver(Config(), keys=None, client_fds=theirs)
+        self.door, driver_door = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.driver = Driver(Config(), keys=None, client_door=driver_door.detach())
         with caplog.at_level(logging.INFO, logger="zsched.driver"):
             self.driver.start_thread()
+        self.link = self.connect()
+
+    def connect(self):
+        import socket
+        ours, theirs = pipe_pair()
+        socket.send_fds(self.door, [b"p"], list(theirs))
+        for fd in theirs:
+            os.close(fd)
+        return PipeLink(*ours, 1 << 30)
 
     def exchange(self, msg):
         """Send ``msg``; the first message the driver answers with."""
@@ -428,6 +440,7 @@ class FakeClient:
         self.driver.request_stop()
         self.driver.join(60)
         self.link.close()
+        self.door.close()
         assert not self.driver.is_running()
 
 
@@ -483,15 +496,36 @@ def test_a_piped_client_whose_driver_breaks_the_link_fails_its_futures():
         driver_end.close()
 
 
-@pytest.mark.parametrize("value", ["7", "a,b", "999,998"])
-def test_bad_client_fds_are_a_usage_error(value):
-    done = subprocess.run([sys.executable, "-m", "zsched.driver", "--insecure", "--client-fds", value],
-                          capture_output=True, text=True, timeout=60)
+def test_the_client_door_ignores_junk_and_its_end_stops_no_client(caplog):
+    client = FakeClient(caplog)
+    try:
+        client.door.send(b"x")  # a message without descriptors
+        wait_for(lambda: "ignored a message on the client door without a pipe pair" in caplog.text,
+                 timeout=30, message="the junk warned of")
+        assert isinstance(client.exchange(p.ClientHello(os.getpid())), p.ClientWelcome)
+        second = client.connect()  # a second client, through the same door
+        second.send(p.encode(p.ClientHello(os.getpid())))
+        wait_for(lambda: len(client.driver.clients) == 2, timeout=30, message="two clients")
+        client.door.close()  # no more clients: the driver stops watching the door
+        wait_for(lambda: client.driver.client_door is None, timeout=30, message="the door closed")
+        client.link.send(p.encode(p.AdminRequest(1, "executor_ids", [])))
+        wait_for(lambda: any(isinstance(p.decode(frame), p.AdminReply)
+                             for frame in client.link.receive()), timeout=30,
+                 message="the driver still serves its clients")
+        second.close()
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("value", ["7", "a", "0"])
+def test_a_bad_client_door_is_a_usage_error(value):
+    done = subprocess.run([sys.executable, "-m", "zsched.driver", "--insecure", "--client-door", value],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert "--client-fds must be two open file descriptors READ,WRITE" in done.stderr
+    assert "--client-door must be the descriptor of an open Unix socket" in done.stderr
 
 
-def test_clients_made_at_once_in_several_threads_take_the_pipes_once():
+def test_clients_made_at_once_in_several_threads_get_pipes_of_their_own():
     with zsched.LocalCluster(1) as cluster:
         clients = []
         threads = [threading.Thread(target=lambda: clients.append(cluster.client())) for _ in range(6)]
@@ -499,8 +533,8 @@ def test_clients_made_at_once_in_several_threads_take_the_pipes_once():
             thread.start()
         for thread in threads:
             thread.join(60)
-        assert len(clients) == 6
-        assert sum(client._link is not None for client in clients) == 1
+        assert len(clients) == 6 and all(client._link is not None for client in clients)
+        assert len({client._link.read_fd for client in clients}) == 6
         assert [client.submit(abs, -i).result(30) for i, client in enumerate(clients)] == list(range(6))
 
 

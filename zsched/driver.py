@@ -18,6 +18,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -36,7 +37,7 @@ from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import ConfigError, ProtocolError
 from .fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from .fastpath import SocketState
-from .pipe_link import PipeLink, fd_pair_argument
+from .pipe_link import PipeLink
 from .protocol import MsgType, TaskState
 from .scheduler import ClientData, TaskScheduler
 from .security import ZapHandler, create_secret_file, default_secret_path, load_keys, make_server
@@ -65,7 +66,7 @@ class Driver:
     def __init__(self, config=None, *, host="127.0.0.1", port=0, app_id=None, keys=None,
                  cluster_manager=None, initial_executors=0, dynamic_allocation=None,
                  secret_file=None, stop_on_eof_fd=None, report=None, dashboard_port=None,
-                 inproc=False, ipc_path=None, client_fds=None, clock=time.monotonic):
+                 inproc=False, ipc_path=None, client_door=None, clock=time.monotonic):
         self.config = config or Config()
         self.host = host
         self.port = port
@@ -76,9 +77,13 @@ class Driver:
         self.initial_executors = initial_executors
         self.clock = clock
         self.stop_on_eof_fd = stop_on_eof_fd  # the driver stops when this fd reaches end of file
-        # (read fd, write fd) of a pipe pair to a client of the program that started this
-        # driver (LocalCluster's client()): its link, adopted when the loop starts
-        self.client_fds = client_fds
+        # a Unix socket (its fd) from the program that started this driver: each message on
+        # it carries the driver's end of a pipe pair to a client of that program
+        # (LocalCluster's client()), adopted as a link (see _open_client_door)
+        self.client_door = None
+        if client_door is not None:
+            os.set_inheritable(client_door, False)  # no process this driver starts holds it
+            self.client_door = socket.socket(fileno=client_door)
         self.incarnation = secrets.randbits(62)
         self.functions = {}           # digest -> FunctionBlob, held by a connected client
         self._unowned = {}            # digest -> weakref to the FunctionBlob no client holds
@@ -92,8 +97,8 @@ class Driver:
         self._local_clients = {}      # key (their routing id here) -> Client
         self._local_arrivals = deque()  # (key, Client) that asked to connect, for the loop
         self._local_keys = itertools.count(1)
-        # executors this driver's cluster manager started on this host, and the client of
-        # client_fds, over pipes (see _adopt_link): routing id -> PipeLink, and the
+        # executors this driver's cluster manager started on this host, and the clients of
+        # client_door, over pipes (see _adopt_link): routing id -> PipeLink, and the
         # descriptors the loop polls
         self._links = {}
         self._link_readers = {}       # read fd -> routing id
@@ -235,9 +240,6 @@ class Driver:
                 if self.cluster_manager.on_this_host and self.config.local_executor_link == "pipe":
                     self.cluster_manager.adopt_link = self._adopt_executor_link
                 self.allocator.round()
-            if self.client_fds is not None:
-                self._adopt_link("the client of the program that started this driver",
-                                 *self.client_fds)
             self.ready_event.set()
             self._loop()
             log.info("driver loop ended: stop requested")
@@ -262,6 +264,9 @@ class Driver:
             poller.register(self.zap.socket, zmq.POLLIN)
         if self.stop_on_eof_fd is not None:
             poller.register(self.stop_on_eof_fd, zmq.POLLIN)
+        if self.client_door is not None:
+            self.client_door.setblocking(False)
+            poller.register(self.client_door.fileno(), zmq.POLLIN)
         timers = [
             [self.config.revive_interval, self._revive_offers],
             [min(1.0, self.config.executor_heartbeat_timeout / 4), self._check_heartbeats],
@@ -289,6 +294,8 @@ class Driver:
                 break
             if self.router in events:
                 self._receive()
+            if self.client_door is not None and self.client_door.fileno() in events:
+                self._open_client_door()
             if self._links:
                 self._serve_links(events)
             if self.local_wakeup.fd in events:
@@ -390,6 +397,31 @@ class Driver:
         """The cluster manager started executor ``executor_id`` with a pipe pair to this
         driver: its end is ``read_fd`` and ``write_fd``. Called in the loop's thread."""
         self._adopt_link(f"executor {executor_id}", read_fd, write_fd)
+
+    def _open_client_door(self):
+        """Adopt the pipe pairs that came through ``client_door``, one per message (a byte
+        with two descriptors); stop watching it at its end."""
+        door = self.client_door
+        while True:
+            try:
+                data, fds, _, _ = socket.recv_fds(door, 1, 2)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                data, fds = b"", []
+                log.warning("stopped watching the client door: %s", exc)
+            if len(fds) == 2:
+                self._adopt_link("a client of the program that started this driver", *fds)
+                continue
+            for fd in fds:
+                os.close(fd)
+            if data:
+                log.warning("ignored a message on the client door without a pipe pair")
+                continue
+            self._poller.unregister(door.fileno())  # its end: no more clients come this way
+            door.close()
+            self.client_door = None
+            return
 
     def _adopt_link(self, peer, read_fd, write_fd):
         """Talk to ``peer`` (its description, for the log) over this driver's end of a pipe
@@ -1117,6 +1149,8 @@ class Driver:
             self.cluster_manager.stop(self.config.shutdown_timeout)
         for rid in list(self._links):
             self._close_link(rid)
+        if self.client_door is not None:
+            self.client_door.close()
         if self.zap is not None:
             self.zap.close()
         if self.dashboard is not None:
@@ -1239,16 +1273,28 @@ def build_parser():
                         help="a directory made for this driver alone by the program that "
                              "started it (its secret file, its --ipc-path): removed, with "
                              "what it holds, when the driver stops")
-    parser.add_argument("--client-fds", default=None, type=fd_pair_argument("--client-fds"),
-                        metavar="READ,WRITE",
-                        help="a client talks to this driver over this pipe pair, inherited "
-                             "from the program that started it (LocalCluster's client())")
+    parser.add_argument("--client-door", default=None, type=_open_unix_socket, metavar="FD",
+                        help="a Unix socket inherited from the program that started this "
+                             "driver, through which it passes a pipe pair for each of its "
+                             "clients (LocalCluster's client())")
     parser.add_argument("--exit-on-stdin-close", action="store_true",
                         help="stop (and stop the executors) when standard input closes: "
                              "fate-sharing with the program that started the driver")
     parser.add_argument("--log-level", default="INFO", type=str.upper,
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
+
+
+def _open_unix_socket(text):
+    """``--client-door FD``: an open Unix socket's descriptor."""
+    try:
+        fd = int(text)
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise ValueError
+    except (ValueError, OSError):
+        raise argparse.ArgumentTypeError(
+            f"--client-door must be the descriptor of an open Unix socket, got {text!r}") from None
+    return fd
 
 
 def _cluster_manager(args):
@@ -1341,7 +1387,7 @@ def main(argv=None):
                         dynamic_allocation=policy, secret_file=secret_file, report=_report,
                         dashboard_port=args.dashboard_port, ipc_path=args.ipc_path,
                         stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None,
-                        client_fds=args.client_fds)
+                        client_door=args.client_door)
     except (OSError, zmq.ZMQError) as exc:
         parser.exit(1, f"{parser.prog}: cannot listen on {args.host}: {exc}\n")
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -28,7 +28,7 @@ from .cluster.local import (LocalClusterManager, child_environment, fits_a_unix_
 from .config import Config
 from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import DriverConnectionError
-from .pipe_link import PipeLink, pipe_pair
+from .pipe_link import PipeLink, close_fds, pipe_pair
 from .protocol import frame_limit
 from .security import create_secret_file, load_keys
 
@@ -48,10 +48,10 @@ class LocalCluster:
     """A local zsched cluster; a context manager.
 
     ``address`` and ``secret_file`` let any process connect (``zsched.Client(address,
-    secret_file=...)``); ``client()`` returns a client in this process: the first one talks to
-    the driver over a pair of pipes the driver inherited (``bin/driver --client-fds``), later
-    ones through the driver's local socket (``local_address``). Settings are keyword
-    arguments (``max_message_size=...``) or a ``conf`` mapping, as ``--conf`` of ``bin/driver``.
+    secret_file=...)``); ``client()`` returns a client in this process, which talks to the
+    driver over a pair of pipes of its own (handed to the driver through a Unix socket the
+    driver inherited, ``bin/driver --client-door``). Settings are keyword arguments
+    (``max_message_size=...``) or a ``conf`` mapping, as ``--conf`` of ``bin/driver``.
     ``dynamic_allocation=True`` (with ``min_executors``, ``max_executors``,
     ``initial_executors``, ``backlog_timeout``, ``executor_idle_timeout``) grows the cluster
     with the backlog and shrinks it when idle, as ``bin/driver --dynamic-allocation``.
@@ -93,8 +93,8 @@ class LocalCluster:
             ipc_path = None
         self.secret_file = None
         self._process = self._driver = None
-        self._client_link_fds = None  # this process's end of the first client's pipes
-        self._client_link_lock = threading.Lock()  # one client() takes them
+        self._client_door = None  # hands the driver process a pipe pair per client()
+        self._client_door_lock = threading.Lock()
         self.inproc_address = self.context = None
         if in_process:
             self._start_in_process(config, n_executors, cores_per_executor, host, port, ipc_path,
@@ -133,19 +133,20 @@ class LocalCluster:
             command += ["--secret-file", secret_file]
         for name, value in values.items():
             command += ["--conf", f"{name}={value}"]
-        # the first client() talks to the driver over a pipe pair rather than a socket: one
-        # thread woken per message instead of three (see zsched/pipe_link.py)
-        self._client_link_fds, driver_fds = pipe_pair()
-        command += ["--client-fds", "%d,%d" % driver_fds]
+        # client() talks to the driver over a pipe pair rather than a socket: one thread
+        # woken per message instead of three (see zsched/pipe_link.py). The driver gets each
+        # pair through this Unix socket, which it inherits
+        self._client_door, driver_door = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        command += ["--client-door", str(driver_door.fileno())]
         try:
             self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             env=child_environment(), text=True, pass_fds=driver_fds)
+                                             env=child_environment(), text=True,
+                                             pass_fds=[driver_door.fileno()])
         except BaseException:
-            self._close_client_link_fds()
+            self._close_client_door()
             raise
         finally:
-            for fd in driver_fds:
-                os.close(fd)
+            driver_door.close()
         _live_clusters.add(self)
         try:
             line = self._process.stdout.readline().strip()
@@ -235,13 +236,12 @@ class LocalCluster:
     def client(self, **kwargs):
         """A client of this cluster in this process; closed with the cluster. With the
         driver in this process (``in_process``) it reaches the driver without a socket; else
-        the first one talks to the driver over a pair of pipes the driver inherited, and
-        later ones through the driver's local socket."""
+        over a pair of pipes of its own."""
         from .client import Client
         if self._driver is not None:
             kwargs.pop("secret_file", None)  # nothing to authenticate in this process
             client = Client(_driver=self._driver, **kwargs)
-        elif (fds := self._take_client_link_fds()) is not None:
+        elif (fds := self._pipes_to_driver()) is not None:
             kwargs.pop("secret_file", None)  # the pipes reach the driver alone
             link = PipeLink(*fds, frame_limit(Config().max_message_size))  # until the welcome
             client = Client(self.local_address, _link=link, **kwargs)
@@ -283,7 +283,7 @@ class LocalCluster:
         _live_clusters.discard(self)
         for client in list(self._clients):
             client.shutdown(wait=False, cancel_futures=True, _now=True)
-        self._close_client_link_fds()
+        self._close_client_door()
         if self._driver is not None:
             self._driver.request_stop()  # it stops its executors, then closes its sockets
             self._driver.join(60 + self._driver.config.shutdown_timeout)
@@ -305,16 +305,28 @@ class LocalCluster:
             process.wait()
         shutil.rmtree(self._private_dir, ignore_errors=True)
 
-    def _take_client_link_fds(self):
-        """This process's end of the first client's pipes, once; then None."""
-        with self._client_link_lock:
-            fds, self._client_link_fds = self._client_link_fds, None
-        return fds
+    def _pipes_to_driver(self):
+        """A new pipe pair to the driver process, through the client door: this process's
+        end of it (read fd, write fd); None when the door is closed (the cluster too)."""
+        with self._client_door_lock:
+            if self._client_door is None:
+                return None
+            ours, theirs = pipe_pair()
+            try:
+                socket.send_fds(self._client_door, [b"p"], list(theirs))
+            except OSError as exc:
+                close_fds(*ours)
+                raise DriverConnectionError(f"cannot connect to the cluster's driver: it is "
+                                            f"gone ({exc.strerror})") from None
+            finally:
+                close_fds(*theirs)
+            return ours
 
-    def _close_client_link_fds(self):
-        """This process's end of the first client's pipes, if no client took it."""
-        for fd in self._take_client_link_fds() or ():
-            os.close(fd)
+    def _close_client_door(self):
+        with self._client_door_lock:
+            if self._client_door is not None:
+                self._client_door.close()
+                self._client_door = None
 
     def __enter__(self):
         return self
