@@ -36,12 +36,12 @@ import cloudpickle
 import psutil
 import zmq
 
+from . import fastpath
 from . import protocol as p
 from .config import Config
 from .errors import ConfigError, MessageTooLarge, exception_payload
-from . import fastpath
 from .fastpath import SocketState
-from .pipe_link import PipeLink, fd_pair_argument
+from .pipe_link import PipeLink
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
 from .socket_events import recv_event
@@ -936,6 +936,18 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)
 
 
+def _fd_pair(text):
+    """``--driver-fds READ,WRITE``: two open descriptors inherited from the driver."""
+    try:
+        read_fd, write_fd = (int(part) for part in text.split(","))
+        for fd in (read_fd, write_fd):
+            os.fstat(fd)
+    except (ValueError, OSError):
+        raise argparse.ArgumentTypeError(
+            f"--driver-fds must be two open file descriptors READ,WRITE, got {text!r}") from None
+    return read_fd, write_fd
+
+
 def parse_args(argv):
     parser = _Parser(prog="zsched-executor", add_help=False)
     parser.add_argument("--driver-url", required=True)
@@ -946,7 +958,7 @@ def parse_args(argv):
     parser.add_argument("--worker-url", default=None)
     parser.add_argument("--secret-file", default=None)
     parser.add_argument("--log-level", default="INFO")
-    parser.add_argument("--driver-fds", default=None, type=fd_pair_argument("--driver-fds"))
+    parser.add_argument("--driver-fds", default=None, type=_fd_pair)
     args = parser.parse_args(argv)
     if args.cores < 1:
         raise _UsageError(f"--cores must be at least 1, got {args.cores}")

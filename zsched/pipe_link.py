@@ -27,7 +27,6 @@ unless ``ZSCHED_PUREPYTHON=1`` selects ``PipeLinkReference``, this module's link
 
 One thread uses a link at a time.
 """
-import argparse
 import ctypes
 import fcntl
 import os
@@ -77,21 +76,6 @@ def pipe_pair():
         except OSError:  # above /proc/sys/fs/pipe-max-size: the default size will do
             pass
     return (from_child_read, to_child_write), (to_child_read, from_child_write)
-
-
-def fd_pair_argument(option):
-    """An argparse ``type`` for ``option READ,WRITE``: two open descriptors inherited from the
-    process at the other end of a link."""
-    def fd_pair(text):
-        try:
-            read_fd, write_fd = (int(part) for part in text.split(","))
-            for fd in (read_fd, write_fd):
-                os.fstat(fd)
-        except (ValueError, OSError):
-            raise argparse.ArgumentTypeError(
-                f"{option} must be two open file descriptors READ,WRITE, got {text!r}") from None
-        return read_fd, write_fd
-    return fd_pair
 
 
 class PipeLinkReference:
