@@ -577,3 +577,29 @@ def test_socket_state_reads_events_and_more_as_pyzmq_does(impl, tmp_path):
     with pytest.raises(zmq.ZMQError):
         state.more()
     context.term()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.floats(min_value=0.0, allow_nan=False), st.floats(min_value=0.0, max_value=1e6),
+       st.integers(min_value=1, max_value=1 << 20))
+def test_window_sizes_agree(task_seconds, prefetch_seconds, tasks_per_core):
+    expected = _fastpath_py.slots_per_core(task_seconds, prefetch_seconds, tasks_per_core)
+    assert _fastpath.slots_per_core(task_seconds, prefetch_seconds, tasks_per_core) == expected
+    assert 1 <= expected <= tasks_per_core
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_window_of_an_executor(impl):
+    executor = _executor(impl, 0, cores=4)
+    assert impl.window(executor, False, 0.002, 256) == 4  # its task length is not known yet
+    executor.task_seconds = 0.001
+    assert impl.window(executor, False, 0.002, 256) == 4 * 3  # one running, two queued
+    assert impl.window(executor, False, 0.002, 2) == 4 * 2
+    assert impl.window(executor, False, 0.0, 256) == 4 * 2  # at least one queued
+    executor.task_seconds = 1e-9
+    assert impl.window(executor, False, 0.002, 256) == 4 * 256
+    assert impl.window(executor, True, 0.002, 256) == 4  # clamped: suspects wait
+    executor.suspect_losses[1] = 1
+    assert impl.window(executor, False, 0.002, 256) == 4  # it runs a suspect
+    executor.decommissioning = True
+    assert impl.window(executor, False, 0.002, 256) == 0

@@ -62,6 +62,23 @@ def test_window_never_exceeds_tasks_per_core():
     assert scheduler.slots_per_core(1e-6) == 1 and scheduler.slots_per_core(10.0) == 1
 
 
+@pytest.mark.parametrize("busy", [float("nan"), float("inf"), float("-inf"), -1.0])
+def test_a_run_time_that_is_no_duration_leaves_the_window_alone(busy):
+    """``busy`` comes from the executor: one that is not a finite duration >= 0 measures
+    nothing. The tasks end as reported, and the window is what the last sound report made it."""
+    scheduler, client = make()
+    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    submit(scheduler, client, 3)
+    (_, [first]), = offers(scheduler)
+    finish_all(scheduler, a, [first], busy=0.001)
+    assert a.task_seconds == 0.001 and a.slots == 3
+    (_, tasks), = offers(scheduler)
+    assert scheduler.status_updates(a, [[t.task_id, 1, TaskState.FINISHED, b"r"] for t in tasks],
+                                    busy) == 0
+    assert a.task_seconds == 0.001 and a.slots == 3
+    assert [row[0] for row in client.results] == [1, 2, 3]
+
+
 def test_window_grows_for_short_tasks_and_shrinks_for_long_ones():
     scheduler, client = make()
     a = scheduler.add_executor("a", b"ra", "h", 2, 10, 0.0)

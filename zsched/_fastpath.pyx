@@ -37,6 +37,7 @@ cdef extern from "Python.h":
         PyMethodDef *d_method
     int METH_O, METH_NOARGS
     PyTypeObject PyMethodDescr_Type
+from libc.math cimport ceil
 from libc.stdlib cimport malloc, calloc, realloc, free
 
 from collections import deque
@@ -912,6 +913,24 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
     counts["failed"] += failed
     counts["retried"] += retried
     return stale, freed, done + errors, retried, returned
+
+
+cpdef long slots_per_core(double task_seconds, double prefetch_seconds, long tasks_per_core):
+    cdef double queued = ceil(prefetch_seconds / (task_seconds if task_seconds > 1e-7 else 1e-7))
+    if queued < 1:
+        queued = 1
+    if queued + 1 >= tasks_per_core:  # in doubles: no overflow
+        return tasks_per_core
+    return 1 + <long>queued
+
+
+def window(executor, bint clamped, double prefetch_seconds, long tasks_per_core):
+    if executor.decommissioning:
+        return 0
+    task_seconds = executor.task_seconds
+    if clamped or executor.suspect_losses or task_seconds is None:
+        return executor.cores
+    return executor.cores * slots_per_core(task_seconds, prefetch_seconds, tasks_per_core)
 
 
 def gc_untrack(obj):

@@ -25,6 +25,7 @@ The fast path is the driver's per-task work:
 """
 import ctypes
 import gc
+import math
 from bisect import bisect_left
 from collections import deque
 from itertools import chain
@@ -347,6 +348,26 @@ def apply_status_updates(executor, updates, pending, now, counts):
     counts["failed"] += failed
     counts["retried"] += retried
     return stale, freed, done + errors, retried, returned
+
+
+def slots_per_core(task_seconds, prefetch_seconds, tasks_per_core):
+    """Tasks an executor may hold per core when its tasks take ``task_seconds``: the one it
+    runs, plus enough queued to cover ``prefetch_seconds`` of work, at least one queued, at
+    most ``tasks_per_core`` (which is at least 1) in all."""
+    queued = math.ceil(prefetch_seconds / max(task_seconds, 1e-7))
+    return min(tasks_per_core, 1 + max(1, queued))
+
+
+def window(executor, clamped, prefetch_seconds, tasks_per_core):
+    """The tasks ``executor`` may hold: none while it is decommissioned, its cores while
+    ``clamped`` (suspects wait), while it runs suspects or while the length of its tasks is
+    not known, else its cores times ``slots_per_core``."""
+    if executor.decommissioning:
+        return 0
+    task_seconds = executor.task_seconds
+    if clamped or executor.suspect_losses or task_seconds is None:
+        return executor.cores
+    return executor.cores * slots_per_core(task_seconds, prefetch_seconds, tasks_per_core)
 
 
 def _c_api(name, restype):

@@ -5,20 +5,22 @@ import os
 
 NAMES = ("SlotTable", "Task", "RunningTasks", "ClientTasks", "queue_tasks", "launch_tasks",
          "apply_status_updates", "LatencyHistogram", "LATENCY_BUCKETS", "gc_track", "gc_untrack",
-         "rows_have_types", "SocketState")
+         "rows_have_types", "SocketState", "slots_per_core", "window")
 __all__ = [*NAMES, "IMPLEMENTATION", "COMPILED"]
 
 if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0"):
     from ._fastpath_py import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, RunningTasks,
                                SlotTable, SocketState, Task, apply_status_updates, gc_track,
-                               gc_untrack, launch_tasks, queue_tasks, rows_have_types)
+                               gc_untrack, launch_tasks, queue_tasks, rows_have_types,
+                               slots_per_core, window)
     IMPLEMENTATION = "pure-Python reference (ZSCHED_PUREPYTHON is set)"
     COMPILED = False
 else:
     try:
         from ._fastpath import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, RunningTasks,
                                 SlotTable, SocketState, Task, apply_status_updates, gc_track,
-                                gc_untrack, launch_tasks, queue_tasks, rows_have_types)
+                                gc_untrack, launch_tasks, queue_tasks, rows_have_types,
+                                slots_per_core, window)
     except ImportError as exc:  # pragma: no cover - depends on the build
         raise ImportError(
             "zsched's compiled fast path is missing; build it with `pip install .` "

@@ -10,7 +10,7 @@ import time
 from collections import deque
 
 from .fastpath import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
-                       launch_tasks, queue_tasks)
+                       launch_tasks, queue_tasks, slots_per_core, window)
 from .protocol import TaskState
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,8 @@ class TaskScheduler:
         self.clamped = False         # windows are held to the cores while suspects wait
         self._next_task_id = 1
         self._losses = 0             # executor losses charged to tasks
+        self._prefetch_seconds = config.prefetch_seconds  # read at each status update
+        self._tasks_per_core = config.tasks_per_core
         self.counts = {"submitted": 0, "finished": 0, "failed": 0, "cancelled": 0, "retried": 0}
 
     # -- executors
@@ -108,18 +110,11 @@ class TaskScheduler:
         ``prefetch_seconds`` of work (so it never waits for the driver), at least one
         queued, at most ``tasks_per_core``. Short tasks get a deep window, long tasks a
         shallow one, so no executor hoards the queue."""
-        queued = math.ceil(self.config.prefetch_seconds / max(task_seconds, 1e-7))
-        return max(1, min(self.config.tasks_per_core, 1 + max(1, queued)))
+        return slots_per_core(task_seconds, self.config.prefetch_seconds, self.config.tasks_per_core)
 
     def _apply_window(self, executor):
-        """Set the tasks ``executor`` may hold: none while it is decommissioned, its cores
-        while suspects wait or the length of its tasks is not known, else its window."""
-        if executor.decommissioning:
-            slots = 0
-        elif self.clamped or executor.suspect_losses or executor.task_seconds is None:
-            slots = executor.cores
-        else:
-            slots = executor.cores * self.slots_per_core(executor.task_seconds)
+        """Set the tasks ``executor`` may hold (see ``window``)."""
+        slots = window(executor, self.clamped, self._prefetch_seconds, self._tasks_per_core)
         if slots != executor.slots:
             executor.slots = slots
             self.slots.resize(executor.slot, slots)
@@ -357,7 +352,7 @@ class TaskScheduler:
                 self._requeue(task)
         if freed:
             self.slots.release(executor.slot, freed)
-            if ran:  # the moving average of its tasks' run time
+            if ran and 0.0 <= busy < math.inf:  # the moving average of its tasks' run time
                 sample = busy / ran
                 average = executor.task_seconds
                 executor.task_seconds = sample if average is None else 0.8 * average + 0.2 * sample
