@@ -603,3 +603,76 @@ def test_window_of_an_executor(impl):
     assert impl.window(executor, False, 0.002, 256) == 4  # it runs a suspect
     executor.decommissioning = True
     assert impl.window(executor, False, 0.002, 256) == 0
+
+
+def _simulate_offers(impl, ops):
+    """Queue, cancel, deal-and-launch (``offer_and_launch``), finish and resize on 3
+    executors of a SlotTable; every observable outcome."""
+    client = _client(impl)
+    functions = {b"f": b"F" * 12, b"g": b"G" * 3}
+    slots = impl.SlotTable()
+    executors = {}
+    for i in range(3):
+        executor = _executor(impl, i, cores=1 + i)
+        executor.slot = slots.add(1 + i, (1 + i) * (1 + 2 * i))
+        executors[executor.slot] = executor
+    pending, latency = deque(), impl.LatencyHistogram()
+    counts = {"finished": 0, "failed": 0, "retried": 0}
+    next_id, client_task_id, now, n_pending, out = 1, 1, 0.0, 0, []
+    for op, a, b in ops:
+        now += 0.0001 * (1 + b % 5)
+        if op == "submit":
+            rows = [[client_task_id + i, (b"f", b"g")[(a + i) % 2], b"x" * ((b + i) % 9), 0]
+                    for i in range(1 + a % 7)]
+            client_task_id += len(rows)
+            next_id = impl.queue_tasks(client, rows, next_id, now, pending, functions)
+            n_pending += len(rows)
+        elif op == "cancel" and pending:
+            task = pending[a % len(pending)]
+            if not task.cancelled:
+                task.cancelled = True
+                n_pending -= 1
+        elif op == "offer":  # now and then more than are queued: the slots left are released
+            launches, launched = impl.offer_and_launch(slots, executors, pending, n_pending + b % 3,
+                                                       8 + a % 30, latency, now)
+            n_pending -= launched
+            out.append(("offer", launched, [
+                (executor.executor_id, [(sorted(needed), [list(row) for row in rows])
+                                        for needed, rows in batches])
+                for executor, batches in launches]))
+        elif op == "finish":
+            executor = executors[a % 3]
+            done = list(executor.running.items())[:1 + b % 4]
+            stale, freed, *_ = impl.apply_status_updates(
+                executor, [[task_id, task.attempt, 1, b""] for task_id, task in done], pending, now, counts)
+            if freed:
+                slots.release(executor.slot, freed)
+        elif op == "resize":
+            slots.resize(executors[a % 3].slot, b % 6)
+    out.append(("end", [slots.free(slot) for slot in executors], latency.counts, len(pending),
+                n_pending, [len(e.running) for e in executors.values()], counts))
+    client.tasks.clear()
+    for executor in executors.values():
+        executor.running.clear()
+    return out
+
+
+OFFER_OPS = st.lists(st.tuples(st.sampled_from(["submit", "cancel", "offer", "offer", "finish", "finish",
+                                                "resize"]),
+                               st.integers(min_value=0, max_value=100),
+                               st.integers(min_value=0, max_value=100)), max_size=120)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OFFER_OPS)
+def test_offer_and_launch_agree(ops):
+    assert _simulate_offers(_fastpath, ops) == _simulate_offers(_fastpath_py, ops)
+
+
+def test_offer_and_launch_agree_at_scale():
+    rng = random.Random(7)
+    ops = [(rng.choice(["submit", "submit", "cancel", "offer", "offer", "finish", "finish", "finish",
+                        "resize"]), rng.randint(0, 100), rng.randint(0, 100)) for _ in range(20000)]
+    outcome = _simulate_offers(_fastpath, ops)
+    assert outcome == _simulate_offers(_fastpath_py, ops)
+    assert sum(launched for kind, launched, *_ in outcome[:-1]) > 1000  # it did launch

@@ -37,6 +37,7 @@ cdef extern from "Python.h":
         PyMethodDef *d_method
     int METH_O, METH_NOARGS
     PyTypeObject PyMethodDescr_Type
+from libc.limits cimport INT_MAX, INT_MIN
 from libc.math cimport ceil
 from libc.stdlib cimport malloc, calloc, realloc, free
 
@@ -157,7 +158,8 @@ cdef class SlotTable:
     cdef char *_active
     cdef char *_in_idle
     cdef char *_in_ring
-    cdef Py_ssize_t *_touched
+    cdef Py_ssize_t *_touched  # after _offer: the executors given tasks, in order
+    cdef long *_offered        # after _offer: the tasks each of them was given
     cdef Ring _idle
     cdef Ring _ring
     cdef Py_ssize_t _size   # executor indices in use or unused
@@ -171,6 +173,7 @@ cdef class SlotTable:
     def __dealloc__(self):
         free(self._cores); free(self._total); free(self._held); free(self._assigned)
         free(self._active); free(self._in_idle); free(self._in_ring); free(self._touched)
+        free(self._offered)
         free(self._idle.items); free(self._ring.items)
 
     cdef void _grow(self, Py_ssize_t capacity) except *:
@@ -183,6 +186,7 @@ cdef class SlotTable:
         self._in_idle = <char *>grow_array(self._in_idle, capacity, sizeof(char))
         self._in_ring = <char *>grow_array(self._in_ring, capacity, sizeof(char))
         self._touched = <Py_ssize_t *>grow_array(self._touched, capacity, sizeof(Py_ssize_t))
+        self._offered = <long *>grow_array(self._offered, capacity, sizeof(long))
         if ring_grow(&self._idle, old, capacity) < 0 or ring_grow(&self._ring, old, capacity) < 0:
             raise MemoryError()
         for i in range(old, capacity):
@@ -304,17 +308,22 @@ cdef class SlotTable:
                 in_ring[index] = 0
         return remaining
 
-    def offer(self, long n_tasks):
+    cdef Py_ssize_t _offer(self, long n_tasks) except -1:
+        """Deal as ``offer`` does: the executors given tasks are ``_touched[:n]``, the
+        number each was given ``_offered[:n]``; returns n."""
         cdef Py_ssize_t index, i, n_touched = 0
         cdef long remaining
         remaining = self._deal(&self._idle, self._in_idle, True, n_tasks, n_tasks, &n_touched)  # idle cores
         self._deal(&self._ring, self._in_ring, False, remaining, n_tasks, &n_touched)  # then queue room
-        result = []
         for i in range(n_touched):
             index = self._touched[i]
-            result.append((index, self._assigned[index]))
+            self._offered[i] = self._assigned[index]
             self._assigned[index] = 0
-        return result
+        return n_touched
+
+    def offer(self, long n_tasks):
+        cdef Py_ssize_t i, n = self._offer(n_tasks)
+        return [(self._touched[i], self._offered[i]) for i in range(n)]
 
 
 @cython.no_gc
@@ -324,35 +333,68 @@ cdef class Task:
     # only while its client's ``tasks`` or its executor's ``running`` holds it, and the
     # scheduler takes it out of both when it ends, is cancelled, or its client or executor
     # goes (``drop_client``, ``remove_executor``).
-    cdef public object task_id
+    #
+    # 112 bytes, for a million tasks queued at once: the task id is kept as a C integer
+    # (the int object is made at each launch, for its row), the number of retries too, and
+    # the failures and the loss of a suspect share one field.
     cdef public object client
     cdef public object client_task_id
-    cdef public object retries
     cdef public list row
-    cdef public long attempt
     cdef public object executor
-    cdef public tuple failures
-    cdef public object loss
     cdef public object function_blob
-    cdef public bint cancelled
+    cdef object _suspect          # None, or (failures, loss) once a loss is charged to it
     cdef public double queued_at
-    cdef long long _id            # task_id as a C integer: its key in RunningTasks
+    cdef long long _id            # the task id: its key in RunningTasks
     cdef PyObject *_run_prev      # its neighbours in its executor's RunningTasks, in launch order
     cdef PyObject *_run_next
-    cdef Py_ssize_t _client_pos   # its index in its client's ClientTasks array, or -1
+    cdef int _client_pos          # its index in its client's ClientTasks array, or -1
+    cdef public int attempt
+    cdef int _retries             # runs left after it raises (more than INT_MAX: INT_MAX)
+    cdef public bint cancelled
 
     def __init__(self, task_id, client, client_task_id, retries, list row, double queued_at=0.0,
                  function_blob=None):
-        self.task_id = task_id
-        self.function_blob = function_blob
         self._id = as_long_long(task_id)
+        self.function_blob = function_blob
         self.client = client
         self.client_task_id = client_task_id
         self.retries = retries
         self.row = row
-        self.failures = ()
         self.queued_at = queued_at
         self._client_pos = -1
+
+    @property
+    def task_id(self):
+        return PyLong_FromLongLong(self._id)
+
+    @property
+    def retries(self):
+        return self._retries
+
+    @retries.setter
+    def retries(self, value):
+        self._retries = clamp_int(value)
+
+    @property
+    def failures(self):
+        """``((attempt, executor id, reason), ...)``: the losses charged to it."""
+        return () if self._suspect is None else (<tuple>self._suspect)[0]
+
+    @failures.setter
+    def failures(self, value):
+        self._set_suspect(value, self.loss)
+
+    @property
+    def loss(self):
+        """The id of the latest loss charged to it, or None."""
+        return None if self._suspect is None else (<tuple>self._suspect)[1]
+
+    @loss.setter
+    def loss(self, value):
+        self._set_suspect(self.failures, value)
+
+    def _set_suspect(self, failures, loss):
+        self._suspect = None if (not failures and loss is None) else (tuple(failures), loss)
 
     @property
     def function(self):
@@ -361,6 +403,22 @@ cdef class Task:
     @property
     def args(self):
         return self.row[3]
+
+
+cdef inline bint is_suspect(Task task) noexcept:
+    """Whether losses were charged to ``task`` (``task.failures`` is not empty)."""
+    return task._suspect is not None and len(<tuple>((<tuple>task._suspect)[0])) > 0
+
+
+cdef int clamp_int(object value) except? -1:
+    """An int as a C int, clamped to [INT_MIN, INT_MAX]."""
+    cdef int overflow = 0
+    cdef long long result = PyLong_AsLongLongAndOverflow(value, &overflow)
+    if overflow > 0 or result > INT_MAX:
+        return INT_MAX
+    if overflow < 0 or result < INT_MIN:
+        return INT_MIN
+    return <int>result
 
 
 cdef long as_long(object value) noexcept:
@@ -593,7 +651,8 @@ cdef class ClientTasks:
             return 0
         if type(client_task_id) is int:
             key = PyLong_AsLongLongAndOverflow(client_task_id, &overflow)
-        if type(client_task_id) is not int or overflow or (self._any and key <= self._last_key):
+        if (type(client_task_id) is not int or overflow or (self._any and key <= self._last_key)
+                or self._end >= INT_MAX):  # positions are C ints
             self._to_dict()
             self._by_id[client_task_id] = task
             return 0
@@ -602,7 +661,7 @@ cdef class ClientTasks:
         Py_INCREF(task)
         self._tasks[self._end] = <PyObject *>task
         self._keys[self._end] = key
-        task._client_pos = self._end
+        task._client_pos = <int>self._end
         self._end += 1
         self._count += 1
         self._any = True
@@ -616,7 +675,7 @@ cdef class ClientTasks:
             if self._tasks[i] != NULL:
                 self._tasks[n] = self._tasks[i]
                 self._keys[n] = self._keys[i]
-                (<Task>self._tasks[n])._client_pos = n
+                (<Task>self._tasks[n])._client_pos = <int>n
                 n += 1
         self._head = 0
         self._end = n
@@ -754,7 +813,6 @@ def queue_tasks(client, list rows, next_id, double now, pending, dict functions)
     cdef ClientTasks client_tasks = client.tasks
     cdef list row
     cdef Task task
-    cdef tuple no_failures = ()
     cdef object last_function = None
     cdef object blob = None
     cdef long long task_id = next_id
@@ -766,18 +824,17 @@ def queue_tasks(client, list rows, next_id, double now, pending, dict functions)
             last_function = function
             blob = functions[function]
         task = Task.__new__(Task)
-        task.task_id = PyLong_FromLongLong(task_id)
         task._id = task_id
-        set_item(row, 0, task.task_id)  # four items: the unpacking above checked
-        set_item(row, 1, 0)
+        task._retries = clamp_int(retries)
+        # row[0], the client task id, becomes the task id at launch (launch_tasks): no int
+        # object per queued task
+        set_item(row, 1, 0)  # four items: the unpacking above checked
         set_item(row, 2, function)
         set_item(row, 3, args)
         PyObject_GC_UnTrack(row)  # ints and bytes only, now and after each launch: no cycle
         task.client = client
         task.client_task_id = client_task_id
-        task.retries = retries
         task.row = row
-        task.failures = no_failures
         task.function_blob = blob
         task.queued_at = now
         task._client_pos = -1
@@ -789,6 +846,33 @@ def queue_tasks(client, list rows, next_id, double now, pending, dict functions)
 
 def launch_tasks(tasks, long count, executor, Py_ssize_t limit,
                  LatencyHistogram latency, double now):
+    cdef long launched = 0
+    batches = launch(tasks, count, executor, limit, latency, now, &launched)
+    return batches, launched
+
+
+def offer_and_launch(SlotTable slots, dict executors_by_slot, pending, long n_pending,
+                     Py_ssize_t limit, LatencyHistogram latency, double now):
+    cdef Py_ssize_t i, index, n = slots._offer(n_pending)
+    cdef long count, launched = 0, total = 0
+    cdef list launches = []
+    cdef list batches
+    for i in range(n):
+        index = slots._touched[i]
+        count = slots._offered[i]
+        executor = executors_by_slot[index]
+        batches = launch(pending, count, executor, limit, latency, now, &launched)
+        total += launched
+        if launched < count:
+            slots.release(index, count - launched)
+        if batches:
+            launches.append((executor, batches))
+    return launches, total
+
+
+cdef list launch(tasks, long count, executor, Py_ssize_t limit, LatencyHistogram latency,
+                 double now, long *n_launched):
+    """``launch_tasks``, with the number launched in ``n_launched``."""
     cdef RunningTasks running = executor.running
     cdef dict avoid = executor.suspect_losses
     cdef set known = executor.functions
@@ -806,14 +890,15 @@ def launch_tasks(tasks, long count, executor, Py_ssize_t limit,
         available -= 1
         if task.cancelled:
             continue
-        if task.failures:  # a suspect: no suspect of the same loss may join it here
+        if is_suspect(task):  # no suspect of the same loss may join it here
             avoid[task.loss] = avoid.get(task.loss, 0) + 1
         task.attempt += 1
         task.executor = executor
         running._add(task)
         latency.observe_one(now - task.queued_at)
         row = task.row
-        set_item(row, 1, task.attempt)  # the task's own row of four
+        set_item(row, 0, PyLong_FromLongLong(task._id))  # the task's own row of four
+        set_item(row, 1, task.attempt)
         digest = row[2]
         if digest is last_digest:  # seen in this call: held by the executor or in needed
             new = False
@@ -837,7 +922,8 @@ def launch_tasks(tasks, long count, executor, Py_ssize_t limit,
     if rows:
         batches.append((needed, rows))
         known.update(needed)
-    return batches, launched
+    n_launched[0] = launched
+    return batches
 
 
 def apply_status_updates(executor, list updates, pending, double now, dict counts):
@@ -866,7 +952,7 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
         running._remove_slot(slot)
         freed += 1
         task.executor = None
-        if task.failures:
+        if is_suspect(task):
             left = losses[task.loss] - 1
             if left:
                 losses[task.loss] = left
@@ -887,8 +973,8 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
             errors += 1
             if task.cancelled:
                 continue
-            if state == FAILED and task.retries > 0:
-                task.retries -= 1
+            if state == FAILED and task._retries > 0:
+                task._retries -= 1
                 task.queued_at = now
                 pending.appendleft(task)
                 retried += 1

@@ -12,10 +12,12 @@ The fast path is the driver's per-task work:
   may take tasks wait in two rings (idle cores, window room); each task costs O(1) whatever
   the number of executors.
 - ``queue_tasks`` turns SubmitTasks rows into queued ``Task``s; ``launch_tasks`` takes an
-  executor's share of the queue and builds its LaunchTasks batches; ``apply_status_updates``
-  applies a StatusUpdates batch: frees the tasks, finds each one's client and queues its
-  result. The rarer turns (suspects after a loss, removal of an executor) are the
-  scheduler's, in Python, for both implementations.
+  executor's share of the queue and builds its LaunchTasks batches; ``offer_and_launch``
+  makes a SlotTable's offer and each executor's launch in one call, when no suspect waits;
+  ``apply_status_updates`` applies a StatusUpdates batch: frees the tasks, finds each one's
+  client and queues its result. ``window`` (with ``slots_per_core``) sizes an executor's
+  window after each of its reports. The rarer turns (suspects after a loss, removal of an
+  executor) are the scheduler's, in Python, for both implementations.
 - ``LatencyHistogram`` counts how long tasks waited in the queue.
 - ``gc_untrack`` and ``gc_track`` take an object out of the cyclic garbage collector and put
   it back: what a process holds by the hundred thousand (the client's futures and rows)
@@ -187,7 +189,9 @@ class Task:
 
     ``row`` is its LaunchTasks row, ``[task id, attempt, function digest, pickled
     arguments]``: made at submission out of the decoded SubmitTasks row itself, and given
-    the new attempt in place at each launch, so a launch allocates nothing per task."""
+    the task id and the new attempt in place at each launch, so a launch allocates no list
+    per task. While the task is queued, the row's first item is still its client task id:
+    the compiled path makes no int object per queued task."""
 
     __slots__ = ("task_id", "client", "client_task_id", "retries", "row", "function_blob",
                  "attempt", "executor", "failures", "loss", "cancelled", "queued_at")
@@ -234,8 +238,7 @@ def queue_tasks(client, rows, next_id, now, pending, functions):
         else:
             last_function = function
             blob = functions[function]
-        row[0] = next_id
-        row[1] = 0
+        row[1] = 0  # row[0], the client task id, becomes the task id at launch
         row[2] = function
         row[3] = args
         task = Task(next_id, client, client_task_id, retries, row, now, blob)
@@ -270,6 +273,7 @@ def launch_tasks(tasks, count, executor, limit, latency, now):
         running[task.task_id] = task
         latency.observe_one(now - task.queued_at)
         row = task.row
+        row[0] = task.task_id
         row[1] = task.attempt
         digest = row[2]
         new = digest not in known and digest not in needed
@@ -287,6 +291,24 @@ def launch_tasks(tasks, count, executor, limit, latency, now):
         batches.append((needed, rows))
         known.update(needed)
     return batches, launched
+
+
+def offer_and_launch(slots, executors_by_slot, pending, n_pending, limit, latency, now):
+    """Deal ``n_pending`` queued tasks to the free slots of the SlotTable ``slots`` and
+    launch them from ``pending`` (see ``launch_tasks``), when no suspect waits:
+    ``(launches, launched)``, ``launches`` being ``[(executor, batches), ...]`` in the order
+    of the offer. A slot the queue could not fill (cancelled tasks) is released."""
+    launches = []
+    total = 0
+    for slot, count in slots.offer(n_pending):
+        executor = executors_by_slot[slot]
+        batches, launched = launch_tasks(pending, count, executor, limit, latency, now)
+        total += launched
+        if launched < count:
+            slots.release(slot, count - launched)
+        if batches:
+            launches.append((executor, batches))
+    return launches, total
 
 
 def apply_status_updates(executor, updates, pending, now, counts):

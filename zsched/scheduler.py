@@ -10,7 +10,7 @@ import time
 from collections import deque
 
 from .fastpath import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
-                       launch_tasks, queue_tasks, slots_per_core, window)
+                       launch_tasks, offer_and_launch, queue_tasks, slots_per_core, window)
 from .protocol import TaskState
 
 log = logging.getLogger(__name__)
@@ -305,9 +305,16 @@ class TaskScheduler:
             return []
         if self.suspects and not self.clamped:
             self._set_clamped(True)
-        launches = []
         limit = self.config.max_message_size
         now = self.clock()
+        if not self.suspects:  # the deal and the launches in one call
+            launches, launched = offer_and_launch(self.slots, self.executors_by_slot, self.pending,
+                                                  self.n_pending, limit, self.latency, now)
+            self.n_pending -= launched
+            if self.clamped:  # the last suspects ended: the windows open again
+                self._set_clamped(False)
+            return launches
+        launches = []
         for slot, count in self.slots.offer(self.n_pending):
             executor = self.executors_by_slot[slot]
             tasks = self._choose_among_suspects(executor, count) if self.suspects else self.pending
