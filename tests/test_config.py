@@ -31,6 +31,8 @@ def test_units_are_parsed():
     ("max_message_size=-3", "max_message_size"),
     ("max_message_size=12 parsecs", "max_message_size"),
     ("revive_interval=0", "revive_interval"),
+    ("tasks_per_core=0", "tasks_per_core"),
+    ("tasks_per_core=1048577", "an integer from 1 to 1048576"),
     ("no_such_setting=1", "unknown setting 'no_such_setting'"),
     ("novalue", "KEY=VALUE"),
 ])

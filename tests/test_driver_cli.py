@@ -323,6 +323,7 @@ def test_good_conf_is_accepted_and_reaches_clients(driver_factory):
 @pytest.mark.parametrize("args, named", [
     (["--local", "-1"], "--local"),
     (["--local", "1", "--cores-per-executor", "0"], "--cores-per-executor"),
+    (["--local", "1", "--cores-per-executor", "65537"], "from 1 to 65536"),
     (["--port", "abc"], "--port"),
     (["--no-such-option"], "--no-such-option"),
     (["--local", "1", "--hosts", "hosts"], "not allowed with argument --local"),

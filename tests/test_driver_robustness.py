@@ -203,3 +203,29 @@ def test_a_killed_clients_queued_tasks_are_dropped(tmp_path):
             doomed.kill()
             doomed.wait()
             doomed.stdout.close()
+
+
+def test_an_executor_claiming_absurd_cores_is_refused_with_a_reason(driver_factory):
+    """Cores come from the executor: more than the driver can count is refused (as fewer
+    than one is), with the reason, and the driver serves on."""
+    driver = driver_factory("--insecure", "--local", "1", "--app-id", "cores-app")
+    client = zsched.Client(driver.url, timeout=20)
+    context = zmq.Context()
+    try:
+        for cores in (0, (1 << 64) - 1, 1 << 62):  # msgpack's largest int, and over a C long's quarter
+            executor = context.socket(zmq.DEALER)
+            executor.linger = 0
+            executor.connect(driver.url)
+            executor.send(p.encode(p.RegisterExecutor("x%d" % cores.bit_length(), "host", cores,
+                                                      "cores-app", os.getpid())))
+            assert executor.poll(10_000), f"no answer to a registration with {cores} cores"
+            reply = p.decode(executor.recv())
+            assert isinstance(reply, p.RegisterExecutorFailed), reply
+            assert "core" in reply.reason and str(cores) in reply.reason, reply.reason
+            executor.close()
+        wait_for(lambda: client.executor_ids() == ["1"], message="the local executor alone")
+        assert list(client.map(square, range(20))) == [x * x for x in range(20)]
+    finally:
+        context.destroy(linger=0)
+        client.shutdown()
+    assert driver.stop() == 0

@@ -1,7 +1,7 @@
 """The ``bin/executor`` command line, with real processes on loopback.
 
 Contract (DESIGN.md, "Command line"): a missing required argument, an unknown argument
-or ``--cores`` < 1 prints usage on stderr and exits 1; a refused registration prints the
+or ``--cores`` outside 1..65536 prints usage on stderr and exits 1; a refused registration prints the
 driver's reason and exits 1; an unreachable driver prints
 ``Cannot register with driver: URL`` and exits 1.
 """
@@ -85,8 +85,8 @@ def test_unknown_argument_prints_usage_and_exits_1():
     assert "--no-such-option" in err
 
 
-@pytest.mark.parametrize("cores", ["0", "-1"])
-def test_cores_below_one_prints_usage_and_exits_1(cores):
+@pytest.mark.parametrize("cores", ["0", "-1", "65537", str(1 << 70)])
+def test_cores_out_of_range_prints_usage_and_exits_1(cores):
     status, out, err = run_executor(*argv(cores=cores), env=FAST, timeout=30)
     assert_usage_error(status, out, err)
     assert "Cannot register" not in err  # refused before any attempt to connect

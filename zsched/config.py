@@ -71,7 +71,7 @@ _RULES = {
     "executor_heartbeat_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
     "zmq_heartbeat_interval": (parse_duration, lambda v: v > 0, "a positive duration"),
     "zmq_heartbeat_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
-    "tasks_per_core": (parse_int, lambda v: v >= 1, "an integer >= 1"),
+    "tasks_per_core": (parse_int, lambda v: 1 <= v <= 1 << 20, "an integer from 1 to 1048576"),
     "prefetch_seconds": (parse_duration, lambda v: v >= 0, "a duration >= 0"),
     "max_failures": (parse_int, lambda v: v >= 1, "an integer >= 1"),
     "task_kill_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),

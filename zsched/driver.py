@@ -548,6 +548,8 @@ class Driver:
             reason = "this connection is already registered"
         elif msg.cores < 1:
             reason = f"an executor needs at least one core, got {msg.cores}"
+        elif msg.cores > p.MAX_CORES:
+            reason = f"an executor may have at most {p.MAX_CORES} cores, got {msg.cores}"
         elif not executor_id:
             reason = "empty executor id"
         if reason is not None:
@@ -1299,8 +1301,9 @@ def _open_unix_socket(text):
 
 def _cluster_manager(args):
     """The cluster manager the command line asks for, or None; ConfigError if malformed."""
-    if args.cores_per_executor < 1:
-        raise ConfigError(f"--cores-per-executor must be >= 1, got {args.cores_per_executor}")
+    if not 1 <= args.cores_per_executor <= p.MAX_CORES:
+        raise ConfigError(f"--cores-per-executor must be from 1 to {p.MAX_CORES}, "
+                          f"got {args.cores_per_executor}")
     if args.local is not None:
         if args.local < 0:
             raise ConfigError(f"--local must be >= 0, got {args.local}")

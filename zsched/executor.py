@@ -960,8 +960,8 @@ def parse_args(argv):
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--driver-fds", default=None, type=_fd_pair)
     args = parser.parse_args(argv)
-    if args.cores < 1:
-        raise _UsageError(f"--cores must be at least 1, got {args.cores}")
+    if not 1 <= args.cores <= p.MAX_CORES:
+        raise _UsageError(f"--cores must be from 1 to {p.MAX_CORES}, got {args.cores}")
     if not isinstance(logging.getLevelName(args.log_level.upper()), int):
         raise _UsageError(f"--log-level must be DEBUG, INFO, WARNING or ERROR, got {args.log_level}")
     return args

@@ -24,6 +24,10 @@ VERSION = 1
 # Room for message headers and msgpack framing on top of the largest payload.
 FRAME_OVERHEAD = 1 << 20
 
+# The most cores an executor may register with (it runs a thread per core): the driver
+# refuses more, and counts windows of up to MAX_CORES * tasks_per_core tasks in C integers.
+MAX_CORES = 1 << 16
+
 
 # The driver's answer to a client it does not know (a client of an earlier driver
 # incarnation on the same port), as a task error and as an AdminReply error.
