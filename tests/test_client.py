@@ -620,3 +620,9 @@ def test_cluster_started_beside_another_zsched_uses_its_own(tmp_path, monkeypatc
         client = cluster.client()
         assert client.submit(read_user_module).result(30) == 42
         client.shutdown()
+
+
+@pytest.mark.parametrize("cores", [0, 65537])
+def test_a_local_cluster_of_impossible_cores_per_executor_is_refused_at_once(cores):
+    with pytest.raises(ValueError, match="cores_per_executor must be from 1 to 65536"):
+        zsched.LocalCluster(n_executors=1, cores_per_executor=cores)

@@ -405,6 +405,48 @@ def test_a_piped_client_fails_its_futures_at_once_when_its_driver_dies():
     wait_for(lambda: not executor_processes(), timeout=30, message="the executors gone")
 
 
+FAST_LIVENESS = {"executor_heartbeat_interval": "200ms", "executor_heartbeat_timeout": "2s"}
+
+
+def test_a_piped_client_fails_its_futures_when_its_driver_is_stopped():
+    """Pipes have no heartbeats and a stopped driver keeps its end open: the client pings a
+    silent driver while tasks wait, and gives up after executor_heartbeat_timeout."""
+    with zsched.LocalCluster(1, **FAST_LIVENESS) as cluster:
+        client = cluster.client()
+        assert client._link is not None
+        future = client.submit(time.sleep, 60)
+        wait_for(lambda: client.status()["tasks"]["running"] == 1, timeout=30,
+                 message="the task running")
+        started = time.monotonic()
+        os.kill(cluster._process.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(zsched.DriverConnectionError, match="answered nothing for 2 s"):
+                future.result(30)
+            waited = time.monotonic() - started
+        finally:
+            os.kill(cluster._process.pid, signal.SIGCONT)
+        assert 2 <= waited < 15, waited
+        with pytest.raises(zsched.DriverConnectionError):
+            client.submit(abs, 1)
+        # the driver, running again, answers another client (its executor, silent as long,
+        # may have left: executors judge their driver by the same timeout)
+        assert isinstance(cluster.client().status()["executors"], list)
+    wait_for(lambda: not executor_processes(), timeout=30, message="the executors gone")
+
+
+def test_a_piped_client_keeps_a_live_driver_through_a_task_longer_than_the_timeout():
+    with zsched.LocalCluster(1, **FAST_LIVENESS) as cluster:
+        client = cluster.client()
+        assert client._link is not None
+        assert client.submit(sleep_then_return, 5, "done").result(30) == "done"  # 2.5 timeouts
+        assert client._lost is None
+
+
+def sleep_then_return(seconds, value):
+    time.sleep(seconds)
+    return value
+
+
 class FakeClient:
     """The test as a client, with a pipe pair passed through a driver's ``client_door``."""
 

@@ -90,6 +90,11 @@ class _CallsRunner(_ChunkRunner):
         return calls - failed, failed
 
 
+# What a client over pipes sends a silent driver while it waits on it: a request with no
+# future (ids of requests start at 1), which the driver's loop answers.
+_PING = p.encode(p.AdminRequest(0, "ping", []))
+
+
 def _heartbeat_options(config):
     """The ZMTP heartbeat socket options for ``config``'s ``zmq_heartbeat_*`` (as executors
     set them): ping every interval, drop a silent peer after the timeout, and ask the peer
@@ -599,8 +604,9 @@ class Client(concurrent.futures.Executor):
             self._io_stopped = True
             self._io_done.set()
 
-    def _poll(self, poller):
-        """Wait for something to do: what poll returned.
+    def _poll(self, poller, idle_ms=1000):
+        """Wait for something to do (``idle_ms`` at most when nothing is queued): what poll
+        returned.
 
         Calling threads write the wake-up pipe only while ``pending`` is False, that is while
         this thread sleeps in poll with nothing queued: during a flood they make no system
@@ -612,7 +618,7 @@ class Client(concurrent.futures.Executor):
         else:
             wakeup.pending = False
             idle = not (self._outbox or self._cancels)  # after pending: none is missed
-            events = dict(poller.poll(1000 if idle else 0))
+            events = dict(poller.poll(idle_ms if idle else 0))
             wakeup.pending = True
         if wakeup.fd in events:
             wakeup.drain()
@@ -637,18 +643,38 @@ class Client(concurrent.futures.Executor):
 
     def _serve_link(self):
         """``_serve_socket`` for a client that talks to its driver over pipes (``_link``):
-        the end of the driver's pipe is its connection lost."""
+        the end of the driver's pipe is its connection lost.
+
+        Pipes have no heartbeats, and a driver that is stopped (SIGSTOP) or hung keeps its
+        end open. So while tasks or requests wait, a driver silent for
+        ``executor_heartbeat_interval`` is pinged (an AdminRequest its loop answers), and
+        one silent for ``executor_heartbeat_timeout`` is lost, as its executors judge it:
+        every pending future fails."""
         link = self._link
         poller = zmq.Poller()
         poller.register(link.read_fd, zmq.POLLIN)
         poller.register(self._wakeup.fd, zmq.POLLIN)
         polling_writes = False
+        interval = self.config.executor_heartbeat_interval
+        timeout = self.config.executor_heartbeat_timeout
+        idle_ms = max(1, min(1000, int(interval * 1000)))
+        heard = pinged = time.monotonic()
         while True:
-            events = self._poll(poller)
+            events = self._poll(poller, idle_ms)
             try:
                 goodbye = self._send_outbox(link.send)
                 if link.write_fd in events:
                     link.flush()
+                if link.read_fd in events or not (self._futures or self._admin_futures):
+                    heard = time.monotonic()  # silence counts only while something waits
+                else:
+                    now = time.monotonic()
+                    if now - heard >= timeout:
+                        self._driver_silent(timeout)
+                        return
+                    if now - max(heard, pinged) >= interval:
+                        link.send(_PING)
+                        pinged = now
             except BrokenPipeError:  # the driver is gone: after what it sent before
                 if not self._receive_link():
                     self._driver_lost()
@@ -908,6 +934,14 @@ class Client(concurrent.futures.Executor):
         self._io_done.set()
         if self._lost is None:
             self._driver_lost()
+
+    def _driver_silent(self, timeout):
+        error = DriverConnectionError(
+            f"driver {self.address} answered nothing for {timeout:g} s "
+            "(executor_heartbeat_timeout) while tasks waited: it is stopped or hung; its "
+            "pending tasks fail")
+        log.error("%s", error)
+        self._connection_failed(error)
 
     def _driver_lost(self):
         """The connection to the driver is gone (the driver stopped or died, or was silent

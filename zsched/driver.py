@@ -909,7 +909,12 @@ class Driver:
             self.allocator.set_target(max(0, self.allocator.target - 1),
                                       f"executor {executor_id} leaves on purpose")
 
+    def ping(self):
+        """Answered by the loop: a client over pipes asks it when the driver is silent."""
+        return True
+
     _admin_operations = {
+        "ping": ping,
         "executor_ids": executor_ids,
         "status": status,
         "is_executor_active": is_executor_active,

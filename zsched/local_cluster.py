@@ -29,7 +29,7 @@ from .config import Config
 from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import DriverConnectionError
 from .pipe_link import PipeLink, close_fds, pipe_pair
-from .protocol import frame_limit
+from .protocol import MAX_CORES, frame_limit
 from .security import create_secret_file, load_keys
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,8 @@ class LocalCluster:
                  executor_idle_timeout=60.0, dashboard=False, in_process=False, **settings):
         if n_executors < 0:
             raise ValueError(f"n_executors must be >= 0, got {n_executors}")
-        if cores_per_executor < 1:
-            raise ValueError(f"cores_per_executor must be >= 1, got {cores_per_executor}")
+        if not 1 <= cores_per_executor <= MAX_CORES:
+            raise ValueError(f"cores_per_executor must be from 1 to {MAX_CORES}, got {cores_per_executor}")
         values = {**(conf or {}), **settings}
         config = Config.from_mapping(values)  # a bad setting fails here, naming it
         self.n_executors = n_executors
