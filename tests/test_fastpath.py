@@ -392,10 +392,18 @@ def _simulate(impl, ops):
     return out
 
 
-TASK_OPS = st.lists(st.tuples(st.sampled_from(["submit", "launch", "update", "update", "cancel", "charge",
-                                               "cancel_id"]),
-                              st.integers(min_value=0, max_value=100),
+def operations(*names):
+    """Lists of up to 120 ``(name, a, b)``: a name among ``names``, two ints of 0 to 100."""
+    return st.lists(st.tuples(st.sampled_from(names), st.integers(min_value=0, max_value=100),
                               st.integers(min_value=0, max_value=100)), max_size=120)
+
+
+def random_operations(seed, names, n=20000):
+    rng = random.Random(seed)
+    return [(rng.choice(names), rng.randint(0, 100), rng.randint(0, 100)) for _ in range(n)]
+
+
+TASK_OPS = operations("submit", "launch", "update", "update", "cancel", "charge", "cancel_id")
 
 
 @settings(max_examples=300, deadline=None)
@@ -405,10 +413,8 @@ def test_task_path_compiled_agrees_with_reference(ops):
 
 
 def test_task_path_agreement_at_scale():
-    rng = random.Random(5)
-    ops = [(rng.choice(["submit", "submit", "launch", "launch", "update", "update", "update", "cancel",
-                        "charge", "cancel_id"]), rng.randint(0, 100), rng.randint(0, 100))
-           for _ in range(20000)]
+    ops = random_operations(5, ["submit", "submit", "launch", "launch", "update", "update", "update",
+                                "cancel", "charge", "cancel_id"])
     assert _simulate(_fastpath, ops) == _simulate(_fastpath_py, ops)
 
 
@@ -657,10 +663,7 @@ def _simulate_offers(impl, ops):
     return out
 
 
-OFFER_OPS = st.lists(st.tuples(st.sampled_from(["submit", "cancel", "offer", "offer", "finish", "finish",
-                                                "resize"]),
-                               st.integers(min_value=0, max_value=100),
-                               st.integers(min_value=0, max_value=100)), max_size=120)
+OFFER_OPS = operations("submit", "cancel", "offer", "offer", "finish", "finish", "resize")
 
 
 @settings(max_examples=300, deadline=None)
@@ -670,9 +673,8 @@ def test_offer_and_launch_agree(ops):
 
 
 def test_offer_and_launch_agree_at_scale():
-    rng = random.Random(7)
-    ops = [(rng.choice(["submit", "submit", "cancel", "offer", "offer", "finish", "finish", "finish",
-                        "resize"]), rng.randint(0, 100), rng.randint(0, 100)) for _ in range(20000)]
+    ops = random_operations(7, ["submit", "submit", "cancel", "offer", "offer", "finish", "finish",
+                                "finish", "resize"])
     outcome = _simulate_offers(_fastpath, ops)
     assert outcome == _simulate_offers(_fastpath_py, ops)
     assert sum(launched for kind, launched, *_ in outcome[:-1]) > 1000  # it did launch

@@ -386,13 +386,18 @@ def test_a_local_cluster_s_clients_talk_to_its_driver_over_pipes_of_their_own():
         wait_for(lambda: first._link.closed, timeout=30, message="the first client closed")
 
 
+def a_piped_client_waiting(cluster):
+    """A client of ``cluster`` over pipes, and the future of its task running for a minute."""
+    client = cluster.client()
+    assert client._link is not None
+    future = client.submit(time.sleep, 60)
+    wait_for(lambda: client.status()["tasks"]["running"] == 1, timeout=30, message="the task running")
+    return client, future
+
+
 def test_a_piped_client_fails_its_futures_at_once_when_its_driver_dies():
     with zsched.LocalCluster(1) as cluster:
-        client = cluster.client()
-        assert client._link is not None
-        future = client.submit(time.sleep, 60)
-        wait_for(lambda: client.status()["tasks"]["running"] == 1, timeout=30,
-                 message="the task running")
+        client, future = a_piped_client_waiting(cluster)
         started = time.monotonic()
         os.kill(cluster._process.pid, signal.SIGKILL)
         with pytest.raises(zsched.DriverConnectionError, match="lost the connection"):
@@ -412,11 +417,7 @@ def test_a_piped_client_fails_its_futures_when_its_driver_is_stopped():
     """Pipes have no heartbeats and a stopped driver keeps its end open: the client pings a
     silent driver while tasks wait, and gives up after executor_heartbeat_timeout."""
     with zsched.LocalCluster(1, **FAST_LIVENESS) as cluster:
-        client = cluster.client()
-        assert client._link is not None
-        future = client.submit(time.sleep, 60)
-        wait_for(lambda: client.status()["tasks"]["running"] == 1, timeout=30,
-                 message="the task running")
+        client, future = a_piped_client_waiting(cluster)
         started = time.monotonic()
         os.kill(cluster._process.pid, signal.SIGSTOP)
         try:
