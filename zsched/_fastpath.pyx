@@ -504,6 +504,17 @@ cdef class RunningTasks:
             i = (i + 1) & self._mask
         return -1
 
+    cdef int _reserve(self, Py_ssize_t more) except -1:
+        """Make room for ``more`` tasks at once: one rebuild, where adding them one by one
+        would double the table again and again (a launch of hundreds to a new executor)."""
+        cdef Py_ssize_t n = self._mask + 1
+        if 2 * (self._count + more) <= n:  # room: slots left by tasks are _add's to clear
+            return 0
+        while 2 * (self._count + more) > n:
+            n *= 2
+        self._rebuild(n)
+        return 0
+
     cdef int _add(self, Task task) except -1:
         """Append ``task`` (not held yet: launch_tasks launches a task held nowhere)."""
         cdef Py_ssize_t i, n = self._mask + 1
@@ -885,6 +896,7 @@ cdef list launch(tasks, long count, executor, Py_ssize_t limit, LatencyHistogram
     cdef list row
     cdef object digest, last_digest = None
     cdef bint new
+    running._reserve(count if count < available else available)
     while launched < count and available > 0:
         task = queue_popleft(tasks)
         available -= 1
