@@ -7,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zsched import _fastpath, _fastpath_py, fastpath
+from zsched._fastpath_py import NO_TASK_STATE
 from zsched.scheduler import ClientData, ExecutorData
+from zsched.task_state import TaskState
 
 IMPLEMENTATIONS = [_fastpath_py, _fastpath]
 
@@ -310,7 +312,37 @@ def test_huge_attempt_or_state_numbers_are_stale_or_errors_not_crashes(impl):
     counts = {"finished": 0, "failed": 0, "retried": 0}
     assert impl.apply_status_updates(executor, [[1, 1 << 70, 1, b""]], pending, 0.0, counts)[0] == 1
     impl.apply_status_updates(executor, [[1, 1, 1 << 70, b"?"]], pending, 0.0, counts)
-    assert client.results == [[1, 1 << 70, b"?"]] and counts["failed"] == 1
+    assert client.results == [[1, TaskState.ERROR, NO_TASK_STATE]] and counts["failed"] == 1
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_a_second_task_under_an_id_in_flight_is_refused_until_the_first_ends(impl):
+    client, pending = _client(impl), deque()
+    # increasing ids but one repeated at once (the array of the compiled path)
+    assert impl.queue_tasks(client, [[10, b"f", b"a", 0], [11, b"f", b"b", 0], [11, b"f", b"c", 0]],
+                            1, 0.0, pending, {b"f": b"F"}) == 3
+    assert [t.args for t in pending] == [b"a", b"b"] and list(client.tasks) == [10, 11]
+    executor = _executor(impl, 0, cores=2)
+    impl.launch_tasks(pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
+    assert impl.queue_tasks(client, [[11, b"f", b"d", 0]], 3, 0.0, pending, {b"f": b"F"}) == 3
+    counts = {"finished": 0, "failed": 0, "retried": 0}
+    impl.apply_status_updates(executor, [[2, 1, 1, b"r"]], pending, 0.0, counts)
+    assert client.results == [[11, 1, b"r"]] and list(client.tasks) == [10]
+    # ended: the id may be used again
+    assert impl.queue_tasks(client, [[11, b"f", b"e", 0]], 3, 0.0, pending, {b"f": b"F"}) == 4
+    assert [t.args for t in pending] == [b"e"] and client.tasks[11].task_id == 3
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_a_state_that_is_no_task_state_ends_the_task_as_an_error(impl):
+    client, pending = _client(impl), deque()
+    impl.queue_tasks(client, [[1, b"f", b"x", 3], [2, b"f", b"y", 3]], 1, 0.0, pending, {b"f": b"F"})
+    executor = _executor(impl, 0, cores=2)
+    impl.launch_tasks(pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
+    counts = {"finished": 0, "failed": 0, "retried": 0}
+    impl.apply_status_updates(executor, [[1, 1, 0, b"?"], [2, 1, 99, b"?"]], pending, 0.0, counts)
+    assert client.results == [[1, TaskState.ERROR, NO_TASK_STATE], [2, TaskState.ERROR, NO_TASK_STATE]]
+    assert counts == {"finished": 0, "failed": 2, "retried": 0} and not pending  # no retry
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
@@ -466,9 +498,13 @@ def test_running_and_client_tasks_read_like_dicts(impl):
     assert tasks.pop(12).task_id == 3 and list(tasks) == [5, 9, 40]
     with pytest.raises(KeyError):
         tasks.pop(12)
-    impl.queue_tasks(client, [[7, b"f", b"x", 0], [9, b"f", b"y", 0]], 5, 0.0, pending,  # not above 40
-                     {b"f": b"F"})
-    assert list(tasks) == [5, 9, 40, 7] and tasks[9].task_id == 6 and len(tasks) == 4
+    # 7 is not above 40; 9 is in flight: refused, given no id (a second task of one id
+    # could be neither cancelled nor found when its client leaves)
+    assert impl.queue_tasks(client, [[7, b"f", b"x", 0], [9, b"f", b"y", 0], [8, b"f", b"z", 0],
+                                     [8, b"f", b"w", 0]], 5, 0.0, pending, {b"f": b"F"}) == 7
+    assert list(tasks) == [5, 9, 40, 7, 8] and len(tasks) == 5
+    assert (tasks[9].task_id, tasks[7].task_id, tasks[8].task_id) == (2, 5, 6)
+    assert [t.task_id for t in pending][-2:] == [5, 6] and tasks[8].args == b"z"
     tasks.clear()
     running.clear()
     assert not tasks and not running and list(tasks) == list(running) == []

@@ -44,12 +44,16 @@ from libc.stdlib cimport malloc, calloc, realloc, free
 from collections import deque
 
 from ._fastpath_py import BATCH_FRACTION as _BATCH_FRACTION
+from ._fastpath_py import NO_TASK_STATE
 from ._fastpath_py import ZMQ_EVENTS as _ZMQ_EVENTS, ZMQ_RCVMORE as _ZMQ_RCVMORE
 from .task_state import TaskState
 
 cdef long FINISHED = TaskState.FINISHED
 cdef long FAILED = TaskState.FAILED
 cdef long RETURNED = TaskState.RETURNED
+cdef long KILLED = TaskState.KILLED
+cdef long ERROR = TaskState.ERROR
+cdef object ERROR_STATE = int(TaskState.ERROR)
 cdef long BATCH_FRACTION = _BATCH_FRACTION
 
 
@@ -655,9 +659,13 @@ cdef class ClientTasks:
         free(self._keys)
 
     cdef int _add(self, Task task, object client_task_id) except -1:
+        """Hold ``task`` under ``client_task_id``: 0, or 1 (and nothing held) where a task
+        of that id is held already. Increasing ids need no look-up."""
         cdef int overflow = 0
         cdef long long key
         if self._by_id is not None:
+            if client_task_id in self._by_id:
+                return 1
             self._by_id[client_task_id] = task
             return 0
         if type(client_task_id) is int:
@@ -665,6 +673,8 @@ cdef class ClientTasks:
         if (type(client_task_id) is not int or overflow or (self._any and key <= self._last_key)
                 or self._end >= INT_MAX):  # positions are C ints
             self._to_dict()
+            if client_task_id in self._by_id:
+                return 1
             self._by_id[client_task_id] = task
             return 0
         if self._end == self._capacity:
@@ -829,12 +839,15 @@ def queue_tasks(client, list rows, next_id, double now, pending, dict functions)
     cdef long long task_id = next_id
     for row in rows:
         client_task_id, function, args, retries = row
+        task = Task.__new__(Task)
+        task._client_pos = -1
+        if client_tasks._add(task, client_task_id):  # an id in flight already: refused
+            continue
         if function == last_function:  # one digest object for a run of tasks of one function
             function = last_function
         else:
             last_function = function
             blob = functions[function]
-        task = Task.__new__(Task)
         task._id = task_id
         task._retries = clamp_int(retries)
         # row[0], the client task id, becomes the task id at launch (launch_tasks): no int
@@ -848,8 +861,6 @@ def queue_tasks(client, list rows, next_id, double now, pending, dict functions)
         task.row = row
         task.function_blob = blob
         task.queued_at = now
-        task._client_pos = -1
-        client_tasks._add(task, client_task_id)
         queue_append(pending, task)
         task_id += 1
     return task_id
@@ -992,6 +1003,9 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
                 retried += 1
                 continue
             failed += 1
+            if state != FAILED and state != KILLED and state != ERROR:  # no task state
+                state_value = ERROR_STATE
+                set_item(row, 3, NO_TASK_STATE)
         client = task.client
         if client is not last_client:  # a batch's tasks mostly share one client
             last_client = client

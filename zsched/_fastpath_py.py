@@ -41,6 +41,10 @@ BATCH_FRACTION = 2
 
 # Plain ints: comparing with an IntEnum member costs an attribute lookup per task.
 FINISHED, FAILED, RETURNED = int(TaskState.FINISHED), int(TaskState.FAILED), int(TaskState.RETURNED)
+KILLED, ERROR = int(TaskState.KILLED), int(TaskState.ERROR)
+# The payload of a task ended ERROR by the driver because its executor reported it in a
+# state that is no task state (no such state goes on to a client).
+NO_TASK_STATE = b"its executor reported it in a state that is no task state"
 
 
 class SlotTable:
@@ -224,15 +228,18 @@ class Task:
 
 def queue_tasks(client, rows, next_id, now, pending, functions):
     """Append to ``pending`` a Task for each SubmitTasks row ``[client task id, digest,
-    args, retries]`` of ``client``, numbered from ``next_id``; the next free id. Each row
-    list becomes its task's LaunchTasks row, and each task holds its function's blob
-    (``functions[digest]``). Consecutive tasks of one function share one digest object
+    args, retries]`` of ``client``, numbered from ``next_id``; the next free id. A row
+    whose client task id the client has in flight already (in ``client.tasks``, or earlier
+    in ``rows``) is refused: left out, and given no id. Each row list becomes its task's
+    LaunchTasks row, and each task holds its function's blob (``functions[digest]``). Consecutive tasks of one function share one digest object
     (msgpack makes one per row): less memory per queued task, and ``launch_tasks`` knows
     it by identity."""
     client_tasks = client.tasks
     last_function = blob = None
     for row in rows:
         client_task_id, function, args, retries = row
+        if client_task_id in client_tasks:  # one task per id: a second could not be reached
+            continue
         if function == last_function:  # one digest object for a run of tasks of one function
             function = last_function
         else:
@@ -319,7 +326,8 @@ def apply_status_updates(executor, updates, pending, now, counts):
     task that ran is counted in ``executor.tasks_done`` or ``tasks_failed``; if it raised
     and has retries left it goes back to the front of ``pending`` (``retried`` of them),
     else its result is queued for its client (``client.results``) and counted in
-    ``counts``. Tasks given back unstarted are ``returned``, in order, for the scheduler
+    ``counts`` (a state that is no task state ends it ERROR, ``NO_TASK_STATE``). Tasks
+    given back unstarted are ``returned``, in order, for the scheduler
     to queue again. ``freed`` tasks left the executor, ``ran`` of them ran. A result row
     may be the update row itself, changed in place (the compiled path does so: no list
     made per task), so the caller must not use ``updates`` afterwards."""
@@ -361,6 +369,8 @@ def apply_status_updates(executor, updates, pending, now, counts):
                 retried += 1
                 continue
             failed += 1
+            if state != FAILED and state != KILLED and state != ERROR:
+                state, payload = ERROR, NO_TASK_STATE
         client = task.client
         client.tasks.pop(task.client_task_id, None)
         client.results.append([task.client_task_id, state, payload])

@@ -8,7 +8,6 @@ TaskResults. For a driver in this process (``zsched.Client()``, a ``LocalCluster
 same messages from the queue and completes the futures itself (``Driver.connect_local``).
 """
 import concurrent.futures
-import hashlib
 import itertools
 import logging
 import os
@@ -331,7 +330,7 @@ class Client(concurrent.futures.Executor):
                 self._last_function = (fn, *entry)
                 return entry
         blob = cloudpickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
-        digest = hashlib.blake2b(blob, digest_size=16).digest()
+        digest = p.function_digest(blob)
         self._function_blobs.setdefault(digest, blob)
         entry = (digest, len(blob))
         if cacheable:

@@ -601,7 +601,7 @@ class Driver:
         executor = self._executor_for(rid, msg.incarnation)
         if executor is None:
             return
-        executor.metrics = msg.metrics
+        executor.metrics = p.heartbeat_metrics(msg.metrics)  # what the dashboard can serve
         self._send(rid, p.HeartbeatAck(self.incarnation))
 
     def _on_remove_executor(self, rid, msg):
@@ -665,11 +665,16 @@ class Driver:
                                          for row in msg.tasks]),
                        quiet=True)
             return
-        for digest, blob in msg.functions.items():
-            self.functions[digest] = p.FunctionBlob(blob)
-            self._unowned.pop(digest, None)
-        client.functions.update(msg.functions)
         known = self.functions
+        for digest, blob in msg.functions.items():
+            if digest not in known:  # one held is kept: no client replaces another's
+                if p.function_digest(blob) != digest:
+                    self._warn_peer(rid, "a function sent under a digest that is not its "
+                                         "BLAKE2b: refused (its tasks fail)")
+                    continue
+                known[digest] = p.FunctionBlob(blob)
+                self._unowned.pop(digest, None)
+            client.functions.add(digest)
         good = []
         for task in msg.tasks:
             if task[1] in known:
@@ -677,7 +682,10 @@ class Driver:
             else:
                 client.results.append([task[0], TaskState.ERROR,
                                        b"the driver does not hold the task's function"])
-        self.scheduler.submit(client, good)
+        refused = self.scheduler.submit(client, good)
+        if refused:
+            self._warn_peer(rid, f"{refused} task(s) under the id of a task of the client's in "
+                                 "flight: refused")
         self._offers_needed = True
 
     def _on_cancel_tasks(self, rid, msg):

@@ -9,6 +9,8 @@ Nothing outside this module packs or unpacks frames. A client in the driver's ow
 hands the driver message objects instead of frames (``check`` applies decode's field
 checks to them).
 """
+import hashlib
+import math
 from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import ClassVar
@@ -33,6 +35,28 @@ MAX_CORES = 1 << 16
 # incarnation on the same port), as a task error and as an AdminReply error.
 UNKNOWN_CLIENT = ("this driver does not know the client's connection (the driver restarted "
                   "since the client connected?): connect a new client")
+
+
+def function_digest(blob):
+    """The name of a pickled function on the wire: its 16-byte BLAKE2b. The driver refuses a
+    function sent under any other name, so that no client can put its own code under the
+    name of another client's function."""
+    return hashlib.blake2b(blob, digest_size=16).digest()
+
+
+# What an executor's Heartbeat reports, each a number >= 0; the driver keeps these alone.
+HEARTBEAT_METRICS = ("rss", "cpu", "busy_threads", "functions")
+
+
+def heartbeat_metrics(metrics):
+    """The known figures of a Heartbeat's ``metrics`` that are finite numbers >= 0 (the
+    dashboard serves them as JSON and as Prometheus floats)."""
+    kept = {}
+    for name in HEARTBEAT_METRICS:
+        value = metrics.get(name)
+        if (type(value) is int or type(value) is float) and 0 <= value < math.inf:
+            kept[name] = value
+    return kept
 
 
 def frame_limit(max_message_size):
@@ -166,7 +190,7 @@ class StatusUpdates(Message):
 class Heartbeat(Message):
     incarnation: int
     executor_id: str
-    metrics: dict  # rss (bytes), cpu (percent), running (tasks)
+    metrics: dict  # HEARTBEAT_METRICS: rss (bytes), cpu (percent), busy threads, functions held
 
 
 @_message(MsgType.REMOVE_EXECUTOR, _str, _str, lambda v: isinstance(v, bool))

@@ -237,11 +237,15 @@ class TaskScheduler:
 
     def submit(self, client, tasks):
         """Queue ``[[client task id, digest, args, retries], ...]`` from ``client`` (the
-        row lists become the tasks' LaunchTasks rows)."""
-        self._next_task_id = queue_tasks(client, tasks, self._next_task_id, self.clock(), self.pending,
+        row lists become the tasks' LaunchTasks rows). Returns how many were refused for an
+        id of a task the client has in flight (see ``queue_tasks``)."""
+        first_id = self._next_task_id
+        self._next_task_id = queue_tasks(client, tasks, first_id, self.clock(), self.pending,
                                          self.functions)
-        self.n_pending += len(tasks)
-        self.counts["submitted"] += len(tasks)
+        queued = self._next_task_id - first_id
+        self.n_pending += queued
+        self.counts["submitted"] += queued
+        return len(tasks) - queued
 
     def cancel(self, client, client_task_ids):
         """Cancel tasks of ``client``; returns ``[(executor, task)]`` to be killed."""
