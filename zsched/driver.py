@@ -747,7 +747,7 @@ class Driver:
             if self._unowned.get(digest) is ref:
                 del self._unowned[digest]
                 gone.add(digest)
-        for executor in self.executors.values():
+        for executor in list(self.executors.values()):  # a send may find one gone: removed
             held = executor.functions & gone
             if held:
                 executor.functions -= held  # a later launch that needs one sends it again
