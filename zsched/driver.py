@@ -580,6 +580,10 @@ class Driver:
                          "(peer %s); told it to exit", rid.hex())
             self._send(rid, p.StopExecutor("not registered with this driver (removed, or from "
                                            "an earlier driver incarnation)"), quiet=True)
+            if executor is not None:  # registered, yet it names another incarnation: told to
+                # exit, it takes no more tasks here; those it holds run elsewhere at once
+                self.remove_executor(executor.executor_id, "sent a message of another driver "
+                                     "incarnation (told to exit)", notify=False, count_failure=False)
             return None
         executor.last_seen = self.clock()
         if executor.executor_id in self._late:
