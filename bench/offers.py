@@ -230,21 +230,23 @@ def spawn(impl, n_executors, args):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(args):
-    """{size: {impl: {figure: median}}} and the raw runs."""
-    runs = {size: {impl: [] for impl in IMPLEMENTATIONS} for size in args.executors}
-    order = list(IMPLEMENTATIONS)
+def measure(args, ways=tuple(IMPLEMENTATIONS), run=None, figures=FIGURES):
+    """{size: {way: {figure: median}}} and the raw runs: ``run(way, size, args)`` (by
+    default ``spawn``) for each way and size in turn, the order reversed at each size."""
+    run = run or spawn
+    runs = {size: {way: [] for way in ways} for size in args.executors}
+    order = list(ways)
     for round_ in range(args.rounds):
         for size in args.executors:
-            for impl in order:
-                runs[size][impl].append(spawn(impl, size, args))
-                print(f"  round {round_ + 1}/{args.rounds} {size:>6,} executors {impl:<9} "
-                      f"{runs[size][impl][-1]['total_ns']:8,.0f} ns/task", file=sys.stderr)
+            for way in order:
+                runs[size][way].append(run(way, size, args))
+                print(f"  round {round_ + 1}/{args.rounds} {size:>6,} executors {way:<9} "
+                      f"{runs[size][way][-1]['total_ns']:8,.0f} ns/task", file=sys.stderr)
             order.reverse()
-    medians = {size: {impl: {key: statistics.median(run[key] for run in rs)
-                             for key in FIGURES}
-                      for impl, rs in by_impl.items()}
-               for size, by_impl in runs.items()}
+    medians = {size: {way: {key: statistics.median(run[key] for run in rs)
+                            for key in figures}
+                      for way, rs in by_way.items()}
+               for size, by_way in runs.items()}
     return medians, runs
 
 

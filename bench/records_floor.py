@@ -22,7 +22,6 @@ import argparse
 import collections
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ SUBMIT_BATCH = offers.SUBMIT_BATCH
 RECV_BATCH = offers.RECV_BATCH
 WINDOW_PER_CORE = 256  # tasks_per_core: the window of an executor of no-op tasks
 WAYS = ("reference", "compiled", "records")
+FIGURES = ("submit_ns", "offers_ns", "status_ns", "total_ns", "timed_faults_per_1k")
 
 
 def run_records(n_executors, cores, n_tasks, batch):
@@ -102,8 +102,7 @@ def worker(args):
         from zsched import fastpath
         if fastpath.IMPLEMENTATION.startswith("compiled") != (args.way == "compiled"):
             raise SystemExit(f"asked for {args.way}, got {fastpath.IMPLEMENTATION}")
-    print(json.dumps({key: figures[key] for key in
-                      ("submit_ns", "offers_ns", "status_ns", "total_ns", "timed_faults_per_1k")}))
+    print(json.dumps({key: figures[key] for key in FIGURES}))
 
 
 def spawn(way, n_executors, args):
@@ -130,17 +129,7 @@ def main(argv=None):
     args.executors = [int(n) for n in args.executors.split(",")]
     if args.way:
         return worker(args)
-    runs = {size: {way: [] for way in WAYS} for size in args.executors}
-    order = list(WAYS)
-    for round_ in range(args.rounds):
-        for size in args.executors:
-            for way in order:
-                runs[size][way].append(spawn(way, size, args))
-                print(f"  round {round_ + 1}/{args.rounds} {size:>6,} executors {way:<9} "
-                      f"{runs[size][way][-1]['total_ns']:8,.0f} ns/task", file=sys.stderr)
-            order.reverse()
-    medians = {size: {way: {key: statistics.median(run[key] for run in rs) for key in rs[0]}
-                      for way, rs in by_way.items()} for size, by_way in runs.items()}
+    medians, runs = offers.measure(args, WAYS, spawn, FIGURES)
     print(f"{args.tasks:,} no-op tasks, executors of {args.cores} cores, StatusUpdates of "
           f"{args.batch} tasks, medians of {args.rounds} round(s)")
     header = (f"{'executors':>9}  {'way':<10} {'submit':>7} {'offers':>7} {'status':>7} "
