@@ -405,7 +405,9 @@ def test_a_piped_client_fails_its_futures_at_once_when_its_driver_dies():
         assert time.monotonic() - started < 10  # the pipe's end of file, not a heartbeat timeout
         with pytest.raises(zsched.DriverConnectionError):
             client.submit(abs, 1)
-        with pytest.raises(zsched.DriverConnectionError, match="cannot connect to the cluster's driver"):
+        # refused at the door, or (the door taken just before the dying driver closed it)
+        # by the pipes handed through it
+        with pytest.raises(zsched.DriverConnectionError, match="cannot connect to (the cluster's )?driver"):
             cluster.client()
     wait_for(lambda: not executor_processes(), timeout=30, message="the executors gone")
 
