@@ -231,9 +231,9 @@ def queue_tasks(client, rows, next_id, now, pending, functions):
     args, retries]`` of ``client``, numbered from ``next_id``; the next free id. A row
     whose client task id the client has in flight already (in ``client.tasks``, or earlier
     in ``rows``) is refused: left out, and given no id. Each row list becomes its task's
-    LaunchTasks row, and each task holds its function's blob (``functions[digest]``). Consecutive tasks of one function share one digest object
-    (msgpack makes one per row): less memory per queued task, and ``launch_tasks`` knows
-    it by identity."""
+    LaunchTasks row, and each task holds its function's blob (``functions[digest]``).
+    Consecutive tasks of one function share one digest object (msgpack makes one per row):
+    less memory per queued task, and ``launch_tasks`` knows it by identity."""
     client_tasks = client.tasks
     last_function = blob = None
     for row in rows:

@@ -582,8 +582,9 @@ class Driver:
                                            "an earlier driver incarnation)"), quiet=True)
             if executor is not None:  # registered, yet it names another incarnation: told to
                 # exit, it takes no more tasks here; those it holds run elsewhere at once
-                self.remove_executor(executor.executor_id, "sent a message of another driver "
-                                     "incarnation (told to exit)", notify=False, count_failure=False)
+                self.remove_executor(executor.executor_id,
+                                     "sent a message of another driver incarnation (told to exit)",
+                                     notify=False, count_failure=False)
             return None
         executor.last_seen = self.clock()
         if executor.executor_id in self._late:
