@@ -517,17 +517,26 @@ def test_many_tasks_in_and_out_of_the_tables(impl):
     executors = [_executor(impl, i, cores=64) for i in range(3)]
     counts = {"finished": 0, "failed": 0, "retried": 0}
     impl.queue_tasks(client, [[i, b"f", b"x", 0] for i in range(20000)], 1, 0.0, pending, {b"f": b"F"})
+    submitted, next_id = 20000, 20001
     rng = random.Random(7)
     while pending or any(e.running for e in executors):
+        if submitted < 40000 and rng.random() < 0.2:  # more tasks join a table with gaps
+            rows = [[i, b"f", b"x", 0] for i in range(submitted, submitted + rng.randint(1, 500))]
+            next_id = impl.queue_tasks(client, rows, next_id, 0.0, pending, {b"f": b"F"})
+            submitted += len(rows)
         executor = rng.choice(executors)
         impl.launch_tasks(pending, rng.randint(0, 300), executor, 1 << 20, latency, 0.0)
         held = list(executor.running)
         rng.shuffle(held)
         updates = [[task_id, 1, 1, b"r"] for task_id in held[:rng.randint(0, len(held))]]
         impl.apply_status_updates(executor, updates, pending, 0.0, counts)
-        assert len(client.tasks) == 20000 - counts["finished"]
-    assert counts["finished"] == 20000 and not client.tasks
-    assert sorted(row[0] for row in client.results) == list(range(20000))
+        assert len(client.tasks) == submitted - counts["finished"]
+        if rng.random() < 0.05:  # every task still found under its id, in submission order
+            in_flight = list(client.tasks)
+            assert in_flight == sorted(in_flight)
+            assert all(client.tasks[i].client_task_id == i for i in in_flight[::97])
+    assert counts["finished"] == submitted and not client.tasks
+    assert sorted(row[0] for row in client.results) == list(range(submitted))
 
 
 # -- the protocol's row checks

@@ -692,12 +692,15 @@ cdef class ClientTasks:
     cdef void _make_room(self) except *:
         cdef Py_ssize_t i, n = 0
         cdef Py_ssize_t capacity = self._capacity
-        for i in range(self._head, self._end):  # compact: the tasks to the front, in order
-            if self._tasks[i] != NULL:
-                self._tasks[n] = self._tasks[i]
-                self._keys[n] = self._keys[i]
-                (<Task>self._tasks[n])._client_pos = <int>n
-                n += 1
+        if self._head == 0 and self._count == self._end:  # no gap: nothing moves
+            n = self._end
+        else:
+            for i in range(self._head, self._end):  # compact: the tasks to the front, in order
+                if self._tasks[i] != NULL:
+                    self._tasks[n] = self._tasks[i]
+                    self._keys[n] = self._keys[i]
+                    (<Task>self._tasks[n])._client_pos = <int>n
+                    n += 1
         self._head = 0
         self._end = n
         if 2 * n >= capacity:
