@@ -1021,6 +1021,9 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
         set_item(row, 1, state_value)
         set_item(row, 2, payload)
         drop_last_item(row)
+        # ints and bytes only, like a task's row: out of the collector while it waits to be
+        # sent (a wake-up may hold a hundred thousand, traversed by every collection)
+        PyObject_GC_UnTrack(row)
         client_results.append(row)
     executor.tasks_done += done
     executor.tasks_failed += errors

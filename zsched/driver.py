@@ -989,10 +989,9 @@ class Driver:
     def _send_results(self):
         limit = self.config.max_message_size
         for client in list(self.clients.values()):
-            results = client.results
-            if not results:
+            if not client.results:
                 continue
-            client.results = []
+            results = client.take_results()
             if client.routing_id in self._local_clients:  # no frame: one message
                 self._send(client.routing_id, p.TaskResults(results))
                 continue

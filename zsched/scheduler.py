@@ -10,10 +10,21 @@ import time
 from collections import deque
 
 from .fastpath import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
-                       launch_tasks, offer_and_launch, queue_tasks, slots_per_core, window)
+                       gc_untrack, launch_tasks, offer_and_launch, queue_tasks, slots_per_core,
+                       window)
 from .protocol import TaskState
 
 log = logging.getLogger(__name__)
+
+
+def untracked(container):
+    """``container`` (empty), taken out of the cyclic garbage collector: for the deques of
+    queued Tasks and the lists of results waiting to be sent, which may hold a million
+    items (each full collection would otherwise visit every one: about 10 ms per million
+    queued tasks). No cycle passes through them: nothing a Task or a result row refers to
+    refers back to its queue or list."""
+    gc_untrack(container)
+    return container
 
 
 class ClientData:
@@ -26,7 +37,13 @@ class ClientData:
         self.pid = pid
         self.functions = set()  # digests of the functions it sent
         self.tasks = ClientTasks()  # client task id -> Task, in submission order
-        self.results = []    # [client task id, state, payload] waiting to be sent
+        self.results = untracked([])  # [client task id, state, payload] waiting to be sent
+
+    def take_results(self):
+        """The results waiting to be sent, in order; none wait afterwards."""
+        results = self.results
+        self.results = untracked([])
+        return results
 
 
 class ExecutorData:
@@ -86,7 +103,7 @@ class TaskScheduler:
         self.latency = LatencyHistogram()  # seconds from joining the queue to launch
         self.slots = SlotTable()
         self.executors_by_slot = {}
-        self.pending = deque()       # Tasks waiting for a slot, oldest first
+        self.pending = untracked(deque())  # Tasks waiting for a slot, oldest first
         self.suspects = {}           # loss id -> deque of Tasks charged with it, waiting
         self.n_pending = 0           # tasks not cancelled in pending and suspects
         self.clamped = False         # windows are held to the cores while suspects wait
@@ -225,7 +242,10 @@ class TaskScheduler:
     def _requeue(self, task):
         task.queued_at = self.clock()
         if task.failures:
-            self.suspects.setdefault(task.loss, deque()).appendleft(task)
+            group = self.suspects.get(task.loss)
+            if group is None:
+                group = self.suspects[task.loss] = untracked(deque())
+            group.appendleft(task)
         else:
             self.pending.appendleft(task)
         self.n_pending += 1
