@@ -300,6 +300,7 @@ def test_killed_driver_leaves_no_orphan_executors(started, tmp_path):
     ("max_failures", "max_failures"),
     ("executor_heartbeat_timeout=-1", "executor_heartbeat_timeout"),
     ("max_message_size=lots", "max_message_size"),
+    ("driver_memory_cache=-1", "driver_memory_cache"),
 ])
 def test_bad_conf_exits_nonzero_naming_the_setting(conf, named, tmp_path):
     result = subprocess.run(
@@ -318,6 +319,21 @@ def test_good_conf_is_accepted_and_reaches_clients(driver_factory):
     with zsched.Client(driver.url, timeout=30) as client:
         assert client.config.max_failures == 7
         assert client.config.executor_heartbeat_timeout == 20.0
+
+
+@pytest.mark.parametrize("size, kept", [
+    ("64m", "up to 64 MiB"),
+    ("0", "none (driver_memory_cache is 0)"),
+])
+def test_the_driver_says_how_much_freed_memory_it_keeps(started, size, kept):
+    from zsched.fastpath import COMPILED
+    driver = started([sys.executable, os.path.join(BIN, "driver"), "--port", "0", "--insecure",
+                      "--log-level", "INFO", "--conf", f"driver_memory_cache={size}"])
+    assert driver.first_line is not None
+    assert driver.stop() == 0, driver.err
+    if not COMPILED:
+        kept = "none (the compiled modules are not in use)"
+    assert f"freed memory kept for reuse: {kept}" in driver.err, driver.err
 
 
 @pytest.mark.parametrize("args, named", [

@@ -80,6 +80,7 @@ _RULES = {
     "allocation_batch_size": (parse_int, lambda v: v >= 1, "an integer >= 1"),
     "executor_start_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
     "local_executor_link": (str, lambda v: v in ("pipe", "socket"), "'pipe' or 'socket'"),
+    "driver_memory_cache": (parse_size, lambda v: v >= 0, "a size in bytes >= 0"),
 }
 
 
@@ -105,6 +106,7 @@ class Config:
     allocation_batch_size: int = 5             # most executors started per allocation round
     executor_start_timeout: float = 60.0       # an executor not registered by then is killed
     local_executor_link: str = "pipe"          # executors a driver starts on its host reach it by
+    driver_memory_cache: int = 256 << 20       # freed memory bin/driver keeps for reuse, bytes
 
     def __post_init__(self):
         for f in fields(self):

@@ -29,6 +29,7 @@ import zmq
 
 from . import protocol as p
 from .allocation import ExecutorAllocator
+from .arena_cache import keep_freed_memory
 from .cluster import LocalClusterManager, SlurmClusterManager, SSHClusterManager
 from .cluster.hosts_file import read_hosts_file
 from .cluster.local import UNIX_SOCKET_PATH_MAX, fits_a_unix_socket
@@ -1389,6 +1390,7 @@ def main(argv=None):
             keys = load_keys(secret_file, use_environment=False)
     except ConfigError as exc:
         parser.error(str(exc))
+    log.info("freed memory kept for reuse: %s", keep_freed_memory(config.driver_memory_cache))
     policy = None
     initial = _initial_executors(args, manager)
     if args.dynamic_allocation:
