@@ -69,6 +69,14 @@ def test_status_figures_match_a_known_workload(tmp_path):
             assert e["rss"] > 10_000_000 and e["cpu"] >= 0 and e["busy_threads"] == 0
             assert 0 <= e["last_heartbeat_age"] < 5
         assert status["losses"] == []
+        # LocalCluster's driver runs in a process of its own: it keeps freed memory
+        from zsched.fastpath import COMPILED
+        if COMPILED:
+            cache = status["memory_cache"]
+            assert cache["installed"] and cache["limit"] == 256 << 20
+            assert 0 <= cache["kept_bytes"] <= cache["limit"]
+        else:
+            assert status["memory_cache"] is None
         # a loss, with its reason
         os.kill(executors[0]["pid"], signal.SIGKILL)
         wait_for(lambda: client.status()["losses"], 20, message="the loss reported")

@@ -30,6 +30,7 @@ import zmq
 from . import protocol as p
 from .allocation import ExecutorAllocator
 from .arena_cache import keep_freed_memory
+from .arena_cache import stats as memory_cache_stats
 from .cluster import LocalClusterManager, SlurmClusterManager, SSHClusterManager
 from .cluster.hosts_file import read_hosts_file
 from .cluster.local import UNIX_SOCKET_PATH_MAX, fits_a_unix_socket
@@ -792,6 +793,7 @@ class Driver:
             "app_id": self.app_id,
             "url": self.url,
             "fast_path": FASTPATH_IMPLEMENTATION,
+            "memory_cache": memory_cache_stats(),
             "ready": self.is_ready(),
             "executors": [
                 {**e.metrics,  # rss, cpu, busy threads: from its last heartbeat
