@@ -11,10 +11,10 @@ def keep_freed_memory(limit):
     keeps, in words for the log."""
     if not COMPILED:
         return "none (the compiled modules are not in use)"
+    if limit == 0:  # nothing to keep: the allocator's arena functions stay as they are
+        return "none (driver_memory_cache is 0)"
     from ._arena_cache import install
     install(limit)
-    if limit == 0:
-        return "none (driver_memory_cache is 0)"
     return f"up to {limit / 2**20:g} MiB"
 
 
