@@ -518,6 +518,38 @@ def test_a_flood_leaves_the_gc_settings_as_they_were(client):
     assert (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count()) == settings
 
 
+
+def test_results_piled_up_in_the_driver_reach_the_client_in_frames_of_512_rows_at_most():
+    # The driver is stopped while its executors finish what their windows hold (4 cores
+    # each, 256 tasks a core for tasks this short): when it runs again, one wake-up takes
+    # all their reports, thousands of results for this client. Frames of 512 rows at most
+    # keep the client's GC from promoting a frame's rows (see driver._RESULT_ROWS).
+    from zsched.protocol import MsgType
+    with zsched.LocalCluster(n_executors=2, cores_per_executor=4) as cluster:
+        client = cluster.client()
+        sizes = []
+        from_driver = client._from_driver
+
+        def recording(msg):  # in the client's I/O thread
+            if msg.TYPE == MsgType.TASK_RESULTS:
+                sizes.append(len(msg.results))
+            from_driver(msg)
+
+        client._from_driver = recording
+        # windows open: each executor has measured its tasks
+        assert [f.result(60) for f in [client.submit(identity, i) for i in range(FLOOD)]] == list(range(FLOOD))
+        futures = [client.submit(identity, i) for i in range(FLOOD)]
+        os.kill(cluster._process.pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.5)  # the executors finish what they hold and report it
+        finally:
+            os.kill(cluster._process.pid, signal.SIGCONT)
+        assert [f.result(60) for f in futures] == list(range(FLOOD))
+        client.shutdown()
+    assert sum(sizes) == 2 * FLOOD
+    assert max(sizes) == 512  # results did pile up, and left in frames of 512
+
+
 # ---------------------------------------------------------------- ZMTP heartbeats
 
 def test_the_client_uses_the_drivers_zmtp_heartbeat_settings(driver_factory):

@@ -48,6 +48,14 @@ from .wakeup import WakeupPipe
 log = logging.getLogger("zsched.driver")  # also when run as __main__
 
 _RECV_BATCH = 1024          # messages handled per wake-up before timers and sends run
+# Rows per TaskResults frame at most. A client decodes a frame into one list per row, all
+# alive at once: a frame of tens of thousands of rows (a wake-up's results, with hundreds of
+# executors reporting) made the cyclic GC promote them all to its oldest generation, and so
+# run full collections over everything the client holds, a flood's futures included (20 to
+# 27 of them in a map of 10^6 tasks at 1,000 simulated executors: about a third of the
+# client's CPU; bench/scale.py). Under the GC's first threshold (700 allocations), a frame's
+# rows are freed before a collection can keep them.
+_RESULT_ROWS = 512
 _POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
 # send flags as plain ints too: send_multipart's ``flags | SNDMORE`` on zmq's Flag makes an
 # enum member per message (about a microsecond)
@@ -998,7 +1006,7 @@ class Driver:
             if client.routing_id in self._local_clients:  # no frame: one message
                 self._send(client.routing_id, p.TaskResults(results))
                 continue
-            for batch in p.batch_rows(results, 2, limit):
+            for batch in p.batch_rows(results, 2, limit, _RESULT_ROWS):
                 self._send(client.routing_id, p.TaskResults(batch))
 
     def _send(self, rid, msg, quiet=False):

@@ -331,12 +331,13 @@ class AdminReply(Message):
 # receiver's MAXMSGSIZE is ``frame_limit(limit)``); a single row is never larger than
 # ``limit``: its sender checked it.
 
-def batch_rows(rows, payload_index, limit):
-    """Split ``rows`` (lists) into lists whose payloads add up to at most ``limit``."""
+def batch_rows(rows, payload_index, limit, max_rows=None):
+    """Split ``rows`` (lists) into lists whose payloads add up to at most ``limit``, and of
+    at most ``max_rows`` rows each if given."""
     batch, size = [], 0
     for row in rows:
         row_size = len(row[payload_index])
-        if batch and size + row_size > limit:
+        if batch and (size + row_size > limit or len(batch) == max_rows):
             yield batch
             batch, size = [], 0
         batch.append(row)
