@@ -541,7 +541,7 @@ def test_results_piled_up_in_the_driver_reach_the_client_in_frames_of_512_rows_a
         futures = [client.submit(identity, i) for i in range(FLOOD)]
         os.kill(cluster._process.pid, signal.SIGSTOP)
         try:
-            time.sleep(0.5)  # the executors finish what they hold and report it
+            time.sleep(1.0)  # the executors finish what they hold and report it
         finally:
             os.kill(cluster._process.pid, signal.SIGCONT)
         assert [f.result(60) for f in futures] == list(range(FLOOD))
