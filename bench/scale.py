@@ -8,14 +8,14 @@ The driver is real (``python -m zsched.driver``, its own process, no cluster man
 so is the client (``zsched.Client`` in this process). The executors are simulated: light
 executors over real sockets, many per process (``--processes`` processes, one thread
 each waiting on all its DEALER sockets with epoll, so that a wake-up costs what the
-sockets that have something to read cost, as a real executor's does), that speak the executor protocol as
-zsched/executor.py does: RegisterExecutor (id, host, cores, app id, pid), Heartbeats at
-the interval the driver's settings give, and for every task of a LaunchTasks the real
-work of an executor's task thread (unpickle the function once and the arguments, call,
-pickle the result) reported FINISHED in one StatusUpdates per batch with the seconds
-spent running them (the driver sizes each executor's window from that). They ignore
-Probe, stop on StopExecutor, Shutdown or a foreign incarnation, leave on
-DecommissionExecutor, and give up on a driver silent past the heartbeat timeout. What
+sockets that have something to read cost, as a real executor's does), that speak the
+executor protocol as zsched/executor.py does: RegisterExecutor (id, host, cores, app id,
+pid), Heartbeats at the interval the driver's settings give, and for every task of a
+LaunchTasks the real work of an executor's task thread (unpickle the function once and
+the arguments, call, pickle the result) reported FINISHED in one StatusUpdates per batch
+with the seconds spent running them (the driver sizes each executor's window from
+that). They ignore Probe, stop on StopExecutor, Shutdown or a foreign incarnation, leave
+on DecommissionExecutor, and give up on a driver silent past the heartbeat timeout. What
 they leave out: the task threads (tasks run one after another in the polling thread)
 and the monitor sockets for a lost driver connection (they share the fate of this
 script instead: each exits when its standard input closes).
