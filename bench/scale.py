@@ -26,7 +26,8 @@ RegisteredExecutor, then the driver lists them all), the driver's CPU while the 
 are idle, one ``client.status()``, then ``submit`` (N x submit, then wait for all) and
 ``map`` (list(map(noop, range(N), chunksize=1)): one task per call) rates with the CPU
 per task of the driver (split into its loop, the main thread, and the rest: ZeroMQ's I/O
-thread), of the executor processes and of this process (the client), and the tasks per
+thread), of the executor processes and of this process (the client), the client's full
+collections of the cyclic GC (a flood's futures make each one long), and the tasks per
 LaunchTasks the executors received; ``map`` as a user calls it (the client may make
 tasks of several calls); and how long the driver takes to drop every executor when all
 their connections close at once (as kill -9 would). Then, with a driver and no
@@ -607,6 +608,32 @@ def phase_timeout(n_tasks):
     return 60.0 + n_tasks / 4000.0
 
 
+class FullCollections:
+    """The cyclic GC's full collections in this process (the client) while it is active:
+    how many, and the seconds they took. A flood holds many futures, which each full
+    collection goes over."""
+
+    def __init__(self):
+        self.count = 0
+        self.seconds = 0.0
+        self._started = None
+
+    def _callback(self, phase, info):
+        if info["generation"] == 2:
+            if phase == "start":
+                self._started = time.perf_counter()
+            elif self._started is not None:
+                self.count += 1
+                self.seconds += time.perf_counter() - self._started
+
+    def __enter__(self):
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self._callback)
+
+
 def measure_phase(cluster, sim_pids, name, n_tasks, run, profile_path, log):
     """Run ``run()`` (which returns when all ``n_tasks`` are done); rate and CPU per task."""
     gc.collect()
@@ -618,7 +645,8 @@ def measure_phase(cluster, sim_pids, name, n_tasks, run, profile_path, log):
     here0 = time.process_time()
     t0 = time.perf_counter()
     try:
-        run()
+        with FullCollections() as collections:
+            run()
         elapsed = time.perf_counter() - t0
     finally:
         cluster.stop_profile()
@@ -635,6 +663,8 @@ def measure_phase(cluster, sim_pids, name, n_tasks, run, profile_path, log):
         f"{name}_driver_loop_cpu_us": (main_thread_cpu_seconds(cluster.driver.pid) - driver_main0) / n_tasks * 1e6,
         f"{name}_executors_cpu_us": (cpu_seconds(sim_pids) - sims_cpu0) / n_tasks * 1e6,
         f"{name}_client_cpu_us": (time.process_time() - here0) / n_tasks * 1e6,
+        f"{name}_client_full_collections": collections.count,
+        f"{name}_client_full_collections_s": collections.seconds,
     }
     figures[f"{name}_total_cpu_us"] = (figures[f"{name}_driver_cpu_us"] + figures[f"{name}_executors_cpu_us"]
                                        + figures[f"{name}_client_cpu_us"])
@@ -819,6 +849,8 @@ ROWS = [
     ("submit_executors_cpu_us", "  executor processes CPU per task, us", "{:.1f}", True),
     ("submit_client_cpu_us", "  client CPU per task, us", "{:.1f}", True),
     ("submit_total_cpu_us", "  all three, CPU per task, us", "{:.1f}", True),
+    ("submit_client_full_collections", "  client's full GC collections", "{:.0f}", False),
+    ("submit_client_full_collections_s", "    their time, s", "{:.3f}", False),
     ("submit_tasks_per_launch", "  tasks per LaunchTasks", "{:.1f}", True),
     ("map_tasks_per_s", "map: tasks/s", "{:,.0f}", True),
     ("map_driver_cpu_us", "  driver CPU per task, us", "{:.1f}", True),
@@ -826,6 +858,8 @@ ROWS = [
     ("map_executors_cpu_us", "  executor processes CPU per task, us", "{:.1f}", True),
     ("map_client_cpu_us", "  client CPU per task, us", "{:.1f}", True),
     ("map_total_cpu_us", "  all three, CPU per task, us", "{:.1f}", True),
+    ("map_client_full_collections", "  client's full GC collections", "{:.0f}", False),
+    ("map_client_full_collections_s", "    their time, s", "{:.3f}", False),
     ("map_tasks_per_launch", "  tasks per LaunchTasks", "{:.1f}", True),
     ("window_max", "  largest executor window, tasks", "{}", False),
     ("map_default_calls_per_s", "map, default chunking: calls/s", "{:,.0f}", True),
@@ -872,6 +906,7 @@ def print_table(args, configs, medians, memory):
           "chunksize.")
     print("  CPU per task: CPU time of the process(es) during the phase / N; the client is this "
           "process.")
+    print("  full GC collections: the client's, of the cyclic GC's oldest generation, during the phase.")
     print("  driver CPU while idle: executors registered, no tasks (heartbeats only).  The driver's "
           "CPU not")
     print("  in its loop is ZeroMQ's I/O thread (framing, CURVE, ZMTP heartbeats).")
