@@ -52,7 +52,7 @@ _RECV_BATCH = 1024          # messages handled per wake-up before timers and sen
 # alive at once: a frame of tens of thousands of rows (a wake-up's results, with hundreds of
 # executors reporting) made the cyclic GC promote them all to its oldest generation, and so
 # run full collections over everything the client holds, a flood's futures included (20 to
-# 27 of them in a map of 10^6 tasks at 1,000 simulated executors: about a third of the
+# 27 of them in a map of 10^6 tasks at 1,000 simulated executors: up to a third of the
 # client's CPU; bench/scale.py). Under the GC's first threshold (700 allocations), a frame's
 # rows are freed before a collection can keep them.
 _RESULT_ROWS = 512
