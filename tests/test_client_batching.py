@@ -14,6 +14,7 @@ import pytest
 
 import zsched
 from zsched.client import TaskFuture
+from zsched.protocol import MsgType
 
 from conftest import wait_for
 
@@ -518,14 +519,12 @@ def test_a_flood_leaves_the_gc_settings_as_they_were(client):
     assert (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count()) == settings
 
 
-
 @pytest.mark.parametrize("connection", ["pipes", "tcp"])
 def test_results_piled_up_in_the_driver_reach_the_client_in_frames_of_512_rows_at_most(connection):
     # The driver is stopped while its executors finish what their windows hold (4 cores
     # each, 256 tasks a core for tasks this short): when it runs again, one wake-up takes
     # all their reports, thousands of results for this client. Frames of 512 rows at most
     # keep the client's GC from promoting a frame's rows (see driver._RESULT_ROWS).
-    from zsched.protocol import MsgType
     with zsched.LocalCluster(n_executors=2, cores_per_executor=4) as cluster:
         if connection == "pipes":
             client = cluster.client()
