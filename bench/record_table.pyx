@@ -1,18 +1,32 @@
-# cython: language_level=3, boundscheck=False, wraparound=False
-"""A floor for the compiled fast path (bench/records_floor.py): tasks as C records in one
-table instead of one ``Task`` object each, with the least work the three calls can do and
-still take Python rows in and give Python rows out as the driver's messages carry them.
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Floors for the compiled fast path: tasks as C records in one table instead of one
+``Task`` object each, with the least work the driver's per-task calls can do.
+
+- ``RecordTable`` (bench/records_floor.py) takes Python rows in and gives Python rows out,
+  as the driver's messages carry them once msgpack has decoded them.
+- ``FrameTable`` (bench/frames_floor.py) reads and writes the message bodies themselves:
+  SubmitTasks and StatusUpdates bodies in, LaunchTasks and TaskResults bodies out, as msgpack
+  bytes, with no Python object made per task. A task's record points into the SubmitTasks
+  body it came in (kept while any of its tasks is out); a launch copies the digest and the
+  arguments from there into the LaunchTasks body; a status update copies the result from
+  the StatusUpdates body into the client's TaskResults body. It reads only the shapes these
+  messages have (no functions along with the tasks, rows of the expected types) and raises
+  ValueError on anything else. The frame header ([version][type]) is left out, as are
+  ``protocol.decode``'s field checks.
 
 Left out, against zsched's fast path: more than one client and the index of a client's
 tasks (for cancelling them), the scheduling-latency histogram, functions (digests, what an
 executor holds, the blob sent along), the message size limit, cancelled and suspect tasks,
 retries, the counts, and each executor's tasks in launch order (for an executor lost).
-Each of those costs something per task: this is a lower bound, not a design.
+Each of those costs something per task: these are lower bounds, not designs.
 """
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.long cimport PyLong_AsLongLong, PyLong_FromLongLong
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy
 
 cdef extern from "Python.h":
     Py_ssize_t Py_SIZE(object)
@@ -45,8 +59,8 @@ cdef inline void drop_last_item(list row) noexcept:
     Py_XDECREF(old)
 
 
-cdef class RecordTable:
-    cdef Record *_records
+cdef class TaskTable:
+    """The parts both tables share: free record indices, the queue, each executor's window."""
     cdef int *_free                 # indices of free records (a stack)
     cdef Py_ssize_t _n_free, _capacity
     cdef int *_queue                # queued record indices (a ring)
@@ -54,7 +68,6 @@ cdef class RecordTable:
     cdef long *_held                # per executor: tasks it holds
     cdef long *_window              # per executor: tasks it may hold
     cdef Py_ssize_t _n_executors
-    cdef public list results        # [client task id, state, payload] rows for the client
 
     def __cinit__(self, Py_ssize_t n_executors, long window):
         cdef Py_ssize_t i
@@ -68,32 +81,40 @@ cdef class RecordTable:
         for i in range(n_executors):
             self._held[i] = 0
             self._window[i] = window
-        self.results = []
 
     def __dealloc__(self):
-        free(self._records)
         free(self._free)
         free(self._queue)
         free(self._held)
         free(self._window)
 
-    cdef void _grow(self) except *:
-        cdef Py_ssize_t i, capacity = 2 * self._capacity if self._capacity else 1024
-        cdef Record *records = <Record *>realloc(self._records, capacity * sizeof(Record))
-        if records == NULL:
-            raise MemoryError()
-        self._records = records
-        cdef int *free_ = <int *>realloc(self._free, capacity * sizeof(int))
-        if free_ == NULL:
-            raise MemoryError()
-        self._free = free_
-        for i in range(capacity - 1, self._capacity - 1, -1):
-            records[i].generation = 0
-            free_[self._n_free] = i
-            self._n_free += 1
-        self._capacity = capacity
+    cdef int _resize_records(self, Py_ssize_t capacity) except -1:
+        """Make room for ``capacity`` records; those past ``_capacity`` are free."""
+        raise NotImplementedError
 
-    cdef void _enqueue(self, int index) except *:
+    cdef int _take(self) except -1:
+        """A free record's index."""
+        cdef Py_ssize_t i, capacity
+        cdef int *free_
+        if self._n_free == 0:
+            capacity = 2 * self._capacity if self._capacity else 1024
+            self._resize_records(capacity)
+            free_ = <int *>realloc(self._free, capacity * sizeof(int))
+            if free_ == NULL:
+                raise MemoryError()
+            self._free = free_
+            for i in range(capacity - 1, self._capacity - 1, -1):
+                free_[self._n_free] = i
+                self._n_free += 1
+            self._capacity = capacity
+        self._n_free -= 1
+        return self._free[self._n_free]
+
+    cdef inline void _give_back(self, int index) noexcept:
+        self._free[self._n_free] = index
+        self._n_free += 1
+
+    cdef int _enqueue(self, int index) except -1:
         cdef Py_ssize_t j
         cdef int *queue
         if self._length == self._queue_capacity:
@@ -108,6 +129,34 @@ cdef class RecordTable:
             self._queue_capacity *= 2
         self._queue[(self._head + self._length) % self._queue_capacity] = index
         self._length += 1
+        return 0
+
+    cdef inline int _dequeue(self) noexcept:
+        cdef int index = self._queue[self._head]
+        self._head = (self._head + 1) % self._queue_capacity
+        self._length -= 1
+        return index
+
+
+cdef class RecordTable(TaskTable):
+    cdef Record *_records
+    cdef public list results        # [client task id, state, payload] rows for the client
+
+    def __cinit__(self, Py_ssize_t n_executors, long window):
+        self.results = []
+
+    def __dealloc__(self):
+        free(self._records)
+
+    cdef int _resize_records(self, Py_ssize_t capacity) except -1:
+        cdef Py_ssize_t i
+        cdef Record *records = <Record *>realloc(self._records, capacity * sizeof(Record))
+        if records == NULL:
+            raise MemoryError()
+        self._records = records
+        for i in range(self._capacity, capacity):
+            records[i].generation = 0
+        return 0
 
     def submit(self, list rows, double now):
         """Queue ``[[client task id, digest, args, retries], ...]``."""
@@ -117,10 +166,7 @@ cdef class RecordTable:
         for row in rows:
             if Py_SIZE(row) != 4:
                 raise ValueError("a SubmitTasks row has 4 items")
-            if self._n_free == 0:
-                self._grow()
-            self._n_free -= 1
-            index = self._free[self._n_free]
+            index = self._take()
             record = &self._records[index]
             record.retries = PyLong_AsLongLong(<object>PyList_GET_ITEM(row, 3))
             record.row = <PyObject *>row
@@ -146,9 +192,7 @@ cdef class RecordTable:
                 continue
             rows = []
             while room > 0 and self._length > 0:
-                index = self._queue[self._head]
-                self._head = (self._head + 1) % self._queue_capacity
-                self._length -= 1
+                index = self._dequeue()
                 record = &self._records[index]
                 record.executor = executor
                 record.attempt += 1
@@ -192,5 +236,401 @@ cdef class RecordTable:
             Py_DECREF(<object>record.row)
             record.generation += 1
             record.executor = -1
-            self._free[self._n_free] = index
-            self._n_free += 1
+            self._give_back(index)
+
+
+cdef Py_ssize_t RESULT_ROWS = 512  # rows per TaskResults body at most, as the driver sends them
+
+
+cdef struct FrameRecord:
+    PyObject *frame           # the SubmitTasks body holding its digest and arguments
+    int64_t client_task_id
+    double queued_at
+    uint32_t digest_at        # offsets into frame
+    uint32_t args_at
+    uint32_t args_len
+    int generation            # the task id is generation << 32 | index
+    int attempt
+    int executor              # -1 while queued or free
+
+
+# ---------------------------------------------------------------- reading msgpack
+
+cdef struct Reader:
+    const uint8_t *p
+    const uint8_t *end
+
+
+cdef inline int need(Reader *r, Py_ssize_t n) except -1:
+    if r.end - r.p < n:
+        raise ValueError("truncated frame")
+    return 0
+
+
+cdef inline uint64_t big_endian(const uint8_t *p, int n) noexcept:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(n):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef int read_int(Reader *r, int64_t *out) except -1:
+    need(r, 1)
+    cdef uint8_t b = r.p[0]
+    cdef int n
+    r.p += 1
+    if b <= 0x7f:
+        out[0] = b
+        return 0
+    if b >= 0xe0:
+        out[0] = <int8_t>b
+        return 0
+    if 0xcc <= b <= 0xcf:  # uint 8/16/32/64
+        n = 1 << (b - 0xcc)
+        need(r, n)
+        out[0] = <int64_t>big_endian(r.p, n)
+        if out[0] < 0:
+            raise ValueError("int out of range")
+    elif 0xd0 <= b <= 0xd3:  # int 8/16/32/64
+        n = 1 << (b - 0xd0)
+        need(r, n)
+        if n == 1:
+            out[0] = <int8_t>r.p[0]
+        elif n == 2:
+            out[0] = <int16_t>big_endian(r.p, 2)
+        elif n == 4:
+            out[0] = <int32_t>big_endian(r.p, 4)
+        else:
+            out[0] = <int64_t>big_endian(r.p, 8)
+    else:
+        raise ValueError("an int was expected")
+    r.p += n
+    return 0
+
+
+cdef Py_ssize_t read_array(Reader *r) except -1:
+    need(r, 1)
+    cdef uint8_t b = r.p[0]
+    r.p += 1
+    if 0x90 <= b <= 0x9f:
+        return b & 15
+    if b == 0xdc:
+        need(r, 2)
+        r.p += 2
+        return <Py_ssize_t>big_endian(r.p - 2, 2)
+    if b == 0xdd:
+        need(r, 4)
+        r.p += 4
+        return <Py_ssize_t>big_endian(r.p - 4, 4)
+    raise ValueError("an array was expected")
+
+
+cdef int read_bin(Reader *r, const uint8_t *start, uint32_t *at, uint32_t *length) except -1:
+    need(r, 1)
+    cdef uint8_t b = r.p[0]
+    cdef int n
+    r.p += 1
+    if 0xc4 <= b <= 0xc6:
+        n = 1 << (b - 0xc4)
+    else:
+        raise ValueError("bytes were expected")
+    need(r, n)
+    length[0] = <uint32_t>big_endian(r.p, n)
+    r.p += n
+    need(r, length[0])
+    at[0] = <uint32_t>(r.p - start)
+    r.p += length[0]
+    return 0
+
+
+cdef int skip_float(Reader *r) except -1:
+    need(r, 1)
+    if r.p[0] == 0xcb:
+        need(r, 9)
+        r.p += 9
+    elif r.p[0] == 0xca:
+        need(r, 5)
+        r.p += 5
+    else:
+        raise ValueError("a float was expected")
+    return 0
+
+
+# ---------------------------------------------------------------- writing msgpack
+
+cdef struct Buffer:
+    uint8_t *data
+    Py_ssize_t length
+    Py_ssize_t capacity
+
+
+cdef int reserve(Buffer *b, Py_ssize_t more) except -1:
+    cdef Py_ssize_t capacity
+    cdef uint8_t *data
+    if b.length + more <= b.capacity:
+        return 0
+    capacity = b.capacity * 2 if b.capacity else 65536
+    while capacity < b.length + more:
+        capacity *= 2
+    data = <uint8_t *>realloc(b.data, capacity)
+    if data == NULL:
+        raise MemoryError()
+    b.data = data
+    b.capacity = capacity
+    return 0
+
+
+cdef inline void put_be(uint8_t *p, uint64_t v, int n) noexcept:
+    cdef int i
+    for i in range(n - 1, -1, -1):
+        p[i] = v & 0xff
+        v >>= 8
+
+
+cdef inline void write_uint(Buffer *b, uint64_t v) noexcept:
+    """A non-negative int in msgpack's shortest form (room for 9 bytes reserved)."""
+    cdef uint8_t *p = b.data + b.length
+    if v <= 0x7f:
+        p[0] = <uint8_t>v
+        b.length += 1
+    elif v <= 0xff:
+        p[0] = 0xcc
+        p[1] = <uint8_t>v
+        b.length += 2
+    elif v <= 0xffff:
+        p[0] = 0xcd
+        put_be(p + 1, v, 2)
+        b.length += 3
+    elif v <= 0xffffffffULL:
+        p[0] = 0xce
+        put_be(p + 1, v, 4)
+        b.length += 5
+    else:
+        p[0] = 0xcf
+        put_be(p + 1, v, 8)
+        b.length += 9
+
+
+cdef inline void write_bin(Buffer *b, const uint8_t *data, uint32_t n) noexcept:
+    """Bytes (room for 5 + n bytes reserved)."""
+    cdef uint8_t *p = b.data + b.length
+    if n <= 0xff:
+        p[0] = 0xc4
+        p[1] = <uint8_t>n
+        b.length += 2
+    elif n <= 0xffff:
+        p[0] = 0xc5
+        put_be(p + 1, n, 2)
+        b.length += 3
+    else:
+        p[0] = 0xc6
+        put_be(p + 1, n, 4)
+        b.length += 5
+    memcpy(b.data + b.length, data, n)
+    b.length += n
+
+
+cdef inline void write_array(Buffer *b, uint32_t n) noexcept:
+    """An array header (room for 5 bytes reserved)."""
+    cdef uint8_t *p = b.data + b.length
+    if n <= 15:
+        p[0] = 0x90 | n
+        b.length += 1
+    elif n <= 0xffff:
+        p[0] = 0xdc
+        put_be(p + 1, n, 2)
+        b.length += 3
+    else:
+        p[0] = 0xdd
+        put_be(p + 1, n, 4)
+        b.length += 5
+
+
+cdef class FrameTable(TaskTable):
+    cdef FrameRecord *_records
+    cdef Buffer _launch             # the LaunchTasks body being written
+    cdef Buffer _results            # result rows not yet in a TaskResults body
+    cdef Py_ssize_t _result_rows
+    cdef list _result_frames        # TaskResults bodies waiting to be sent
+
+    def __cinit__(self, Py_ssize_t n_executors, long window):
+        self._result_frames = []
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        for i in range(self._capacity):
+            if self._records[i].frame != NULL:
+                Py_DECREF(<object>self._records[i].frame)
+        free(self._records)
+        free(self._launch.data)
+        free(self._results.data)
+
+    cdef int _resize_records(self, Py_ssize_t capacity) except -1:
+        cdef Py_ssize_t i
+        cdef FrameRecord *records = <FrameRecord *>realloc(self._records, capacity * sizeof(FrameRecord))
+        if records == NULL:
+            raise MemoryError()
+        self._records = records
+        for i in range(self._capacity, capacity):
+            records[i].generation = 0
+            records[i].frame = NULL
+        return 0
+
+    def submit(self, bytes frame, double now):
+        """Queue the tasks of a SubmitTasks body, ``[{}, [[client task id, digest, args,
+        retries], ...]]``."""
+        cdef const uint8_t *start = <const uint8_t *>PyBytes_AS_STRING(frame)
+        cdef Reader r
+        cdef Py_ssize_t n, i
+        cdef int64_t client_task_id, retries
+        cdef uint32_t digest_at, digest_len, args_at, args_len
+        cdef int index
+        cdef FrameRecord *record
+        r.p = start
+        r.end = start + PyBytes_GET_SIZE(frame)
+        if read_array(&r) != 2:
+            raise ValueError("a SubmitTasks body has 2 fields")
+        need(&r, 1)
+        if r.p[0] != 0x80:
+            raise ValueError("functions along with tasks: not in this floor")
+        r.p += 1
+        n = read_array(&r)
+        for i in range(n):
+            if read_array(&r) != 4:
+                raise ValueError("a SubmitTasks row has 4 items")
+            read_int(&r, &client_task_id)
+            read_bin(&r, start, &digest_at, &digest_len)
+            read_bin(&r, start, &args_at, &args_len)
+            read_int(&r, &retries)
+            if digest_len != 16:
+                raise ValueError("a digest has 16 bytes")
+            if client_task_id < 0:
+                raise ValueError("a client task id is >= 0")
+            index = self._take()
+            record = &self._records[index]
+            record.frame = <PyObject *>frame
+            Py_INCREF(frame)
+            record.client_task_id = client_task_id
+            record.queued_at = now
+            record.digest_at = digest_at
+            record.args_at = args_at
+            record.args_len = args_len
+            record.attempt = 0
+            record.executor = -1
+            self._enqueue(index)
+
+    def offer(self):
+        """``[(executor, LaunchTasks body), ...]``: every executor's window filled from the
+        queue."""
+        cdef list launches = []
+        cdef Py_ssize_t executor
+        cdef long room
+        cdef int index
+        cdef FrameRecord *record
+        cdef Buffer *b = &self._launch
+        cdef const uint8_t *frame
+        for executor in range(self._n_executors):
+            room = self._window[executor] - self._held[executor]
+            if room > self._length:
+                room = self._length
+            if room <= 0:
+                continue
+            b.length = 0
+            reserve(b, 7)
+            b.data[0] = 0x92  # [functions, tasks]
+            b.data[1] = 0x80
+            b.length = 2
+            write_array(b, <uint32_t>room)
+            self._held[executor] += room
+            while room > 0:
+                index = self._dequeue()
+                room -= 1
+                record = &self._records[index]
+                record.executor = executor
+                record.attempt += 1
+                frame = <const uint8_t *>PyBytes_AS_STRING(<object>record.frame)
+                reserve(b, 1 + 9 + 9 + 5 + 16 + 5 + record.args_len)
+                b.data[b.length] = 0x94
+                b.length += 1
+                write_uint(b, (<uint64_t>record.generation << 32) | <uint64_t>index)
+                write_uint(b, <uint64_t>record.attempt)
+                write_bin(b, frame + record.digest_at, 16)
+                write_bin(b, frame + record.args_at, record.args_len)
+            launches.append((executor, PyBytes_FromStringAndSize(<char *>b.data, b.length)))
+        return launches
+
+    cdef int _flush_results(self) except -1:
+        cdef Buffer header
+        cdef uint8_t head[5]
+        cdef object body
+        cdef char *p
+        if self._result_rows == 0:
+            return 0
+        header.data = head
+        header.length = 0
+        write_array(&header, <uint32_t>self._result_rows)
+        body = PyBytes_FromStringAndSize(NULL, header.length + self._results.length)
+        p = PyBytes_AS_STRING(body)
+        memcpy(p, head, header.length)
+        memcpy(p + header.length, self._results.data, self._results.length)
+        self._result_frames.append(body)
+        self._results.length = 0
+        self._result_rows = 0
+        return 0
+
+    def status_updates(self, Py_ssize_t executor, bytes frame):
+        """Apply a StatusUpdates body from ``executor``, ``[incarnation, busy, [[task id,
+        attempt, state, payload], ...]]``: each row of a task it holds becomes a result row."""
+        cdef const uint8_t *start = <const uint8_t *>PyBytes_AS_STRING(frame)
+        cdef Reader r
+        cdef Py_ssize_t n, i
+        cdef int64_t task_id, attempt, state, incarnation
+        cdef uint32_t payload_at, payload_len
+        cdef int64_t index
+        cdef FrameRecord *record
+        cdef Buffer *b = &self._results
+        r.p = start
+        r.end = start + PyBytes_GET_SIZE(frame)
+        if read_array(&r) != 3:
+            raise ValueError("a StatusUpdates body has 3 fields")
+        read_int(&r, &incarnation)
+        skip_float(&r)
+        n = read_array(&r)
+        for i in range(n):
+            if read_array(&r) != 4:
+                raise ValueError("a StatusUpdates row has 4 items")
+            read_int(&r, &task_id)
+            read_int(&r, &attempt)
+            read_int(&r, &state)
+            read_bin(&r, start, &payload_at, &payload_len)
+            index = task_id & 0xffffffff
+            if index >= self._capacity:
+                continue
+            record = &self._records[index]
+            if (record.generation != (task_id >> 32) or record.executor != executor
+                    or record.attempt != attempt or state < 0):
+                continue
+            self._held[executor] -= 1
+            reserve(b, 1 + 9 + 9 + 5 + payload_len)
+            b.data[b.length] = 0x93
+            b.length += 1
+            write_uint(b, <uint64_t>record.client_task_id)
+            write_uint(b, <uint64_t>state)
+            write_bin(b, start + payload_at, payload_len)
+            self._result_rows += 1
+            if self._result_rows == RESULT_ROWS:
+                self._flush_results()
+            Py_DECREF(<object>record.frame)
+            record.frame = NULL
+            record.generation += 1
+            record.executor = -1
+            self._give_back(index)
+
+    def take_results(self):
+        """The TaskResults bodies waiting (``[[client task id, state, payload], ...]``, at
+        most ``RESULT_ROWS`` rows each); none wait afterwards."""
+        self._flush_results()
+        frames = self._result_frames
+        self._result_frames = []
+        return frames

@@ -105,9 +105,10 @@ def worker(args):
     print(json.dumps({key: figures[key] for key in FIGURES}))
 
 
-def spawn(way, n_executors, args):
+def spawn(way, n_executors, args, script=__file__):
+    """``script --worker way ...`` in a process of its own: its figures."""
     env = dict(os.environ, ZSCHED_PUREPYTHON="1" if way == "reference" else "0")
-    command = [sys.executable, os.path.abspath(__file__), "--worker", way,
+    command = [sys.executable, os.path.abspath(script), "--worker", way,
                "--executors", str(n_executors), "--cores", str(args.cores),
                "--tasks", str(args.tasks), "--batch", str(args.batch)]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -116,35 +117,45 @@ def spawn(way, n_executors, args):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv, description, ways):
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--executors", default="10,1000", metavar="N,N,...")
     parser.add_argument("--cores", type=int, default=8)
     parser.add_argument("--tasks", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=64,
                         help="tasks an executor reports per StatusUpdates (default 64)")
-    parser.add_argument("--worker", choices=WAYS, dest="way", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=ways, dest="way", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.executors = [int(n) for n in args.executors.split(",")]
-    if args.way:
-        return worker(args)
-    medians, runs = offers.measure(args, WAYS, spawn, FIGURES)
+    return args
+
+
+def report(args, medians, runs, phases, benchmark, title):
+    """The table of ``medians`` (ns per task in each of ``phases``), then the JSON line."""
     print(f"{args.tasks:,} no-op tasks, executors of {args.cores} cores, StatusUpdates of "
-          f"{args.batch} tasks, medians of {args.rounds} round(s)")
-    header = (f"{'executors':>9}  {'way':<10} {'submit':>7} {'offers':>7} {'status':>7} "
-              f"{'total ns/task':>13} {'reference / this':>16} {'faults/1k':>9}")
+          f"{args.batch} tasks, medians of {args.rounds} round(s){title}")
+    header = (f"{'executors':>9}  {'way':<10} " + " ".join(f"{phase:>7}" for phase in phases)
+              + f" {'total ns/task':>13} {'reference / this':>16} {'faults/1k':>9}")
     print(header)
     print("-" * len(header))
     for size, by_way in medians.items():
         reference = by_way["reference"]["total_ns"]
         for way, m in by_way.items():
-            print(f"{size:>9,}  {way:<10} {m['submit_ns']:>7,.0f} {m['offers_ns']:>7,.0f} "
-                  f"{m['status_ns']:>7,.0f} {m['total_ns']:>13,.0f} "
-                  f"{reference / m['total_ns']:>15.2f}x {m['timed_faults_per_1k']:>9.1f}")
-    print("JSON " + json.dumps({"benchmark": "zsched-records-floor", "params": {
+            print(f"{size:>9,}  {way:<10} " + " ".join(f"{m[phase + '_ns']:>7,.0f}" for phase in phases)
+                  + f" {m['total_ns']:>13,.0f} {reference / m['total_ns']:>15.2f}x"
+                  f" {m['timed_faults_per_1k']:>9.1f}")
+    print("JSON " + json.dumps({"benchmark": benchmark, "params": {
         "executors": args.executors, "cores": args.cores, "tasks": args.tasks,
         "rounds": args.rounds, "batch": args.batch}, "medians": medians, "runs": runs}))
+
+
+def main(argv=None):
+    args = parse_args(argv, __doc__.splitlines()[0], WAYS)
+    if args.way:
+        return worker(args)
+    medians, runs = offers.measure(args, WAYS, spawn, FIGURES)
+    report(args, medians, runs, ("submit", "offers", "status"), "zsched-records-floor", "")
 
 
 if __name__ == "__main__":
