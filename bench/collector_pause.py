@@ -7,10 +7,11 @@ many tasks: queued, and finished with their results waiting to be sent.
 For each size, a ``TaskScheduler`` (the driver's, no sockets) gets that many tasks, in
 SubmitTasks of 1,024 rows as msgpack decodes them. ``queued``: all of them wait in the
 queue. ``results waiting``: all of them were launched on simulated executors and reported
-FINISHED, and their result rows wait in the client's list, as at the end of a driver's
-wake-up that handled a thousand StatusUpdates. Each state is timed as the scheduler leaves
+FINISHED, and their result rows wait for the client (``ResultRows``), as at the end of a
+driver's wake-up that handled a thousand StatusUpdates. Each state is timed as the scheduler leaves
 it (``as is``) and with the queue, the results list and the result rows put back in the
-collector (``tracked``: what the driver did before they were taken out). The figure is
+collector (``tracked``: what the driver did before they were taken out; the compiled path
+writes the results as msgpack bytes, so there they are decoded into rows first). The figure is
 the median wall time of ``gc.collect()``; the driver's own collections are full ones about
 once every ten thousand container allocations, and each one is a pause of its loop.
 
@@ -47,6 +48,7 @@ def full_collection_ms(collections):
 def scheduler_with(n_tasks, finished):
     """A scheduler holding ``n_tasks`` queued, or (``finished``) their results waiting."""
     from zsched.config import Config
+    from zsched.protocol import decode
     from zsched.scheduler import ClientData, TaskScheduler
 
     scheduler = TaskScheduler(Config(), functions={b"digest": b"cloudpickled function"})
@@ -61,19 +63,27 @@ def scheduler_with(n_tasks, finished):
             executor.task_seconds = 2e-6
             scheduler._apply_window(executor)
             executors.append(executor)
-        for executor, batches in scheduler.resource_offers():
-            rows = [[row[0], row[1], FINISHED, b"\x80\x05N."] for _, batch in batches for row in batch]
+        for executor, frames in scheduler.resource_offers():
+            rows = [[row[0], row[1], FINISHED, b"\x80\x05N."]
+                    for frame in frames for row in decode(frame).tasks]
             scheduler.status_updates(executor, rows, 2e-6 * len(rows))
         assert len(client.results) == n_tasks, "every task should have finished"
     return scheduler, client
 
 
 def track(scheduler, client):
+    """Put back in the collector what zsched keeps out of it: the queue and the results
+    waiting (the reference's list of rows; the compiled path keeps them as bytes, so they
+    are taken out as the rows msgpack would make: returned, to be kept meanwhile)."""
     from zsched.fastpath import gc_track
     gc_track(scheduler.pending)
-    gc_track(client.results)
-    for row in client.results:
+    rows = getattr(client.results, "rows", None)
+    if rows is None:
+        rows = client.results.take_rows()
+    gc_track(rows)
+    for row in rows:
         gc_track(row)
+    return rows
 
 
 def main(argv=None):
@@ -90,12 +100,12 @@ def main(argv=None):
             scheduler, client = scheduler_with(n_tasks, finished)
             gc.collect()
             as_is = full_collection_ms(args.collections)
-            track(scheduler, client)
+            rows = track(scheduler, client)
             gc.collect()
             tracked = full_collection_ms(args.collections)
             figures.append({"tasks": n_tasks, "state": state, "as_is_ms": as_is,
                             "tracked_ms": tracked})
-            del scheduler, client
+            del scheduler, client, rows
             gc.collect()
 
     print(f"one full collection, median of {args.collections}; fast path: {IMPLEMENTATION}")

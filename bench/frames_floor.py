@@ -62,9 +62,10 @@ def submit_bodies(n_tasks):
                                   for i in range(first, min(n_tasks, first + SUBMIT_BATCH))]])
 
 
-def launched(body):
-    """``[(task id, attempt), ...]`` of a LaunchTasks body, as the executor reads it."""
-    return [(row[0], row[1]) for row in msgpack.unpackb(body)[1]]
+def launched(body, skip):
+    """``[(task id, attempt), ...]`` of a LaunchTasks body after ``skip`` bytes of frame
+    header, as the executor reads it."""
+    return [(row[0], row[1]) for row in msgpack.unpackb(memoryview(body)[skip:])[1]]
 
 
 def status_body(tasks, busy):
@@ -73,7 +74,9 @@ def status_body(tasks, busy):
 
 class Scheduler:
     """zsched's ``TaskScheduler`` (whichever implementation ``zsched.fastpath`` chose) with
-    msgpack on both sides, one call per timed phase."""
+    msgpack on both sides, one call per timed phase. Its LaunchTasks come as whole frames."""
+
+    header_length = 2
 
     def __init__(self, n_executors, cores):
         from zsched.config import Config
@@ -91,10 +94,8 @@ class Scheduler:
         self.scheduler.submit(self.client, msgpack.unpackb(body)[1])
 
     def offer(self):
-        packb = msgpack.packb
-        return [(executor, packb([functions, rows]))
-                for executor, batches in self.scheduler.resource_offers()
-                for functions, rows in batches]
+        return [(executor, frame) for executor, frames in self.scheduler.resource_offers()
+                for frame in frames]
 
     def status_updates(self, executor, body):
         message = msgpack.unpackb(body)
@@ -108,6 +109,8 @@ class Scheduler:
 
 class Frames:
     """``record_table.FrameTable`` behind the same four calls."""
+
+    header_length = 0
 
     def __init__(self, n_executors, cores):
         import pyximport
@@ -156,7 +159,7 @@ def run_once(way, n_executors, cores, n_tasks, batch):
         for executor, body in timed("offers", target.offer):
             if not held[executor]:
                 reporting.append(executor)
-            held[executor].extend(launched(body))
+            held[executor].extend(launched(body, target.header_length))
         n_reports = min(len(reporting), RECV_BATCH)
         if not n_reports:
             raise RuntimeError(f"stalled: {n_tasks - done} tasks neither launched nor held")

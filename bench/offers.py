@@ -13,18 +13,23 @@ with their functions and size limit, the scheduling-latency histogram) and handl
 StatusUpdates from each executor holding tasks, at most ``RECV_BATCH`` of them
 (``status_updates``: the tasks found, finished and queued as results for their client, the
 slots freed, the window adapted); an executor reports its oldest ``--batch`` tasks
-FINISHED. Only those three calls are timed, in CPU time of the thread (steadier than wall
-time on a shared machine), and divided by the number of tasks. The rows of a SubmitTasks
-and of a StatusUpdates are built, as msgpack would decode them, just before they are
-handled (not timed); results for the client are dropped at the end of the wake-up, when
-the driver sends them. The garbage collector runs, as in the driver (``--no-gc``: it does
+FINISHED. At the end of the wake-up the client's results become TaskResults frames
+(``results``: ``take_frames``, as the driver sends them). Only those four calls are timed,
+in CPU time of the thread (steadier than wall time on a shared machine), and divided by
+the number of tasks. The rows of a SubmitTasks and of a StatusUpdates are built, as msgpack
+would decode them, just before they are handled, and the LaunchTasks frames are read as
+an executor reads them (not timed). The garbage collector runs, as in the driver (``--no-gc``: it does
 not, to see what it costs each implementation). ``slot table`` is the
 same sequence of offers and releases on the ``SlotTable`` alone. ``faults/1k tasks`` are
 the minor page faults of the whole scheduling run (timed calls and the messages built
 between them) per 1,000 tasks: each is memory touched for the first time, which both
 implementations pay for the Python objects a task makes (see bench/RESULTS.md); ``in timed
-calls`` are those taken inside the three timed calls (in the JSON, also by call), counted
+calls`` are those taken inside the four timed calls (in the JSON, also by call), counted
 outside the clock readings.
+
+The fast path writes LaunchTasks and TaskResults frames itself (the compiled one straight
+from its tasks into the bytes; the reference packs its rows with msgpack), so ``offers`` and
+``results`` include making the frames.
 
 Each executor's measured task run time is set to that of a no-op task (``TASK_SECONDS``),
 so its window is what the driver gives no-op tasks: ``cores * tasks_per_core`` (8 x 256).
@@ -65,8 +70,10 @@ RECV_BATCH = 1024       # messages the driver handles per wake-up (driver._RECV_
 IMPLEMENTATIONS = {"compiled": "0", "reference": "1"}  # -> ZSCHED_PUREPYTHON
 TARGET_RATIO = 10.0       # compiled at least this many times faster than the reference
 TARGET_NS_PER_TASK = 1000  # compiled, at the largest size
-FIGURES = ("submit_ns", "offers_ns", "status_ns", "total_ns", "slot_table_ns", "faults_per_1k",
-           "timed_faults_per_1k", "submit_faults_per_1k", "offers_faults_per_1k", "status_faults_per_1k")
+FIGURES = ("submit_ns", "offers_ns", "status_ns", "results_ns", "total_ns", "slot_table_ns",
+           "faults_per_1k", "timed_faults_per_1k", "submit_faults_per_1k", "offers_faults_per_1k",
+           "status_faults_per_1k", "results_faults_per_1k")
+RESULT_ROWS = 512      # rows per TaskResults frame (driver._RESULT_ROWS)
 
 
 # ---------------------------------------------------------------- one run (in a subprocess)
@@ -76,7 +83,7 @@ class Faults:
     readings, so counting them costs the timed figures nothing)."""
 
     def __init__(self):
-        self.counts = {"submit": 0, "offers": 0, "status": 0}
+        self.counts = {"submit": 0, "offers": 0, "status": 0, "results": 0}
         self._at = 0
 
     def start(self):
@@ -89,6 +96,7 @@ class Faults:
 def run_once(n_executors, cores, n_tasks, batch):
     """Schedule ``n_tasks`` on ``n_executors`` simulated executors; figures of the run."""
     from zsched.config import Config
+    from zsched.protocol import TaskResults, decode, frame_header
     from zsched.scheduler import ClientData, TaskScheduler
 
     scheduler = TaskScheduler(Config(), functions={b"digest": b"cloudpickled function"})
@@ -114,7 +122,9 @@ def run_once(n_executors, cores, n_tasks, batch):
     reporting = collections.deque()  # executors holding tasks, in the order they report
     busy = TASK_SECONDS * batch
 
-    offers_ns = status_ns = 0
+    offers_ns = status_ns = results_ns = 0
+    results_header = frame_header(TaskResults)
+    limit = scheduler.config.max_message_size
     n_offers = n_launches = n_messages = 0
     done = 0
     status_updates = scheduler.status_updates
@@ -128,11 +138,11 @@ def run_once(n_executors, cores, n_tasks, batch):
         faults.stop("offers")
         n_offers += 1
         n_launches += len(launches)
-        for executor, batches in launches:
+        for executor, frames in launches:  # read as the executor reads them (not timed)
             if not held[executor]:
                 reporting.append(executor)
-            for _, rows in batches:
-                held[executor].extend(rows)
+            for frame in frames:
+                held[executor].extend(decode(frame).tasks)
         # one StatusUpdates per executor holding tasks, RECV_BATCH at most; each is handled
         # as soon as it is decoded and its rows are garbage afterwards, as in the driver
         n_reports = min(len(reporting), RECV_BATCH)
@@ -152,13 +162,17 @@ def run_once(n_executors, cores, n_tasks, batch):
             if queue:
                 reporting.append(executor)
         n_messages += n_reports
-        client.results.clear()  # sent to the client at the end of the wake-up
+        faults.start()
+        start = clock()
+        client.results.take_frames(results_header, limit, RESULT_ROWS)  # sent to the client
+        results_ns += clock() - start - timer_ns
+        faults.stop("results")
     assert scheduler.counts["finished"] == n_tasks and scheduler.n_pending == 0
     return {"submit_ns": submit_ns / n_tasks, "offers_ns": offers_ns / n_tasks,
-            "status_ns": status_ns / n_tasks,
+            "status_ns": status_ns / n_tasks, "results_ns": results_ns / n_tasks,
             **{f"{phase}_faults_per_1k": 1000 * count / n_tasks for phase, count in faults.counts.items()},
             "timed_faults_per_1k": 1000 * sum(faults.counts.values()) / n_tasks,
-            "total_ns": (submit_ns + offers_ns + status_ns) / n_tasks, "offers": n_offers,
+            "total_ns": (submit_ns + offers_ns + status_ns + results_ns) / n_tasks, "offers": n_offers,
             "launches": n_launches, "messages": n_messages,
             "full_collections": gc.get_stats()[2]["collections"] - full_collections,
             "window": executors[0].slots}
@@ -252,7 +266,7 @@ def measure(args, ways=tuple(IMPLEMENTATIONS), run=None, figures=FIGURES):
 
 def print_table(medians):
     header = (f"{'executors':>9}  {'implementation':<14} {'submit ns/task':>14} {'offers ns/task':>14} "
-              f"{'status ns/task':>14} {'total ns/task':>13} {'speed-up':>8}"
+              f"{'status ns/task':>14} {'results ns/task':>15} {'total ns/task':>13} {'speed-up':>8}"
               f"  {'slot table ns/task':>18} {'speed-up':>8} {'faults/1k tasks':>15} {'in timed calls':>14}")
     print(header)
     print("-" * len(header))
@@ -264,7 +278,7 @@ def print_table(medians):
                 ratio = f"{ref['total_ns'] / m['total_ns']:.2f}x"
                 slot_ratio = f"{ref['slot_table_ns'] / m['slot_table_ns']:.1f}x"
             print(f"{size:>9,}  {impl:<14} {m['submit_ns']:>14,.0f} {m['offers_ns']:>14,.0f} {m['status_ns']:>14,.0f} "
-                  f"{m['total_ns']:>13,.0f} {ratio:>8}  {m['slot_table_ns']:>18,.1f} "
+                  f"{m['results_ns']:>15,.0f} {m['total_ns']:>13,.0f} {ratio:>8}  {m['slot_table_ns']:>18,.1f} "
                   f"{slot_ratio:>8} {m['faults_per_1k']:>15,.1f} {m['timed_faults_per_1k']:>14,.1f}")
 
 

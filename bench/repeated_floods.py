@@ -5,7 +5,7 @@ freed memory (``driver_memory_cache``, zsched/_arena_cache.pyx).
     python bench/repeated_floods.py --executors 10 --tasks 300000 --floods 4 --rounds 5
 
 Each run is one process: ``bench/offers.py``'s ``run_once`` (queue, launch and finish
-``--tasks`` no-op tasks on simulated executors of 8 cores; ns per task of the three timed
+``--tasks`` no-op tasks on simulated executors of 8 cores; ns per task of the four timed
 calls) called ``--floods`` times in a row, as a long-running driver meets one flood after
 another. ``kept`` runs install the cache first, as ``bin/driver`` does (256 MiB, its
 default); ``none`` runs do not, as before it. Implementations (compiled, reference) and

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zsched import _fastpath, _fastpath_py, fastpath
+from zsched import protocol as p
 from zsched._fastpath_py import NO_TASK_STATE
 from zsched.scheduler import ClientData, ExecutorData
 from zsched.task_state import TaskState
@@ -222,6 +223,35 @@ def test_agreement_at_scale():
 
 # ---------------------------------------------------------------- tasks: queue, launch, status
 
+LAUNCH_HEADER = p.frame_header(p.LaunchTasks)
+RESULTS_HEADER = p.frame_header(p.TaskResults)
+
+
+def results_of(client):
+    """The results waiting for ``client``, as rows; they stay waiting."""
+    rows = client.results.take_rows()
+    for row in rows:
+        client.results.add(*row)
+    return rows
+
+
+def _decoded(frames):
+    """LaunchTasks frames as ``[(functions, rows), ...]``, each checked to be byte for byte
+    the frame ``protocol.encode`` makes of its message."""
+    batches = []
+    for frame in frames:
+        msg = p.decode(frame)
+        assert type(msg) is p.LaunchTasks and p.encode(msg) == frame
+        batches.append((msg.functions, msg.tasks))
+    return batches
+
+
+def _launch(impl, tasks, count, executor, limit, latency, now):
+    """``launch_tasks``, its frames decoded (``_decoded``)."""
+    frames, launched = impl.launch_tasks(tasks, count, executor, limit, latency, now, LAUNCH_HEADER)
+    return _decoded(frames), launched
+
+
 def _executor(impl, index, cores=1):
     executor = ExecutorData(str(index), b"r%d" % index, "host", cores, 100 + index, index, cores, 0.0)
     executor.running = impl.RunningTasks()  # ExecutorData makes the one zsched.fastpath picked
@@ -231,6 +261,7 @@ def _executor(impl, index, cores=1):
 def _client(impl, routing_id=b"c", pid=1):
     client = ClientData(routing_id, pid)
     client.tasks = impl.ClientTasks()
+    client.results = impl.ResultRows()
     return client
 
 
@@ -242,10 +273,10 @@ def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
     assert impl.queue_tasks(client, rows, 100, 1.0, pending, {f: b"F", b"g": b"G"}) == 103
     assert [t.task_id for t in pending] == [100, 101, 102] and set(client.tasks) == {7, 8, 9}
     executor = _executor(impl, 0)
-    batches, launched = impl.launch_tasks(pending, 2, executor, 1 << 20, latency, 1.0003)
+    batches, launched = _launch(impl, pending, 2, executor, 1 << 20, latency, 1.0003)
     assert launched == 2 and len(pending) == 1
     assert batches == [({f: b"F"}, [[100, 1, f, b"a1"], [101, 1, f, b"a2"]])]
-    assert batches[0][1][0] is rows[0]  # the submitted row itself, no copy per task
+    assert pending[0].row is rows[2]  # the submitted row itself, kept by its task
     assert rows[1][2] is rows[0][2]  # one digest object for consecutive tasks of a function
     assert executor.functions == {f} and list(executor.running) == [100, 101]
     assert latency.count == 2 and latency.counts[1] == 2  # 300 us: in the 500 us bucket
@@ -253,7 +284,7 @@ def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
     stale, freed, ran, retried, returned = impl.apply_status_updates(
         executor, [[100, 1, 1, b"r1"], [101, 2, 1, b"old"], [555, 1, 1, b"?"]], pending, 2.0, counts)
     assert (stale, freed, ran, retried, returned) == (2, 1, 1, 0, [])
-    assert client.results == [[7, 1, b"r1"]] and set(client.tasks) == {8, 9}
+    assert results_of(client) == [[7, 1, b"r1"]] and set(client.tasks) == {8, 9}
     assert counts == {"finished": 1, "failed": 0, "retried": 0} and executor.tasks_done == 1
 
 
@@ -263,12 +294,12 @@ def test_launches_split_at_the_size_limit_and_ship_each_function_once(impl):
     impl.queue_tasks(client, [[i, b"f" if i < 3 else b"g", b"x" * 10, 0] for i in range(6)],
                      1, 0.0, pending, {b"f": b"F" * 15, b"g": b"G" * 5})
     executor = _executor(impl, 0)
-    batches, launched = impl.launch_tasks(pending, 6, executor, 30, impl.LatencyHistogram(), 0.0)
+    batches, launched = _launch(impl, pending, 6, executor, 30, impl.LatencyHistogram(), 0.0)
     assert launched == 6
     # f (15) + 10 = 25; +10 > 30: split; 10 + 10 + g (5) + 10 = 35 > 30: split after 2
     assert [(sorted(needed), [row[0] for row in rows]) for needed, rows in batches] == [
         ([b"f"], [1]), ([], [2, 3]), ([b"g"], [4, 5]), ([], [6])]
-    batches, _ = impl.launch_tasks(deque(), 1, executor, 30, impl.LatencyHistogram(), 0.0)
+    batches, _ = _launch(impl, deque(), 1, executor, 30, impl.LatencyHistogram(), 0.0)
     assert batches == []
 
 
@@ -280,7 +311,7 @@ def test_a_queued_task_keeps_its_function_when_the_driver_drops_it(impl):
     impl.queue_tasks(client, [[1, b"f", b"x", 0], [2, b"f", b"y", 0]], 1, 0.0, pending, functions)
     functions.clear()
     executor = _executor(impl, 0, cores=2)
-    batches, launched = impl.launch_tasks(pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
+    batches, launched = _launch(impl, pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     assert launched == 2 and batches == [({b"f": b"F" * 4}, [[1, 1, b"f", b"x"], [2, 1, b"f", b"y"]])]
 
 
@@ -290,7 +321,7 @@ def test_status_updates_retry_return_and_cancel(impl):
     impl.queue_tasks(client, [[i, b"f", b"x", 1 if i == 1 else 0] for i in range(1, 5)], 1, 0.0, pending,
                      {b"f": b"F"})
     executor = _executor(impl, 0, cores=4)
-    impl.launch_tasks(pending, 4, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
+    _launch(impl, pending, 4, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     executor.running[4].cancelled = True
     counts = {"finished": 0, "failed": 0, "retried": 0}
     updates = [[1, 1, 2, b"raised"], [2, 1, 5, b""], [3, 1, 4, b"error"], [4, 1, 1, b"late"]]
@@ -298,7 +329,7 @@ def test_status_updates_retry_return_and_cancel(impl):
     assert (stale, freed, ran, retried) == (0, 4, 3, 1)
     assert [t.task_id for t in returned] == [2] and [t.task_id for t in pending] == [1]
     assert pending[0].retries == 0 and pending[0].queued_at == 5.0
-    assert client.results == [[3, 4, b"error"]]
+    assert results_of(client) == [[3, 4, b"error"]]
     assert counts == {"finished": 0, "failed": 1, "retried": 1}
     assert (executor.tasks_done, executor.tasks_failed) == (1, 2) and not executor.running
 
@@ -308,11 +339,11 @@ def test_huge_attempt_or_state_numbers_are_stale_or_errors_not_crashes(impl):
     client, pending = _client(impl), deque()
     impl.queue_tasks(client, [[1, b"f", b"x", 0]], 1, 0.0, pending, {b"f": b"F"})
     executor = _executor(impl, 0)
-    impl.launch_tasks(pending, 1, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
+    _launch(impl, pending, 1, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     counts = {"finished": 0, "failed": 0, "retried": 0}
     assert impl.apply_status_updates(executor, [[1, 1 << 70, 1, b""]], pending, 0.0, counts)[0] == 1
     impl.apply_status_updates(executor, [[1, 1, 1 << 70, b"?"]], pending, 0.0, counts)
-    assert client.results == [[1, TaskState.ERROR, NO_TASK_STATE]] and counts["failed"] == 1
+    assert results_of(client) == [[1, TaskState.ERROR, NO_TASK_STATE]] and counts["failed"] == 1
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
@@ -323,11 +354,11 @@ def test_a_second_task_under_an_id_in_flight_is_refused_until_the_first_ends(imp
                             1, 0.0, pending, {b"f": b"F"}) == 3
     assert [t.args for t in pending] == [b"a", b"b"] and list(client.tasks) == [10, 11]
     executor = _executor(impl, 0, cores=2)
-    impl.launch_tasks(pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
+    _launch(impl, pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     assert impl.queue_tasks(client, [[11, b"f", b"d", 0]], 3, 0.0, pending, {b"f": b"F"}) == 3
     counts = {"finished": 0, "failed": 0, "retried": 0}
     impl.apply_status_updates(executor, [[2, 1, 1, b"r"]], pending, 0.0, counts)
-    assert client.results == [[11, 1, b"r"]] and list(client.tasks) == [10]
+    assert results_of(client) == [[11, 1, b"r"]] and list(client.tasks) == [10]
     # ended: the id may be used again
     assert impl.queue_tasks(client, [[11, b"f", b"e", 0]], 3, 0.0, pending, {b"f": b"F"}) == 4
     assert [t.args for t in pending] == [b"e"] and client.tasks[11].task_id == 3
@@ -338,10 +369,10 @@ def test_a_state_that_is_no_task_state_ends_the_task_as_an_error(impl):
     client, pending = _client(impl), deque()
     impl.queue_tasks(client, [[1, b"f", b"x", 3], [2, b"f", b"y", 3]], 1, 0.0, pending, {b"f": b"F"})
     executor = _executor(impl, 0, cores=2)
-    impl.launch_tasks(pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
+    _launch(impl, pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     counts = {"finished": 0, "failed": 0, "retried": 0}
     impl.apply_status_updates(executor, [[1, 1, 0, b"?"], [2, 1, 99, b"?"]], pending, 0.0, counts)
-    assert client.results == [[1, TaskState.ERROR, NO_TASK_STATE], [2, TaskState.ERROR, NO_TASK_STATE]]
+    assert results_of(client) == [[1, TaskState.ERROR, NO_TASK_STATE], [2, TaskState.ERROR, NO_TASK_STATE]]
     assert counts == {"finished": 0, "failed": 2, "retried": 0} and not pending  # no retry
 
 
@@ -377,9 +408,10 @@ def _simulate(impl, ops):
             next_id = impl.queue_tasks(clients[b % 2], rows, next_id, now, pending, functions)
         elif op == "launch":
             executor = executors[a % 3]
-            batches, launched = impl.launch_tasks(pending, b % 9, executor, 16 + a % 40, latency, now)
-            out.append(("launch", executor.executor_id, launched,
-                        [(sorted(needed), [list(row) for row in rows]) for needed, rows in batches]))
+            frames, launched = impl.launch_tasks(pending, b % 9, executor, 16 + a % 40, latency, now,
+                                                 LAUNCH_HEADER)
+            _decoded(frames)
+            out.append(("launch", executor.executor_id, launched, frames))  # byte for byte
         elif op == "update":
             executor = executors[a % 3]
             updates = []
@@ -392,11 +424,10 @@ def _simulate(impl, ops):
             stale, freed, ran, retried, returned = impl.apply_status_updates(
                 executor, updates, pending, now, counts)
             out.append(("update", stale, freed, ran, retried, [t.task_id for t in returned],
-                        [list(c.results) for c in clients], executor.tasks_done, executor.tasks_failed))
+                        [c.results.take_frames(RESULTS_HEADER, 40, 3) for c in clients],  # byte for byte
+                        executor.tasks_done, executor.tasks_failed))
             for task in reversed(returned):
                 pending.appendleft(task)
-            for client in clients:
-                client.results = []
         elif op == "cancel" and pending:
             pending[a % len(pending)].cancelled = True
         elif op == "cancel_id":  # as the scheduler cancels a client's task by its id
@@ -467,12 +498,12 @@ def test_a_queue_that_is_not_a_deque_is_used_through_its_methods(impl):
         client, pending = _client(impl), queue_type()
         executor = _executor(impl, 0, cores=4)
         impl.queue_tasks(client, [[i, b"f", b"x%d" % i, 1] for i in range(6)], 1, 0.0, pending, {b"f": b"F"})
-        launched = impl.launch_tasks(pending, 4, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
+        launched = _launch(impl, pending, 4, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
         counts = {"finished": 0, "failed": 0, "retried": 0}
         updates = [[1, 1, 1, b"r"], [2, 1, 2, b"e"]]  # FINISHED; FAILED with a retry left
         outcome = impl.apply_status_updates(executor, updates, pending, 0.0, counts)
         return (launched[1], [(needed, [list(row) for row in rows]) for needed, rows in launched[0]],
-                outcome[:4], [t.task_id for t in pending], counts, client.results)
+                outcome[:4], [t.task_id for t in pending], counts, client.results.take_rows())
 
     assert run(QueueOfTasks) == run(deque)
     assert run(deque)[3] == [2, 5, 6]  # the retried task first
@@ -483,7 +514,7 @@ def test_running_and_client_tasks_read_like_dicts(impl):
     client, pending = _client(impl), deque()
     impl.queue_tasks(client, [[i, b"f", b"x", 0] for i in (5, 9, 12, 40)], 1, 0.0, pending, {b"f": b"F"})
     executor = _executor(impl, 0, cores=8)
-    impl.launch_tasks(pending, 3, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
+    _launch(impl, pending, 3, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     running = executor.running
     assert list(running) == list(running.keys()) == [1, 2, 3] and len(running) == 3
     assert [t.task_id for t in running.values()] == [1, 2, 3]
@@ -525,7 +556,7 @@ def test_many_tasks_in_and_out_of_the_tables(impl):
             next_id = impl.queue_tasks(client, rows, next_id, 0.0, pending, {b"f": b"F"})
             submitted += len(rows)
         executor = rng.choice(executors)
-        impl.launch_tasks(pending, rng.randint(0, 300), executor, 1 << 20, latency, 0.0)
+        _launch(impl, pending, rng.randint(0, 300), executor, 1 << 20, latency, 0.0)
         held = list(executor.running)
         rng.shuffle(held)
         updates = [[task_id, 1, 1, b"r"] for task_id in held[:rng.randint(0, len(held))]]
@@ -536,7 +567,7 @@ def test_many_tasks_in_and_out_of_the_tables(impl):
             assert in_flight == sorted(in_flight)
             assert all(client.tasks[i].client_task_id == i for i in in_flight[::97])
     assert counts["finished"] == submitted and not client.tasks
-    assert sorted(row[0] for row in client.results) == list(range(submitted))
+    assert sorted(row[0] for row in results_of(client)) == list(range(submitted))
 
 
 # -- the protocol's row checks
@@ -685,12 +716,12 @@ def _simulate_offers(impl, ops):
                 n_pending -= 1
         elif op == "offer":  # now and then more than are queued: the slots left are released
             launches, launched = impl.offer_and_launch(slots, executors, pending, n_pending + b % 3,
-                                                       8 + a % 30, latency, now)
+                                                       8 + a % 30, latency, now, LAUNCH_HEADER)
             n_pending -= launched
-            out.append(("offer", launched, [
-                (executor.executor_id, [(sorted(needed), [list(row) for row in rows])
-                                        for needed, rows in batches])
-                for executor, batches in launches]))
+            for _, frames in launches:
+                _decoded(frames)
+            out.append(("offer", launched, [(executor.executor_id, frames)  # byte for byte
+                                            for executor, frames in launches]))
         elif op == "finish":
             executor = executors[a % 3]
             done = list(executor.running.items())[:1 + b % 4]
@@ -723,3 +754,83 @@ def test_offer_and_launch_agree_at_scale():
     outcome = _simulate_offers(_fastpath, ops)
     assert outcome == _simulate_offers(_fastpath_py, ops)
     assert sum(launched for kind, launched, *_ in outcome[:-1]) > 1000  # it did launch
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_launch_frames_are_what_encode_makes_whatever_the_sizes(impl):
+    """Every msgpack form a LaunchTasks frame can need: task ids past 2**32, arguments of
+    0, 200, 70,000 bytes (bin 8, 16 and 32), more than 15 and more than 65,535 rows (array
+    16 and 32), functions held as ``protocol.FunctionBlob``, 16 functions (map 16)."""
+    client, pending = _client(impl), deque()
+    functions = {b"d%02d" % i: p.FunctionBlob(b"F" * i) for i in range(16)}
+    sizes = (0, 200, 70_000)
+    rows = [[i, b"d%02d" % (i % 16), b"a" * sizes[i % 3] if i < 30 else b"x", 0] for i in range(70_000)]
+    impl.queue_tasks(client, rows, 2 ** 32 - 5, 0.0, pending, functions)
+    executor = _executor(impl, 0, cores=8)
+    frames, launched = impl.launch_tasks(pending, 70_000, executor, 1 << 30, impl.LatencyHistogram(),
+                                         0.0, LAUNCH_HEADER)
+    assert launched == 70_000 and len(frames) == 1
+    (needed, launched_rows), = _decoded(frames)
+    assert needed == {digest: blob.data for digest, blob in functions.items()}
+    assert [row[0] for row in launched_rows] == list(range(2 ** 32 - 5, 2 ** 32 - 5 + 70_000))
+    assert [len(row[3]) for row in launched_rows[:4]] == [0, 200, 70_000, 0]
+
+
+def test_launch_frames_agree_byte_for_byte():
+    def run(impl):
+        client, pending = _client(impl), deque()
+        rows = [[i, b"f" if i % 7 else b"g", b"x" * (i % 300), i % 2] for i in range(3000)]
+        impl.queue_tasks(client, rows, 1, 0.0, pending, {b"f": b"F" * 100, b"g": p.FunctionBlob(b"G")})
+        executor = _executor(impl, 0, cores=4)
+        return [impl.launch_tasks(pending, n, executor, 5000, impl.LatencyHistogram(), 0.0, LAUNCH_HEADER)
+                for n in (1, 10, 500, 3000)]
+    assert run(_fastpath) == run(_fastpath_py)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_results_go_out_in_frames_cut_at_the_size_limit_and_the_row_count(impl):
+    results = impl.ResultRows()
+    assert not results and results.take_frames(RESULTS_HEADER, 10, 2) == [] and results.take_rows() == []
+    rows = [[1, 1, b"aaaa"], [-1, 3, b""], [2 ** 63, 4, b"b" * 20], [-2 ** 63, 1, b"cc"],
+            [2 ** 64 - 1, 1, b"dd"], [300, 2, b"e" * 70_000], [7, 1, b"f"]]
+    for row in rows:
+        results.add(*row)
+    assert len(results) == 7
+    frames = results.take_frames(RESULTS_HEADER, 10, 2)
+    assert not results
+    batches = [p.decode(frame).results for frame in frames]
+    # 4 + 0; 20 alone (over the limit); 2 + 2 (the row count); 70,000 alone; 1
+    assert batches == [rows[0:2], rows[2:3], rows[3:5], rows[5:6], rows[6:7]]
+    assert all(p.encode(p.TaskResults(batch)) == frame for batch, frame in zip(batches, frames))
+    results.add(9, 1, b"again")
+    assert results.take_rows() == [[9, 1, b"again"]] and not results
+    with pytest.raises(ValueError):
+        results.take_frames(RESULTS_HEADER, 10, 0)
+
+
+def test_a_result_that_cannot_be_packed_leaves_the_rows_before_it_whole():
+    results = _fastpath.ResultRows()
+    results.add(1, 1, b"x")
+    with pytest.raises(OverflowError):
+        results.add(2 ** 64, 1, b"y")
+    with pytest.raises(TypeError):
+        results.add("id", 1, b"y")
+    with pytest.raises(TypeError):
+        results.add(2, 1, "not bytes")
+    results.add(3, 1, b"z")
+    assert results.take_rows() == [[1, 1, b"x"], [3, 1, b"z"]]
+
+
+@given(st.lists(st.tuples(st.integers(-2 ** 63, 2 ** 64 - 1), st.integers(0, 200), st.binary(max_size=40)),
+                max_size=60),
+       st.integers(0, 100), st.integers(1, 9))
+@settings(max_examples=200, deadline=None)
+def test_result_frames_agree_byte_for_byte(rows, limit, max_rows):
+    frames = []
+    for impl in IMPLEMENTATIONS:
+        results = impl.ResultRows()
+        for row in rows:
+            results.add(*row)
+        frames.append(results.take_frames(RESULTS_HEADER, limit, max_rows))
+    assert frames[0] == frames[1]
+    assert [row for frame in frames[0] for row in p.decode(frame).results] == [list(row) for row in rows]

@@ -126,13 +126,6 @@ def test_batch_rows_respects_the_limit():
     assert list(p.batch_rows([], 1, 10)) == []
 
 
-def test_batch_rows_respects_the_row_count():
-    rows = [[i, b"x"] for i in range(7)]
-    assert [len(b) for b in p.batch_rows(rows, 1, 100, max_rows=3)] == [3, 3, 1]
-    assert [len(b) for b in p.batch_rows(rows, 1, 2, max_rows=3)] == [2, 2, 2, 1]  # the size first
-    assert [row for batch in p.batch_rows(rows, 1, 100, max_rows=1) for row in batch] == rows
-
-
 def test_batch_tasks_ships_each_function_once_and_within_the_limit():
     functions = {b"f": b"F" * 6, b"g": b"G" * 3}
     rows = [[1, b"f", b"a" * 4], [2, b"f", b"a" * 4], [3, b"g", b"a" * 2], [4, b"f", b"a" * 9],

@@ -27,8 +27,6 @@ cdef extern from "Python.h":
     PyObject *PyList_GET_ITEM(object, Py_ssize_t)
     PyObject *PyTuple_GET_ITEM(object, Py_ssize_t)
     void PyList_SET_ITEM(object, Py_ssize_t, PyObject *)
-    Py_ssize_t Py_SIZE(object)
-    void Py_SET_SIZE(object, Py_ssize_t)
     ctypedef PyObject *(*PyCFunction)(PyObject *, PyObject *)
     ctypedef struct PyMethodDef:
         PyCFunction ml_meth
@@ -36,12 +34,23 @@ cdef extern from "Python.h":
     ctypedef struct PyMethodDescrObject:
         PyMethodDef *d_method
     int METH_O, METH_NOARGS
+    Py_ssize_t PY_SSIZE_T_MAX
     PyTypeObject PyMethodDescr_Type
 from libc.limits cimport INT_MAX, INT_MIN
 from libc.math cimport ceil
+from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.string cimport memcpy
+from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.exc cimport PyErr_Occurred
+from cpython.long cimport PyLong_AsUnsignedLongLong
+
+from ._frames cimport (Buffer, HEADER_ROOM, UINT_ROOM, join, release, reserve, write_array_header,
+                       write_bin, write_int, write_map_header, write_uint)
 
 from collections import deque
+
+from msgpack import unpackb
 
 from ._fastpath_py import BATCH_FRACTION as _BATCH_FRACTION
 from ._fastpath_py import NO_TASK_STATE
@@ -98,16 +107,6 @@ cdef inline object queue_popleft(object queue):
     if deque_popleft != NULL and type(queue) is deque:
         return (<MethodCall>deque_popleft)(queue, NULL)
     return queue.popleft()
-
-
-cdef inline void drop_last_item(list row) noexcept:
-    """``del row[-1]`` for a row of at least one item, inline: its size goes down by one
-    and its array stays (a list may have more room than items)."""
-    cdef Py_ssize_t last = Py_SIZE(row) - 1
-    cdef PyObject *old = PyList_GET_ITEM(row, last)
-    PyList_SET_ITEM(row, last, NULL)
-    Py_SET_SIZE(row, last)
-    Py_DECREF(<object>old)
 
 
 cdef struct Ring:
@@ -833,6 +832,106 @@ cdef class ClientTasks:
             self._clear()
 
 
+cdef int write_int_object(Buffer *b, object value) except -1:
+    """The int ``value`` (room for 9 bytes reserved), as msgpack packs it."""
+    cdef int overflow = 0
+    cdef long long number = PyLong_AsLongLongAndOverflow(value, &overflow)
+    if overflow == 0:
+        if number == -1 and PyErr_Occurred():
+            raise TypeError(f"an int was expected, not {type(value).__name__}")
+        write_int(b, number)
+    elif overflow > 0:  # past 2**63: as an unsigned 64-bit int, or it cannot be packed
+        write_uint(b, PyLong_AsUnsignedLongLong(value))
+    else:
+        raise OverflowError("an int below -2**63 cannot be packed")
+    return 0
+
+
+cdef class ResultRows:
+    """A client's results waiting to be sent (``ClientData.results``; a list of rows in the
+    reference): TaskResults rows ``[client task id, state, payload]``, written as msgpack as
+    they come, so a task's result makes no Python object in the driver. Each row's end and
+    the size of its payload are kept, to cut frames at the size limit."""
+    cdef Buffer _data
+    cdef Py_ssize_t *_ends       # where each row ends in _data
+    cdef Py_ssize_t *_payloads   # each row's payload size
+    cdef Py_ssize_t _count, _capacity
+
+    def __dealloc__(self):
+        release(&self._data)
+        free(self._ends)
+        free(self._payloads)
+
+    cdef int _write(self, object client_task_id, object state, object payload) except -1:
+        cdef bytes data = as_bytes(payload, "a result")
+        cdef Py_ssize_t n = len(data), capacity
+        if self._count == self._capacity:
+            capacity = 2 * self._capacity if self._capacity else 256
+            self._ends = <Py_ssize_t *>grow_array(self._ends, capacity, sizeof(Py_ssize_t))
+            self._payloads = <Py_ssize_t *>grow_array(self._payloads, capacity, sizeof(Py_ssize_t))
+            self._capacity = capacity
+        reserve(&self._data, 1 + 2 * UINT_ROOM + HEADER_ROOM + n)
+        cdef Py_ssize_t start = self._data.length
+        self._data.data[start] = 0x93
+        self._data.length += 1
+        try:
+            write_int_object(&self._data, client_task_id)
+            write_int_object(&self._data, state)
+        except BaseException:
+            self._data.length = start  # no half-written row
+            raise
+        write_bin(&self._data, PyBytes_AS_STRING(data), n)
+        self._ends[self._count] = self._data.length
+        self._payloads[self._count] = n
+        self._count += 1
+        return 0
+
+    def add(self, client_task_id, state, payload):
+        """Queue the row ``[client task id, state, payload]``."""
+        self._write(client_task_id, state, payload)
+
+    def __len__(self):
+        return self._count
+
+    def take_frames(self, bytes header, Py_ssize_t limit, Py_ssize_t max_rows):
+        """The rows waiting, in order, as TaskResults frames (``header`` then the body
+        ``[rows]``): the payloads of a frame add up to at most ``limit`` bytes (a larger
+        one goes alone), at most ``max_rows`` rows each. None wait afterwards."""
+        cdef list frames = []
+        cdef Py_ssize_t i = 0, first, size, start = 0
+        cdef Buffer head
+        cdef Buffer rows
+        cdef uint8_t room[HEADER_ROOM + 1]
+        if max_rows < 1:
+            raise ValueError("max_rows must be at least 1")
+        while i < self._count:
+            first = i
+            size = self._payloads[i]
+            i += 1
+            while i < self._count and size + self._payloads[i] <= limit and i - first < max_rows:
+                size += self._payloads[i]
+                i += 1
+            head.data = room
+            head.length = 0
+            head.data[0] = 0x91  # the body: [results]
+            head.length = 1
+            write_array_header(&head, i - first)
+            rows.data = self._data.data + start
+            rows.length = self._ends[i - 1] - start
+            frames.append(join(PyBytes_AS_STRING(header), len(header), &head, &rows))
+            start = self._ends[i - 1]
+        self._data.length = 0
+        self._count = 0
+        return frames
+
+    def take_rows(self):
+        """The rows waiting, decoded (for a client in the driver's process); none wait
+        afterwards."""
+        if self._count == 0:
+            return []
+        return unpackb(self.take_frames(b"", PY_SSIZE_T_MAX, PY_SSIZE_T_MAX)[0])[0]
+
+
 def queue_tasks(client, list rows, next_id, double now, pending, dict functions):
     cdef ClientTasks client_tasks = client.tasks
     cdef list row
@@ -853,12 +952,12 @@ def queue_tasks(client, list rows, next_id, double now, pending, dict functions)
             blob = functions[function]
         task._id = task_id
         task._retries = clamp_int(retries)
-        # row[0], the client task id, becomes the task id at launch (launch_tasks): no int
-        # object per queued task
+        # the row becomes [client task id, 0, digest, args]: a launch writes the task's
+        # LaunchTasks row from it
         set_item(row, 1, 0)  # four items: the unpacking above checked
         set_item(row, 2, function)
         set_item(row, 3, args)
-        PyObject_GC_UnTrack(row)  # ints and bytes only, now and after each launch: no cycle
+        PyObject_GC_UnTrack(row)  # ints and bytes only: no cycle
         task.client = client
         task.client_task_id = client_task_id
         task.row = row
@@ -870,86 +969,134 @@ def queue_tasks(client, list rows, next_id, double now, pending, dict functions)
 
 
 def launch_tasks(tasks, long count, executor, Py_ssize_t limit,
-                 LatencyHistogram latency, double now):
+                 LatencyHistogram latency, double now, bytes header):
     cdef long launched = 0
-    batches = launch(tasks, count, executor, limit, latency, now, &launched)
-    return batches, launched
+    frames = launch(tasks, count, executor, limit, latency, now, header, &launched)
+    return frames, launched
 
 
 def offer_and_launch(SlotTable slots, dict executors_by_slot, pending, long n_pending,
-                     Py_ssize_t limit, LatencyHistogram latency, double now):
+                     Py_ssize_t limit, LatencyHistogram latency, double now, bytes header):
     cdef Py_ssize_t i, index, n = slots._offer(n_pending)
     cdef long count, launched = 0, total = 0
     cdef list launches = []
-    cdef list batches
+    cdef list frames
     for i in range(n):
         index = slots._touched[i]
         count = slots._offered[i]
         executor = executors_by_slot[index]
-        batches = launch(pending, count, executor, limit, latency, now, &launched)
+        frames = launch(pending, count, executor, limit, latency, now, header, &launched)
         total += launched
         if launched < count:
             slots.release(index, count - launched)
-        if batches:
-            launches.append((executor, batches))
+        if frames:
+            launches.append((executor, frames))
     return launches, total
 
 
+cdef inline bytes as_bytes(object value, str what):
+    if type(value) is not bytes:
+        raise TypeError(f"{what} must be bytes, not {type(value).__name__}")
+    return <bytes>value
+
+
+cdef bytes launch_frame(bytes header, dict needed, Buffer *rows, Py_ssize_t n_rows):
+    """The LaunchTasks frame ``header + [needed, rows]``, ``rows`` being ``n_rows`` rows
+    written in ``rows``."""
+    cdef Buffer head
+    cdef bytes digest, data
+    head.data = NULL
+    head.length = head.capacity = 0
+    try:
+        reserve(&head, len(header) + 1 + HEADER_ROOM)
+        memcpy(head.data, PyBytes_AS_STRING(header), len(header))
+        head.length = len(header)
+        head.data[head.length] = 0x92  # the body: [functions, tasks]
+        head.length += 1
+        write_map_header(&head, len(needed))
+        for key, blob in needed.items():
+            digest = as_bytes(key, "a function digest")
+            # a blob is bytes, or holds them in ``data`` (protocol.FunctionBlob)
+            data = as_bytes(blob if type(blob) is bytes else blob.data, "a function")
+            reserve(&head, 2 * HEADER_ROOM + len(digest) + len(data))
+            write_bin(&head, PyBytes_AS_STRING(digest), len(digest))
+            write_bin(&head, PyBytes_AS_STRING(data), len(data))
+        reserve(&head, HEADER_ROOM)
+        write_array_header(&head, n_rows)
+        return join(NULL, 0, &head, rows)
+    finally:
+        release(&head)
+
+
 cdef list launch(tasks, long count, executor, Py_ssize_t limit, LatencyHistogram latency,
-                 double now, long *n_launched):
-    """``launch_tasks``, with the number launched in ``n_launched``."""
+                 double now, bytes header, long *n_launched):
+    """``launch_tasks``, with the number launched in ``n_launched``. The rows are written
+    straight into the frame's bytes: a launch makes no Python object per task."""
     cdef RunningTasks running = executor.running
     cdef dict avoid = executor.suspect_losses
     cdef set known = executor.functions
-    cdef list batches = []
-    cdef list rows = []
+    cdef list frames = []
     cdef dict needed = {}
-    cdef Py_ssize_t size = 0, row_size, available = len(tasks)
+    cdef Py_ssize_t size = 0, row_size, n_rows = 0, available = len(tasks)
     cdef long launched = 0
     cdef Task task
     cdef list row
     cdef object digest, last_digest = None
+    cdef bytes args, digest_bytes
     cdef bint new
+    cdef Buffer rows
+    rows.data = NULL
+    rows.length = rows.capacity = 0
     running._reserve(count if count < available else available)
-    while launched < count and available > 0:
-        task = queue_popleft(tasks)
-        available -= 1
-        if task.cancelled:
-            continue
-        if is_suspect(task):  # no suspect of the same loss may join it here
-            avoid[task.loss] = avoid.get(task.loss, 0) + 1
-        task.attempt += 1
-        task.executor = executor
-        running._add(task)
-        latency.observe_one(now - task.queued_at)
-        row = task.row
-        set_item(row, 0, PyLong_FromLongLong(task._id))  # the task's own row of four
-        set_item(row, 1, task.attempt)
-        digest = row[2]
-        if digest is last_digest:  # seen in this call: held by the executor or in needed
-            new = False
-        else:
-            new = digest not in known and digest not in needed
-            last_digest = digest
-        row_size = len(row[3])
-        if new:
-            row_size += len(task.function_blob)
-        if rows and size + row_size > limit:  # ``new`` stays: needed did not hold digest
-            batches.append((needed, rows))
+    try:
+        while launched < count and available > 0:
+            task = queue_popleft(tasks)
+            available -= 1
+            if task.cancelled:
+                continue
+            if is_suspect(task):  # no suspect of the same loss may join it here
+                avoid[task.loss] = avoid.get(task.loss, 0) + 1
+            task.attempt += 1
+            task.executor = executor
+            running._add(task)
+            latency.observe_one(now - task.queued_at)
+            row = task.row
+            digest = <object>PyList_GET_ITEM(row, 2)
+            args = as_bytes(<object>PyList_GET_ITEM(row, 3), "task arguments")
+            if digest is last_digest:  # seen in this call: held by the executor or in needed
+                new = False
+            else:
+                new = digest not in known and digest not in needed
+                last_digest = digest
+            digest_bytes = as_bytes(digest, "a function digest")
+            row_size = len(args)
+            if new:
+                row_size += len(task.function_blob)
+            if n_rows and size + row_size > limit:  # ``new`` stays: needed did not hold digest
+                frames.append(launch_frame(header, needed, &rows, n_rows))
+                known.update(needed)
+                needed = {}
+                rows.length = n_rows = size = 0
+            if new:
+                needed[digest] = task.function_blob
+            # the row [task id, attempt, function digest, pickled arguments]
+            reserve(&rows, 1 + 2 * UINT_ROOM + 2 * HEADER_ROOM + len(digest_bytes) + len(args))
+            rows.data[rows.length] = 0x94
+            rows.length += 1
+            write_uint(&rows, <uint64_t>task._id)
+            write_uint(&rows, <uint64_t>task.attempt)
+            write_bin(&rows, PyBytes_AS_STRING(digest_bytes), len(digest_bytes))
+            write_bin(&rows, PyBytes_AS_STRING(args), len(args))
+            n_rows += 1
+            size += row_size
+            launched += 1
+        if n_rows:
+            frames.append(launch_frame(header, needed, &rows, n_rows))
             known.update(needed)
-            rows = []
-            needed = {}
-            size = 0
-        if new:
-            needed[digest] = task.function_blob
-        rows.append(row)
-        size += row_size
-        launched += 1
-    if rows:
-        batches.append((needed, rows))
-        known.update(needed)
+    finally:
+        release(&rows)
     n_launched[0] = launched
-    return batches
+    return frames
 
 
 def apply_status_updates(executor, list updates, pending, double now, dict counts):
@@ -963,7 +1110,7 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
     cdef long state
     cdef object state_value, payload, left, client, last_client = None
     cdef ClientTasks client_tasks = None
-    cdef list client_results = None
+    cdef ResultRows client_results = None
     for row in updates:
         if len(row) != 4:
             raise ValueError(f"a status update has 4 fields, not {len(row)}")
@@ -986,6 +1133,7 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
                 del losses[task.loss]
         state_value = row[2]
         state = as_long(state_value)
+        payload = row[3]
         if state == FINISHED:
             done += 1
             if task.cancelled:
@@ -1008,23 +1156,14 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
             failed += 1
             if state != FAILED and state != KILLED and state != ERROR:  # no task state
                 state_value = ERROR_STATE
-                set_item(row, 3, NO_TASK_STATE)
+                payload = NO_TASK_STATE
         client = task.client
         if client is not last_client:  # a batch's tasks mostly share one client
             last_client = client
             client_tasks = client.tasks
             client_results = client.results
         client_tasks._remove(task)
-        # the update row becomes the result row, [client task id, state, payload]
-        payload = row[3]
-        set_item(row, 0, task.client_task_id)
-        set_item(row, 1, state_value)
-        set_item(row, 2, payload)
-        drop_last_item(row)
-        # ints and bytes only, like a task's row: out of the collector while it waits to be
-        # sent (a wake-up may hold a hundred thousand, traversed by every collection)
-        PyObject_GC_UnTrack(row)
-        client_results.append(row)
+        client_results._write(task.client_task_id, state_value, payload)
     executor.tasks_done += done
     executor.tasks_failed += errors
     counts["finished"] += finished

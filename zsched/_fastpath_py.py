@@ -32,6 +32,8 @@ from bisect import bisect_left
 from collections import deque
 from itertools import chain
 
+import msgpack
+
 from .task_state import TaskState
 
 # An executor whose window is more than BATCH_FRACTION times its cores (its tasks are short)
@@ -191,11 +193,8 @@ ClientTasks = dict
 class Task:
     """A submitted task as the driver holds it.
 
-    ``row`` is its LaunchTasks row, ``[task id, attempt, function digest, pickled
-    arguments]``: made at submission out of the decoded SubmitTasks row itself, and given
-    the task id and the new attempt in place at each launch, so a launch allocates no list
-    per task. While the task is queued, the row's first item is still its client task id:
-    the compiled path makes no int object per queued task."""
+    ``row`` is the decoded SubmitTasks row itself, ``[client task id, 0, function digest,
+    pickled arguments]``: a launch writes the task's LaunchTasks row from it."""
 
     __slots__ = ("task_id", "client", "client_task_id", "retries", "row", "function_blob",
                  "attempt", "executor", "failures", "loss", "cancelled", "queued_at")
@@ -226,6 +225,57 @@ class Task:
         return self.row[3]
 
 
+class ResultRows:
+    """A client's results waiting to be sent (``ClientData.results``): TaskResults rows
+    ``[client task id, state, payload]``, in ``rows`` (a list kept out of the cyclic
+    collector: a wake-up may leave a hundred thousand there). The compiled path writes them
+    as msgpack as they come instead; both make the same frames."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self):
+        self.rows = _untracked_list()
+
+    def add(self, client_task_id, state, payload):
+        """Queue the row ``[client task id, state, payload]``."""
+        self.rows.append([client_task_id, state, payload])
+
+    def __len__(self):
+        return len(self.rows)
+
+    def take_frames(self, header, limit, max_rows):
+        """The rows waiting, in order, as TaskResults frames (``header`` then the body
+        ``[rows]``): the payloads of a frame add up to at most ``limit`` bytes (a larger
+        one goes alone), at most ``max_rows`` rows each. None wait afterwards."""
+        if max_rows < 1:
+            raise ValueError("max_rows must be at least 1")
+        rows = self.take_rows()
+        frames = []
+        batch, size = [], 0
+        for row in rows:
+            row_size = len(row[2])
+            if batch and (size + row_size > limit or len(batch) == max_rows):
+                frames.append(header + _pack([batch]))
+                batch, size = [], 0
+            batch.append(row)
+            size += row_size
+        if batch:
+            frames.append(header + _pack([batch]))
+        return frames
+
+    def take_rows(self):
+        """The rows waiting (for a client in the driver's process); none wait afterwards."""
+        rows = self.rows
+        self.rows = _untracked_list()
+        return rows
+
+
+def _untracked_list():
+    rows = []
+    gc_untrack(rows)
+    return rows
+
+
 def queue_tasks(client, rows, next_id, now, pending, functions):
     """Append to ``pending`` a Task for each SubmitTasks row ``[client task id, digest,
     args, retries]`` of ``client``, numbered from ``next_id``; the next free id. A row
@@ -245,7 +295,7 @@ def queue_tasks(client, rows, next_id, now, pending, functions):
         else:
             last_function = function
             blob = functions[function]
-        row[1] = 0  # row[0], the client task id, becomes the task id at launch
+        row[1] = 0  # the row is now [client task id, 0, digest, args]
         row[2] = function
         row[3] = args
         task = Task(next_id, client, client_task_id, retries, row, now, blob)
@@ -255,18 +305,30 @@ def queue_tasks(client, rows, next_id, now, pending, functions):
     return next_id
 
 
-def launch_tasks(tasks, count, executor, limit, latency, now):
-    """Launch up to ``count`` tasks taken from the front of the deque ``tasks`` (cancelled
-    ones are dropped) on ``executor``: ``(batches, launched)``.
+def _blob_bytes(blob):
+    """What msgpack packs for a function blob that is not bytes: the bytes it holds in
+    ``data`` (``protocol.FunctionBlob``)."""
+    return blob.data
 
-    ``batches`` are its LaunchTasks, ``[(functions, rows), ...]``: the rows' payloads and
-    the functions add up to at most ``limit`` bytes (a single larger row goes alone), and
-    each batch carries the functions (``{digest: blob}``, the blobs its tasks hold) that
-    they need and the executor does not hold yet (``executor.functions`` is updated)."""
+
+# The packer of ``protocol.encode``: a frame made here is the one it would make.
+_pack = msgpack.Packer(use_bin_type=True, default=_blob_bytes).pack
+
+
+def launch_tasks(tasks, count, executor, limit, latency, now, header):
+    """Launch up to ``count`` tasks taken from the front of the deque ``tasks`` (cancelled
+    ones are dropped) on ``executor``: ``(frames, launched)``.
+
+    ``frames`` are its LaunchTasks frames, ``header`` (the frame's version and type bytes)
+    followed by the msgpack body ``[functions, rows]``, each row ``[task id, attempt,
+    function digest, pickled arguments]``. The rows' payloads and the functions of a frame
+    add up to at most ``limit`` bytes (a single larger row goes alone), and each frame
+    carries the functions (``{digest: blob}``, the blobs its tasks hold) that its tasks need
+    and the executor does not hold yet (``executor.functions`` is updated)."""
     running = executor.running
     avoid = executor.suspect_losses
     known = executor.functions
-    batches = []
+    frames = []
     rows, needed, size = [], {}, 0
     launched = 0
     while launched < count and tasks:
@@ -280,41 +342,39 @@ def launch_tasks(tasks, count, executor, limit, latency, now):
         running[task.task_id] = task
         latency.observe_one(now - task.queued_at)
         row = task.row
-        row[0] = task.task_id
-        row[1] = task.attempt
         digest = row[2]
         new = digest not in known and digest not in needed
         row_size = len(row[3]) + (len(task.function_blob) if new else 0)
         if rows and size + row_size > limit:  # ``new`` stays: needed did not hold digest
-            batches.append((needed, rows))
+            frames.append(header + _pack([needed, rows]))
             known.update(needed)
             rows, needed, size = [], {}, 0
         if new:
             needed[digest] = task.function_blob
-        rows.append(row)
+        rows.append([task.task_id, task.attempt, digest, row[3]])
         size += row_size
         launched += 1
     if rows:
-        batches.append((needed, rows))
+        frames.append(header + _pack([needed, rows]))
         known.update(needed)
-    return batches, launched
+    return frames, launched
 
 
-def offer_and_launch(slots, executors_by_slot, pending, n_pending, limit, latency, now):
+def offer_and_launch(slots, executors_by_slot, pending, n_pending, limit, latency, now, header):
     """Deal ``n_pending`` queued tasks to the free slots of the SlotTable ``slots`` and
     launch them from ``pending`` (see ``launch_tasks``), when no suspect waits:
-    ``(launches, launched)``, ``launches`` being ``[(executor, batches), ...]`` in the order
+    ``(launches, launched)``, ``launches`` being ``[(executor, frames), ...]`` in the order
     of the offer. A slot the queue could not fill (cancelled tasks) is released."""
     launches = []
     total = 0
     for slot, count in slots.offer(n_pending):
         executor = executors_by_slot[slot]
-        batches, launched = launch_tasks(pending, count, executor, limit, latency, now)
+        frames, launched = launch_tasks(pending, count, executor, limit, latency, now, header)
         total += launched
         if launched < count:
             slots.release(slot, count - launched)
-        if batches:
-            launches.append((executor, batches))
+        if frames:
+            launches.append((executor, frames))
     return launches, total
 
 
@@ -328,9 +388,7 @@ def apply_status_updates(executor, updates, pending, now, counts):
     else its result is queued for its client (``client.results``) and counted in
     ``counts`` (a state that is no task state ends it ERROR, ``NO_TASK_STATE``). Tasks
     given back unstarted are ``returned``, in order, for the scheduler
-    to queue again. ``freed`` tasks left the executor, ``ran`` of them ran. A result row
-    may be the update row itself, changed in place (the compiled path does so: no list
-    made per task), so the caller must not use ``updates`` afterwards."""
+    to queue again. ``freed`` tasks left the executor, ``ran`` of them ran."""
     running = executor.running
     losses = executor.suspect_losses
     stale = freed = finished = failed = done = errors = retried = 0
@@ -373,7 +431,7 @@ def apply_status_updates(executor, updates, pending, now, counts):
                 state, payload = ERROR, NO_TASK_STATE
         client = task.client
         client.tasks.pop(task.client_task_id, None)
-        client.results.append([task.client_task_id, state, payload])
+        client.results.rows.append([task.client_task_id, state, payload])
     executor.tasks_done += done
     executor.tasks_failed += errors
     counts["finished"] += finished

@@ -56,6 +56,7 @@ _RECV_BATCH = 1024          # messages handled per wake-up before timers and sen
 # client's CPU; bench/scale.py). Under the GC's first threshold (700 allocations), a frame's
 # rows are freed before a collection can keep them.
 _RESULT_ROWS = 512
+_RESULTS_HEADER = p.frame_header(p.TaskResults)
 _POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
 # send flags as plain ints too: send_multipart's ``flags | SNDMORE`` on zmq's Flag makes an
 # enum member per message (about a microsecond)
@@ -695,8 +696,8 @@ class Driver:
             if task[1] in known:
                 good.append(task)
             else:
-                client.results.append([task[0], TaskState.ERROR,
-                                       b"the driver does not hold the task's function"])
+                client.results.add(task[0], TaskState.ERROR,
+                                   b"the driver does not hold the task's function")
         refused = self.scheduler.submit(client, good)
         if refused:
             self._warn_peer(rid, f"{refused} task(s) under the id of a task of the client's in "
@@ -993,21 +994,20 @@ class Driver:
         self._offers_needed = False
         if self.scheduler.n_pending == 0 or not self.is_ready():
             return
-        for executor, batches in self.scheduler.resource_offers():
-            for functions, rows in batches:
-                self._send(executor.routing_id, p.LaunchTasks(functions, rows))
+        for executor, frames in self.scheduler.resource_offers():
+            for frame in frames:
+                self._send(executor.routing_id, p.Encoded(p.LaunchTasks, frame))
 
     def _send_results(self):
         limit = self.config.max_message_size
         for client in list(self.clients.values()):
             if not client.results:
                 continue
-            results = client.take_results()
             if client.routing_id in self._local_clients:  # no frame: one message
-                self._send(client.routing_id, p.TaskResults(results))
+                self._send(client.routing_id, p.TaskResults(client.results.take_rows()))
                 continue
-            for batch in p.batch_rows(results, 2, limit, _RESULT_ROWS):
-                self._send(client.routing_id, p.TaskResults(batch))
+            for frame in client.results.take_frames(_RESULTS_HEADER, limit, _RESULT_ROWS):
+                self._send(client.routing_id, p.Encoded(p.TaskResults, frame))
 
     def _send(self, rid, msg, quiet=False):
         """Send without blocking; a peer that is gone or not reading is dealt with here."""
@@ -1059,7 +1059,7 @@ class Driver:
             log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
             self._drop_client(client, "its client is gone")
             return
-        log.debug("could not send %s to peer %s: %s", type(msg).__name__ if msg else "a probe",
+        log.debug("could not send %s to peer %s: %s", p.message_name(msg) if msg else "a probe",
                   rid.hex(), problem)
 
     # ------------------------------------------------------------ timers
@@ -1167,7 +1167,7 @@ class Driver:
             self._send(executor.routing_id, p.Shutdown(), quiet=True)
         for client in list(self.clients.values()):
             for client_task_id in list(client.tasks):
-                client.results.append([client_task_id, TaskState.ERROR, b"the driver stopped"])
+                client.results.add(client_task_id, TaskState.ERROR, b"the driver stopped")
             client.tasks.clear()
         self._send_results()
         self._stop_local_clients()

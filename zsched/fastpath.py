@@ -3,13 +3,13 @@ selects the pure-Python reference ``_fastpath_py``. Both export ``NAMES``. ``COM
 says which; ``pipe_link`` chooses its link by it too."""
 import os
 
-NAMES = ("SlotTable", "Task", "RunningTasks", "ClientTasks", "queue_tasks", "launch_tasks",
+NAMES = ("SlotTable", "Task", "RunningTasks", "ClientTasks", "ResultRows", "queue_tasks", "launch_tasks",
          "apply_status_updates", "LatencyHistogram", "LATENCY_BUCKETS", "gc_track", "gc_untrack",
          "rows_have_types", "SocketState", "slots_per_core", "window", "offer_and_launch")
 __all__ = [*NAMES, "IMPLEMENTATION", "COMPILED"]
 
 if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0"):
-    from ._fastpath_py import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, RunningTasks,
+    from ._fastpath_py import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, ResultRows, RunningTasks,
                                SlotTable, SocketState, Task, apply_status_updates, gc_track,
                                gc_untrack, launch_tasks, queue_tasks, rows_have_types,
                                slots_per_core, window, offer_and_launch)
@@ -17,7 +17,7 @@ if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0"):
     COMPILED = False
 else:
     try:
-        from ._fastpath import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, RunningTasks,
+        from ._fastpath import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, ResultRows, RunningTasks,
                                 SlotTable, SocketState, Task, apply_status_updates, gc_track,
                                 gc_untrack, launch_tasks, queue_tasks, rows_have_types,
                                 slots_per_core, window, offer_and_launch)

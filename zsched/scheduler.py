@@ -9,20 +9,21 @@ import math
 import time
 from collections import deque
 
-from .fastpath import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
-                       gc_untrack, launch_tasks, offer_and_launch, queue_tasks, slots_per_core,
-                       window)
-from .protocol import TaskState
+from .fastpath import (ClientTasks, LatencyHistogram, ResultRows, RunningTasks, SlotTable,
+                       apply_status_updates, gc_untrack, launch_tasks, offer_and_launch, queue_tasks,
+                       slots_per_core, window)
+from .protocol import LaunchTasks, TaskState, frame_header
 
 log = logging.getLogger(__name__)
+
+_LAUNCH_HEADER = frame_header(LaunchTasks)  # the fast path writes LaunchTasks frames whole
 
 
 def untracked(container):
     """``container`` (empty), taken out of the cyclic garbage collector: for the deques of
-    queued Tasks and the lists of results waiting to be sent, which may hold a million
-    items (each full collection would otherwise visit every one: about 10 ms per million
-    queued tasks). No cycle passes through them: nothing a Task or a result row refers to
-    refers back to its queue or list."""
+    queued Tasks, which may hold a million items (each full collection would otherwise
+    visit every one: about 10 ms per million queued tasks). No cycle passes through them:
+    nothing a Task refers to refers back to its queue."""
     gc_untrack(container)
     return container
 
@@ -37,13 +38,7 @@ class ClientData:
         self.pid = pid
         self.functions = set()  # digests of the functions it sent
         self.tasks = ClientTasks()  # client task id -> Task, in submission order
-        self.results = untracked([])  # [client task id, state, payload] waiting to be sent
-
-    def take_results(self):
-        """The results waiting to be sent, in order; none wait afterwards."""
-        results = self.results
-        self.results = untracked([])
-        return results
+        self.results = ResultRows()  # [client task id, state, payload] waiting to be sent
 
 
 class ExecutorData:
@@ -257,7 +252,7 @@ class TaskScheduler:
 
     def submit(self, client, tasks):
         """Queue ``[[client task id, digest, args, retries], ...]`` from ``client`` (the
-        row lists become the tasks' LaunchTasks rows). Returns how many were refused for an
+        row lists are kept by the tasks). Returns how many were refused for an
         id of a task the client has in flight (see ``queue_tasks``)."""
         first_id = self._next_task_id
         self._next_task_id = queue_tasks(client, tasks, first_id, self.clock(), self.pending,
@@ -323,8 +318,8 @@ class TaskScheduler:
         return None
 
     def resource_offers(self):
-        """Deal queued tasks to free slots: ``[(executor, [(functions, rows), ...]), ...]``,
-        each executor's LaunchTasks batches (see ``launch_tasks``)."""
+        """Deal queued tasks to free slots: ``[(executor, [frame, ...]), ...]``, each
+        executor's LaunchTasks frames, ready to send (see ``launch_tasks``)."""
         if self.n_pending == 0:
             return []
         if self.suspects and not self.clamped:
@@ -333,7 +328,8 @@ class TaskScheduler:
         now = self.clock()
         if not self.suspects:  # the deal and the launches in one call
             launches, launched = offer_and_launch(self.slots, self.executors_by_slot, self.pending,
-                                                  self.n_pending, limit, self.latency, now)
+                                                  self.n_pending, limit, self.latency, now,
+                                                  _LAUNCH_HEADER)
             self.n_pending -= launched
             if self.clamped:  # the last suspects ended: the windows open again
                 self._set_clamped(False)
@@ -342,12 +338,13 @@ class TaskScheduler:
         for slot, count in self.slots.offer(self.n_pending):
             executor = self.executors_by_slot[slot]
             tasks = self._choose_among_suspects(executor, count) if self.suspects else self.pending
-            batches, launched = launch_tasks(tasks, count, executor, limit, self.latency, now)
+            frames, launched = launch_tasks(tasks, count, executor, limit, self.latency, now,
+                                            _LAUNCH_HEADER)
             self.n_pending -= launched
             if launched < count:
                 self.slots.release(slot, count - launched)
-            if batches:
-                launches.append((executor, batches))
+            if frames:
+                launches.append((executor, frames))
         if self.clamped and not self.suspects:
             self._set_clamped(False)
         return launches
@@ -393,7 +390,7 @@ class TaskScheduler:
     def _finish(self, task, state, payload):
         client = task.client
         client.tasks.pop(task.client_task_id, None)
-        client.results.append([task.client_task_id, state, payload])
+        client.results.add(task.client_task_id, state, payload)
         self.counts["finished" if state == TaskState.FINISHED else "failed"] += 1
 
     # -- figures

@@ -1,0 +1,147 @@
+# cython: language_level=3
+# Writing msgpack into a C buffer, for the frames the fast path makes itself (LaunchTasks).
+# Each write is msgpack's shortest form, the one msgpack-python's Packer makes, so a frame
+# written here is byte for byte what ``protocol.encode`` makes of the same message (tests
+# hold the two to it). Inline functions: compiled into the module that cimports them.
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy
+
+
+cdef struct Buffer:
+    uint8_t *data
+    Py_ssize_t length
+    Py_ssize_t capacity
+
+
+cdef inline int reserve(Buffer *b, Py_ssize_t more) except -1:
+    """Room for ``more`` bytes after ``b.length``."""
+    cdef Py_ssize_t capacity
+    cdef uint8_t *data
+    if b.length + more <= b.capacity:
+        return 0
+    capacity = b.capacity * 2 if b.capacity else 16384
+    while capacity < b.length + more:
+        capacity *= 2
+    data = <uint8_t *>realloc(b.data, capacity)
+    if data == NULL:
+        raise MemoryError()
+    b.data = data
+    b.capacity = capacity
+    return 0
+
+
+cdef inline void release(Buffer *b) noexcept:
+    free(b.data)
+    b.data = NULL
+    b.length = b.capacity = 0
+
+
+cdef inline void put_big_endian(uint8_t *p, uint64_t value, int n) noexcept:
+    cdef int i
+    for i in range(n - 1, -1, -1):
+        p[i] = value & 0xff
+        value >>= 8
+
+
+# Largest writes, for ``reserve``: an unsigned int, a header of bytes, an array or a map.
+cdef enum:
+    UINT_ROOM = 9
+    HEADER_ROOM = 5
+
+
+cdef inline void write_uint(Buffer *b, uint64_t value) noexcept:
+    cdef uint8_t *p = b.data + b.length
+    if value <= 0x7f:
+        p[0] = <uint8_t>value
+        b.length += 1
+    elif value <= 0xff:
+        p[0] = 0xcc
+        p[1] = <uint8_t>value
+        b.length += 2
+    elif value <= 0xffff:
+        p[0] = 0xcd
+        put_big_endian(p + 1, value, 2)
+        b.length += 3
+    elif value <= 0xffffffffULL:
+        p[0] = 0xce
+        put_big_endian(p + 1, value, 4)
+        b.length += 5
+    else:
+        p[0] = 0xcf
+        put_big_endian(p + 1, value, 8)
+        b.length += 9
+
+
+cdef inline void write_header(Buffer *b, uint64_t n, uint8_t fix, uint8_t fix_max,
+                              uint8_t tag8, uint8_t tag16) noexcept:
+    """The header of a container or of bytes: ``fix | n`` up to ``fix_max`` (none for bytes),
+    else ``tag8`` (bytes only), ``tag16`` or ``tag16 + 1`` (32 bits) with the length."""
+    cdef uint8_t *p = b.data + b.length
+    if n <= fix_max and fix:
+        p[0] = fix | <uint8_t>n
+        b.length += 1
+    elif n <= 0xff and tag8:
+        p[0] = tag8
+        p[1] = <uint8_t>n
+        b.length += 2
+    elif n <= 0xffff:
+        p[0] = tag16
+        put_big_endian(p + 1, n, 2)
+        b.length += 3
+    else:
+        p[0] = tag16 + 1
+        put_big_endian(p + 1, n, 4)
+        b.length += 5
+
+
+cdef inline void write_array_header(Buffer *b, uint64_t n) noexcept:
+    write_header(b, n, 0x90, 15, 0, 0xdc)
+
+
+cdef inline void write_map_header(Buffer *b, uint64_t n) noexcept:
+    write_header(b, n, 0x80, 15, 0, 0xde)
+
+
+cdef inline void write_bin(Buffer *b, const char *data, Py_ssize_t n) noexcept:
+    """Bytes (room reserved: ``HEADER_ROOM + n``)."""
+    write_header(b, <uint64_t>n, 0, 0, 0xc4, 0xc5)
+    memcpy(b.data + b.length, data, n)
+    b.length += n
+
+
+cdef inline bytes join(const char *head, Py_ssize_t head_length, Buffer *first, Buffer *second):
+    """``head``, then ``first``'s bytes, then ``second``'s, as one bytes object."""
+    cdef bytes joined = PyBytes_FromStringAndSize(NULL, head_length + first.length + second.length)
+    cdef char *p = PyBytes_AS_STRING(joined)
+    memcpy(p, head, head_length)
+    memcpy(p + head_length, first.data, first.length)
+    memcpy(p + head_length + first.length, second.data, second.length)
+    return joined
+
+
+cdef inline void write_int(Buffer *b, int64_t value) noexcept:
+    """An int in msgpack's shortest form (room for 9 bytes reserved)."""
+    cdef uint8_t *p = b.data + b.length
+    if value >= 0:
+        write_uint(b, <uint64_t>value)
+    elif value >= -32:
+        p[0] = <uint8_t>(value & 0xff)
+        b.length += 1
+    elif value >= -0x80:
+        p[0] = 0xd0
+        p[1] = <uint8_t>(value & 0xff)
+        b.length += 2
+    elif value >= -0x8000:
+        p[0] = 0xd1
+        put_big_endian(p + 1, <uint64_t>value, 2)
+        b.length += 3
+    elif value >= -0x80000000LL:
+        p[0] = 0xd2
+        put_big_endian(p + 1, <uint64_t>value, 4)
+        b.length += 5
+    else:
+        p[0] = 0xd3
+        put_big_endian(p + 1, <uint64_t>value, 8)
+        b.length += 9
