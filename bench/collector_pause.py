@@ -48,7 +48,7 @@ def full_collection_ms(collections):
 def scheduler_with(n_tasks, finished):
     """A scheduler holding ``n_tasks`` queued, or (``finished``) their results waiting."""
     from zsched.config import Config
-    from zsched.protocol import decode
+    from zsched.protocol import StatusUpdates, decode, encode
     from zsched.scheduler import ClientData, TaskScheduler
 
     scheduler = TaskScheduler(Config(), functions={b"digest": b"cloudpickled function"})
@@ -66,7 +66,8 @@ def scheduler_with(n_tasks, finished):
         for executor, frames in scheduler.resource_offers():
             rows = [[row[0], row[1], FINISHED, b"\x80\x05N."]
                     for frame in frames for row in decode(frame).tasks]
-            scheduler.status_updates(executor, rows, 2e-6 * len(rows))
+            report = decode(encode(StatusUpdates(1, 2e-6 * len(rows), rows)))
+            scheduler.status_updates(executor, report.updates, report.busy)
         assert len(client.results) == n_tasks, "every task should have finished"
     return scheduler, client
 

@@ -4,19 +4,18 @@ itself? A floor, measured against the fast path as it is, from frames to frames.
     python bench/frames_floor.py                  # 10 and 1,000 executors of 8 cores, 10^6 tasks, 3 rounds
     python bench/frames_floor.py --executors 10 --tasks 300000 --rounds 5
 
-``bench/offers.py`` times the fast path on rows already decoded, and leaves out the
-msgpack decoding of SubmitTasks and StatusUpdates and the encoding of LaunchTasks and
-TaskResults that the driver does for every task. Here each way goes from message bodies in
-to message bodies out:
+Each way goes from message bodies in to message bodies out, as the driver does for every
+task:
 
-- ``reference`` and ``compiled``: ``msgpack.unpackb`` of each SubmitTasks and StatusUpdates
-  body, zsched's ``TaskScheduler`` on the rows (pure-Python reference or compiled fast
-  path), ``msgpack.packb`` of each LaunchTasks batch and of the results in bodies of 512
-  rows. The codec here is msgpack alone (no frame header, no field checks): less than the
-  driver spends, which makes the ``frames`` way's ratio smaller, not larger;
+- ``reference`` and ``compiled``: zsched's ``TaskScheduler`` (pure-Python reference or
+  compiled fast path). ``msgpack.unpackb`` of each SubmitTasks body (msgpack alone, without
+  ``protocol.decode``'s field checks: less than the driver spends); the fast path reads
+  each StatusUpdates body (``read_status_updates``, as ``protocol.decode`` has it do) and
+  writes the LaunchTasks frames and the TaskResults frames of 512 rows itself (the compiled
+  one in place, from and into the bytes; the reference with msgpack);
 - ``frames``: ``FrameTable`` in ``record_table.pyx`` (next to this script, built on first
-  use with Cython's pyximport), tasks as C records that point into the SubmitTasks body they came in,
-  LaunchTasks and TaskResults bodies written as bytes, no Python object per task. It does
+  use with Cython's pyximport), tasks as C records that point into the SubmitTasks body they
+  came in, LaunchTasks and TaskResults bodies written as bytes, no Python object per task. It does
   the least the driver must (see the module's docstring): a lower bound, not a design.
 
 The loop is ``offers.py``'s: SubmitTasks of 1,024 tasks, then wake-ups of one resource
@@ -80,7 +79,11 @@ class Scheduler:
 
     def __init__(self, n_executors, cores):
         from zsched.config import Config
+        from zsched.fastpath import read_status_updates
+        from zsched.protocol import TaskResults, frame_header
         from zsched.scheduler import ClientData, TaskScheduler
+        self.read_status_updates = read_status_updates
+        self.results_header = frame_header(TaskResults)
         self.scheduler = TaskScheduler(Config(), functions={DIGEST: b"cloudpickled function"})
         self.client = ClientData(b"client", 1)
         self.executors = []
@@ -98,13 +101,17 @@ class Scheduler:
                 for frame in frames]
 
     def status_updates(self, executor, body):
-        message = msgpack.unpackb(body)
-        self.scheduler.status_updates(executor, message[2], message[1])
+        _, busy, rows = self.read_status_updates(body, 0)  # what protocol.decode has it do
+        self.scheduler.status_updates(executor, rows, busy)
+
+    @staticmethod
+    def rows_in(frame):
+        """The rows of a TaskResults frame, as the client reads them."""
+        return len(msgpack.unpackb(memoryview(frame)[2:])[0])
 
     def take_results(self):
-        results = self.client.take_results()
-        packb = msgpack.packb
-        return [packb(results[i:i + RESULT_ROWS]) for i in range(0, len(results), RESULT_ROWS)]
+        return self.client.results.take_frames(self.results_header, self.scheduler.config.max_message_size,
+                                               RESULT_ROWS)
 
 
 class Frames:
@@ -130,6 +137,11 @@ class Frames:
 
     def take_results(self):
         return self.table.take_results()
+
+    @staticmethod
+    def rows_in(body):
+        """The rows of a TaskResults body, as the client reads them."""
+        return len(msgpack.unpackb(body))
 
 
 def run_once(way, n_executors, cores, n_tasks, batch):
@@ -172,7 +184,7 @@ def run_once(way, n_executors, cores, n_tasks, batch):
             if queue:
                 reporting.append(executor)
         for body in timed("results", target.take_results):
-            results += len(msgpack.unpackb(body))
+            results += target.rows_in(body)
     if results != n_tasks:
         raise RuntimeError(f"{results} results for {n_tasks} tasks")
     figures = {f"{phase}_ns": spent[phase] / n_tasks for phase in PHASES}

@@ -246,6 +246,16 @@ def _decoded(frames):
     return batches
 
 
+def _updates(impl, rows):
+    """``rows`` as ``impl`` takes StatusUpdates rows: read from a frame."""
+    return impl.read_status_updates(p.encode(p.StatusUpdates(1, 0.0, rows)), 2)[2]
+
+
+def _apply(impl, executor, rows, pending, now, counts):
+    """``apply_status_updates`` of the StatusUpdates rows ``rows``."""
+    return impl.apply_status_updates(executor, _updates(impl, rows), pending, now, counts)
+
+
 def _launch(impl, tasks, count, executor, limit, latency, now):
     """``launch_tasks``, its frames decoded (``_decoded``)."""
     frames, launched = impl.launch_tasks(tasks, count, executor, limit, latency, now, LAUNCH_HEADER)
@@ -281,7 +291,7 @@ def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
     assert executor.functions == {f} and list(executor.running) == [100, 101]
     assert latency.count == 2 and latency.counts[1] == 2  # 300 us: in the 500 us bucket
     counts = {"finished": 0, "failed": 0, "retried": 0}
-    stale, freed, ran, retried, returned = impl.apply_status_updates(
+    stale, freed, ran, retried, returned = _apply(impl, 
         executor, [[100, 1, 1, b"r1"], [101, 2, 1, b"old"], [555, 1, 1, b"?"]], pending, 2.0, counts)
     assert (stale, freed, ran, retried, returned) == (2, 1, 1, 0, [])
     assert results_of(client) == [[7, 1, b"r1"]] and set(client.tasks) == {8, 9}
@@ -325,7 +335,7 @@ def test_status_updates_retry_return_and_cancel(impl):
     executor.running[4].cancelled = True
     counts = {"finished": 0, "failed": 0, "retried": 0}
     updates = [[1, 1, 2, b"raised"], [2, 1, 5, b""], [3, 1, 4, b"error"], [4, 1, 1, b"late"]]
-    stale, freed, ran, retried, returned = impl.apply_status_updates(executor, updates, pending, 5.0, counts)
+    stale, freed, ran, retried, returned = _apply(impl, executor, updates, pending, 5.0, counts)
     assert (stale, freed, ran, retried) == (0, 4, 3, 1)
     assert [t.task_id for t in returned] == [2] and [t.task_id for t in pending] == [1]
     assert pending[0].retries == 0 and pending[0].queued_at == 5.0
@@ -341,8 +351,8 @@ def test_huge_attempt_or_state_numbers_are_stale_or_errors_not_crashes(impl):
     executor = _executor(impl, 0)
     _launch(impl, pending, 1, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     counts = {"finished": 0, "failed": 0, "retried": 0}
-    assert impl.apply_status_updates(executor, [[1, 1 << 70, 1, b""]], pending, 0.0, counts)[0] == 1
-    impl.apply_status_updates(executor, [[1, 1, 1 << 70, b"?"]], pending, 0.0, counts)
+    assert _apply(impl, executor, [[1, 2 ** 64 - 1, 1, b""]], pending, 0.0, counts)[0] == 1
+    _apply(impl, executor, [[1, 1, 2 ** 64 - 1, b"?"]], pending, 0.0, counts)
     assert results_of(client) == [[1, TaskState.ERROR, NO_TASK_STATE]] and counts["failed"] == 1
 
 
@@ -357,7 +367,7 @@ def test_a_second_task_under_an_id_in_flight_is_refused_until_the_first_ends(imp
     _launch(impl, pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     assert impl.queue_tasks(client, [[11, b"f", b"d", 0]], 3, 0.0, pending, {b"f": b"F"}) == 3
     counts = {"finished": 0, "failed": 0, "retried": 0}
-    impl.apply_status_updates(executor, [[2, 1, 1, b"r"]], pending, 0.0, counts)
+    _apply(impl, executor, [[2, 1, 1, b"r"]], pending, 0.0, counts)
     assert results_of(client) == [[11, 1, b"r"]] and list(client.tasks) == [10]
     # ended: the id may be used again
     assert impl.queue_tasks(client, [[11, b"f", b"e", 0]], 3, 0.0, pending, {b"f": b"F"}) == 4
@@ -371,7 +381,7 @@ def test_a_state_that_is_no_task_state_ends_the_task_as_an_error(impl):
     executor = _executor(impl, 0, cores=2)
     _launch(impl, pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     counts = {"finished": 0, "failed": 0, "retried": 0}
-    impl.apply_status_updates(executor, [[1, 1, 0, b"?"], [2, 1, 99, b"?"]], pending, 0.0, counts)
+    _apply(impl, executor, [[1, 1, 0, b"?"], [2, 1, 99, b"?"]], pending, 0.0, counts)
     assert results_of(client) == [[1, TaskState.ERROR, NO_TASK_STATE], [2, TaskState.ERROR, NO_TASK_STATE]]
     assert counts == {"finished": 0, "failed": 2, "retried": 0} and not pending  # no retry
 
@@ -421,7 +431,7 @@ def _simulate(impl, ops):
                 updates.append([task_id, attempt, 1 + kind % 5, b"p%d" % task_id])
             if b % 5 == 0:
                 updates.append([10 ** 6 + b, 1, 1, b"unknown"])
-            stale, freed, ran, retried, returned = impl.apply_status_updates(
+            stale, freed, ran, retried, returned = _apply(impl, 
                 executor, updates, pending, now, counts)
             out.append(("update", stale, freed, ran, retried, [t.task_id for t in returned],
                         [c.results.take_frames(RESULTS_HEADER, 40, 3) for c in clients],  # byte for byte
@@ -501,7 +511,7 @@ def test_a_queue_that_is_not_a_deque_is_used_through_its_methods(impl):
         launched = _launch(impl, pending, 4, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
         counts = {"finished": 0, "failed": 0, "retried": 0}
         updates = [[1, 1, 1, b"r"], [2, 1, 2, b"e"]]  # FINISHED; FAILED with a retry left
-        outcome = impl.apply_status_updates(executor, updates, pending, 0.0, counts)
+        outcome = _apply(impl, executor, updates, pending, 0.0, counts)
         return (launched[1], [(needed, [list(row) for row in rows]) for needed, rows in launched[0]],
                 outcome[:4], [t.task_id for t in pending], counts, client.results.take_rows())
 
@@ -560,7 +570,7 @@ def test_many_tasks_in_and_out_of_the_tables(impl):
         held = list(executor.running)
         rng.shuffle(held)
         updates = [[task_id, 1, 1, b"r"] for task_id in held[:rng.randint(0, len(held))]]
-        impl.apply_status_updates(executor, updates, pending, 0.0, counts)
+        _apply(impl, executor, updates, pending, 0.0, counts)
         assert len(client.tasks) == submitted - counts["finished"]
         if rng.random() < 0.05:  # every task still found under its id, in submission order
             in_flight = list(client.tasks)
@@ -725,7 +735,7 @@ def _simulate_offers(impl, ops):
         elif op == "finish":
             executor = executors[a % 3]
             done = list(executor.running.items())[:1 + b % 4]
-            stale, freed, *_ = impl.apply_status_updates(
+            stale, freed, *_ = _apply(impl, 
                 executor, [[task_id, task.attempt, 1, b""] for task_id, task in done], pending, now, counts)
             if freed:
                 slots.release(executor.slot, freed)
@@ -834,3 +844,57 @@ def test_result_frames_agree_byte_for_byte(rows, limit, max_rows):
         frames.append(results.take_frames(RESULTS_HEADER, limit, max_rows))
     assert frames[0] == frames[1]
     assert [row for frame in frames[0] for row in p.decode(frame).results] == [list(row) for row in rows]
+
+
+STATUS_ROWS = st.lists(st.tuples(st.integers(-2 ** 63, 2 ** 64 - 1), st.integers(-2 ** 63, 2 ** 64 - 1),
+                                 st.integers(-2 ** 63, 2 ** 64 - 1), st.binary(max_size=300)).map(list),
+                       max_size=20)
+
+
+def _read_alike(frame):
+    """Both implementations' ``read_status_updates`` of ``frame``: the same fields, or both
+    a ValueError."""
+    read = []
+    for impl in IMPLEMENTATIONS:
+        try:
+            incarnation, busy, rows = impl.read_status_updates(frame, 2)
+        except ValueError:
+            read.append("refused")
+        else:
+            assert len(rows) == len(list(rows))
+            read.append((incarnation, busy, list(rows)))
+    assert read[0] == read[1]
+    return read[0]
+
+
+@given(st.integers(-2 ** 63, 2 ** 64 - 1), st.one_of(st.floats(allow_nan=False), st.integers(0, 10)),
+       STATUS_ROWS, st.integers(0, 10 ** 6), st.integers(0, 255))
+@settings(max_examples=300, deadline=None)
+def test_status_updates_are_read_alike_whole_cut_or_with_a_byte_changed(incarnation, busy, rows, at, byte):
+    frame = p.encode(p.StatusUpdates(incarnation, busy, rows))
+    assert _read_alike(frame) == (incarnation, busy, rows)
+    _read_alike(frame[:2 + at % (len(frame) - 1)])  # cut short
+    changed = bytearray(frame)
+    changed[2 + at % (len(frame) - 2)] = byte
+    _read_alike(bytes(changed))
+    _read_alike(frame + bytes([byte]))  # a byte after the body
+
+
+@pytest.mark.parametrize("body", [
+    [1, 0.0, [[1, 1, 1]]], [1, 0.0, [[1, 1, 1, "text"]]], [1, "0", []], [1, True, []],
+    [True, 0.0, []], [1, 0.0, [[True, 1, 1, b"x"]]], [1, 0.0, [[1, 1, 1, b"x"], "row"]],
+    [1, 0.0, [[1, 1.5, 1, b"x"]]], [1, 0.0, {}], [1, 0.0], [1, 0.0, [], None], {"a": 1}, None,
+])
+def test_status_updates_of_the_wrong_shape_are_refused_alike(body):
+    import msgpack
+    assert _read_alike(b"\x01\x02" + msgpack.packb(body)) == "refused"
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_status_rows_read_as_a_list_of_rows(impl):
+    rows = [[1, 2, 3, b"x"], [2 ** 64 - 1, -1, 0, b""]]
+    updates = _updates(impl, rows)
+    assert len(updates) == 2 and list(updates) == rows and updates == rows
+    assert updates[1] == rows[1]
+    if impl.StatusRows is fastpath.StatusRows:  # the one protocol packs as rows
+        assert p.encode(p.StatusUpdates(1, 0.0, updates)) == p.encode(p.StatusUpdates(1, 0.0, rows))

@@ -27,6 +27,12 @@ def results_of(client):
     return rows
 
 
+def report(scheduler, executor, rows, busy=0.0):
+    """``status_updates`` of the StatusUpdates rows ``rows``, read from a frame."""
+    updates = p.decode(p.encode(p.StatusUpdates(1, 0.0, rows))).updates
+    return scheduler.status_updates(executor, updates, busy)
+
+
 def submit(scheduler, client, n, start=1, retries=0):
     scheduler.submit(client, [[i, b"f", b"args", retries] for i in range(start, start + n)])
 
@@ -42,7 +48,7 @@ def test_offers_fill_windows_round_robin_and_results_reach_the_client():
         ("a", [1]), ("b", [2])]
     assert scheduler.n_pending == 3
     task = launches[0][1][0]
-    assert scheduler.status_updates(a, [[task.task_id, 1, TaskState.FINISHED, b"r"]], 0.001) == 0
+    assert report(scheduler, a, [[task.task_id, 1, TaskState.FINISHED, b"r"]], 0.001) == 0
     assert results_of(client) == [[1, TaskState.FINISHED, b"r"]]
     assert a.slots == 3  # 1 ms tasks: one running and two queued cover prefetch_seconds
     assert [(e.executor_id, [t.client_task_id for t in ts])
@@ -54,7 +60,7 @@ def test_stale_and_unknown_updates_are_counted_not_applied():
     a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
     submit(scheduler, client, 1)
     (_, [task]), = offers(scheduler)
-    assert scheduler.status_updates(a, [[task.task_id, 2, TaskState.FINISHED, b"r"],
+    assert report(scheduler, a, [[task.task_id, 2, TaskState.FINISHED, b"r"],
                                         [999, 1, TaskState.FINISHED, b"r"]]) == 2
     assert not client.results
 
@@ -82,7 +88,7 @@ def test_a_run_time_that_is_no_duration_leaves_the_window_alone(busy):
     finish_all(scheduler, a, [first], busy=0.001)
     assert a.task_seconds == 0.001 and a.slots == 3
     (_, tasks), = offers(scheduler)
-    assert scheduler.status_updates(a, [[t.task_id, 1, TaskState.FINISHED, b"r"] for t in tasks],
+    assert report(scheduler, a, [[t.task_id, 1, TaskState.FINISHED, b"r"] for t in tasks],
                                     busy) == 0
     assert a.task_seconds == 0.001 and a.slots == 3
     assert [row[0] for row in results_of(client)] == [1, 2, 3]
@@ -94,12 +100,12 @@ def test_window_grows_for_short_tasks_and_shrinks_for_long_ones():
     assert a.slots == 2
     submit(scheduler, client, 1000)
     (_, tasks), = offers(scheduler)
-    scheduler.status_updates(a, [[t.task_id, 1, TaskState.FINISHED, b""] for t in tasks], 4e-6)
+    report(scheduler, a, [[t.task_id, 1, TaskState.FINISHED, b""] for t in tasks], 4e-6)
     deepest = 2 * scheduler.config.tasks_per_core
     assert a.slots == deepest
     (_, tasks), = offers(scheduler)
     assert len(tasks) == deepest
-    scheduler.status_updates(a, [[t.task_id, 1, TaskState.FINISHED, b""] for t in tasks[:10]], 10 * 5.0)
+    report(scheduler, a, [[t.task_id, 1, TaskState.FINISHED, b""] for t in tasks[:10]], 10 * 5.0)
     assert a.slots < deepest
     assert offers(scheduler) == []  # over-committed until enough tasks end
 
@@ -211,7 +217,7 @@ def test_tasks_beyond_a_shrunk_window_are_asked_back_when_worth_moving():
     assert a.task_seconds is not None and a.slots == 2
     now[0] = 0.4
     assert scheduler.reclaim_hoarded_tasks(0.1) == []  # once per 0.1 s
-    scheduler.status_updates(a, [[t.task_id, t.attempt, TaskState.RETURNED, b""] for t in held[a][2:]])
+    report(scheduler, a, [[t.task_id, t.attempt, TaskState.RETURNED, b""] for t in held[a][2:]])
     assert len(a.running) == 2 and scheduler.n_pending == 5
     assert [(e, len(ts)) for e, ts in offers(scheduler)] == [(b, 5)]  # all to the idle one
 
@@ -258,7 +264,7 @@ def test_cancel_drops_queued_tasks_and_reports_running_ones_for_killing():
     to_kill = scheduler.cancel(client, [1, 2, 42])
     assert to_kill == [(a, running)]
     assert scheduler.n_pending == 1
-    scheduler.status_updates(a, [[running.task_id, 1, TaskState.KILLED, b""]])
+    report(scheduler, a, [[running.task_id, 1, TaskState.KILLED, b""]])
     (_, [third]), = offers(scheduler)
     assert third.client_task_id == 3
     assert not client.results
@@ -277,7 +283,7 @@ def test_cancelled_tasks_do_not_wait_when_nothing_else_does():
 
 
 def finish_all(scheduler, executor, tasks, state=TaskState.FINISHED, busy=1e-5):
-    scheduler.status_updates(executor, [[t.task_id, t.attempt, state, b""] for t in tasks], busy)
+    report(scheduler, executor, [[t.task_id, t.attempt, state, b""] for t in tasks], busy)
 
 
 def test_tasks_of_a_lost_executor_are_suspects_run_on_idle_cores_with_nothing_queued_behind():

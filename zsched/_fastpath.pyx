@@ -38,14 +38,15 @@ cdef extern from "Python.h":
     PyTypeObject PyMethodDescr_Type
 from libc.limits cimport INT_MAX, INT_MIN
 from libc.math cimport ceil
-from libc.stdint cimport uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_AS_STRING
 from cpython.exc cimport PyErr_Occurred
-from cpython.long cimport PyLong_AsUnsignedLongLong
+from cpython.long cimport PyLong_AsUnsignedLongLong, PyLong_FromLong
 
-from ._frames cimport (Buffer, HEADER_ROOM, UINT_ROOM, join, release, reserve, write_array_header,
+from ._frames cimport (HEADER_ROOM, UINT_ROOM, Buffer, Reader, join, read_array_header, read_bin,
+                       read_int, read_int_object, read_number, release, reserve, write_array_header,
                        write_bin, write_int, write_map_header, write_uint)
 
 from collections import deque
@@ -62,7 +63,6 @@ cdef long FAILED = TaskState.FAILED
 cdef long RETURNED = TaskState.RETURNED
 cdef long KILLED = TaskState.KILLED
 cdef long ERROR = TaskState.ERROR
-cdef object ERROR_STATE = int(TaskState.ERROR)
 cdef long BATCH_FRACTION = _BATCH_FRACTION
 
 
@@ -422,13 +422,6 @@ cdef int clamp_int(object value) except? -1:
     if overflow < 0 or result < INT_MIN:
         return INT_MIN
     return <int>result
-
-
-cdef long as_long(object value) noexcept:
-    """``value`` (an int) as a C long, or 0 when it does not fit: no attempt or state is 0."""
-    cdef int overflow = 0
-    cdef long result = PyLong_AsLongAndOverflow(value, &overflow)
-    return 0 if overflow else result
 
 
 cdef long long as_long_long(object value) noexcept:
@@ -862,9 +855,9 @@ cdef class ResultRows:
         free(self._ends)
         free(self._payloads)
 
-    cdef int _write(self, object client_task_id, object state, object payload) except -1:
-        cdef bytes data = as_bytes(payload, "a result")
-        cdef Py_ssize_t n = len(data), capacity
+    cdef int _write(self, object client_task_id, object state, const char *payload,
+                    Py_ssize_t n) except -1:
+        cdef Py_ssize_t capacity
         if self._count == self._capacity:
             capacity = 2 * self._capacity if self._capacity else 256
             self._ends = <Py_ssize_t *>grow_array(self._ends, capacity, sizeof(Py_ssize_t))
@@ -880,7 +873,7 @@ cdef class ResultRows:
         except BaseException:
             self._data.length = start  # no half-written row
             raise
-        write_bin(&self._data, PyBytes_AS_STRING(data), n)
+        write_bin(&self._data, payload, n)
         self._ends[self._count] = self._data.length
         self._payloads[self._count] = n
         self._count += 1
@@ -888,7 +881,8 @@ cdef class ResultRows:
 
     def add(self, client_task_id, state, payload):
         """Queue the row ``[client task id, state, payload]``."""
-        self._write(client_task_id, state, payload)
+        cdef bytes data = as_bytes(payload, "a result")
+        self._write(client_task_id, state, PyBytes_AS_STRING(data), len(data))
 
     def __len__(self):
         return self._count
@@ -1099,27 +1093,120 @@ cdef list launch(tasks, long count, executor, Py_ssize_t limit, LatencyHistogram
     return frames
 
 
-def apply_status_updates(executor, list updates, pending, double now, dict counts):
+cdef class StatusRows:
+    """The rows of a StatusUpdates frame, ``[task id, attempt, state, payload]`` each:
+    checked by ``read_status_updates`` and read in place by ``apply_status_updates``, so a
+    status update makes no Python object in the driver. A sequence of rows to anything else
+    (decoded then)."""
+    cdef bytes _frame
+    cdef Py_ssize_t _array     # where the array of rows starts in _frame
+    cdef Py_ssize_t _first     # where its first row starts
+    cdef Py_ssize_t _end       # where it ends
+    cdef Py_ssize_t _count
+
+    def __len__(self):
+        return self._count
+
+    def rows(self):
+        """The rows, decoded."""
+        return unpackb(memoryview(self._frame)[self._array:self._end])
+
+    def __iter__(self):
+        return iter(self.rows())
+
+    def __getitem__(self, index):
+        return self.rows()[index]
+
+    def __eq__(self, other):
+        return self.rows() == (other.rows() if isinstance(other, StatusRows) else other)
+
+    def __repr__(self):
+        return f"StatusRows({self.rows()!r})"
+
+
+def read_status_updates(bytes frame, Py_ssize_t start):
+    """``(incarnation, busy, rows)`` of the StatusUpdates body at ``frame[start:]``, every
+    field checked (``rows``: a ``StatusRows``); ValueError says what is wrong."""
+    cdef const uint8_t *base = <const uint8_t *>PyBytes_AS_STRING(frame)
+    cdef Reader r
+    cdef Py_ssize_t i, n, array, first
+    cdef int64_t value
+    cdef bint big
+    cdef const uint8_t *data
+    cdef Py_ssize_t size
+    cdef StatusRows rows
+    if start > len(frame):
+        raise ValueError("the body ends too soon")
+    r.p = base + start
+    r.end = base + len(frame)
+    try:
+        n = read_array_header(&r)
+    except ValueError:
+        n = -1
+    if n != 3:
+        raise ValueError("expected 3 fields")
+    try:
+        incarnation = read_int_object(&r)
+    except ValueError as exc:
+        raise ValueError(f"field incarnation has the wrong type ({exc})") from None
+    try:
+        busy = read_number(&r)
+    except ValueError as exc:
+        raise ValueError(f"field busy has the wrong type ({exc})") from None
+    array = r.p - base
+    try:
+        n = read_array_header(&r)
+        first = r.p - base
+        for i in range(n):
+            if read_array_header(&r) != 4:
+                raise ValueError(f"row {i} has not 4 items")
+            read_int(&r, &value, &big)
+            read_int(&r, &value, &big)
+            read_int(&r, &value, &big)
+            read_bin(&r, &data, &size)
+    except ValueError as exc:
+        raise ValueError(f"field updates has the wrong type ({exc})") from None
+    if r.p != r.end:
+        raise ValueError(f"{r.end - r.p} bytes after the body")
+    rows = StatusRows.__new__(StatusRows)
+    rows._frame = frame
+    rows._array = array
+    rows._first = first
+    rows._end = r.p - base
+    rows._count = n
+    return incarnation, busy, rows
+
+
+def apply_status_updates(executor, StatusRows updates, pending, double now, dict counts):
     cdef RunningTasks running = executor.running
     cdef dict losses = executor.suspect_losses
     cdef Py_ssize_t stale = 0, freed = 0, finished = 0, failed = 0, done = 0, errors = 0
-    cdef Py_ssize_t retried = 0, slot
+    cdef Py_ssize_t retried = 0, slot, i, payload_size
     cdef list returned = []
-    cdef list row
     cdef Task task
     cdef long state
-    cdef object state_value, payload, left, client, last_client = None
+    cdef object left, client, last_client = None
     cdef ClientTasks client_tasks = None
     cdef ResultRows client_results = None
-    for row in updates:
-        if len(row) != 4:
-            raise ValueError(f"a status update has 4 fields, not {len(row)}")
-        slot = running._slot_of(as_long_long(row[0]))
+    cdef bytes frame = updates._frame  # held while its rows are read
+    cdef Reader r
+    cdef int64_t task_id, attempt, state_code
+    cdef bint big_id, big_attempt, big_state
+    cdef const uint8_t *payload
+    r.p = <const uint8_t *>PyBytes_AS_STRING(frame) + updates._first
+    r.end = <const uint8_t *>PyBytes_AS_STRING(frame) + updates._end
+    for i in range(updates._count):  # each row checked by read_status_updates
+        read_array_header(&r)
+        read_int(&r, &task_id, &big_id)
+        read_int(&r, &attempt, &big_attempt)
+        read_int(&r, &state_code, &big_state)
+        read_bin(&r, &payload, &payload_size)
+        slot = running._slot_of(0 if big_id else task_id)  # no task id is 0
         if slot < 0:
             stale += 1
             continue
         task = <Task>running._slots[slot].task
-        if task.attempt != as_long(row[1]):
+        if big_attempt or task.attempt != attempt:
             stale += 1
             continue
         running._remove_slot(slot)
@@ -1131,9 +1218,7 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
                 losses[task.loss] = left
             else:
                 del losses[task.loss]
-        state_value = row[2]
-        state = as_long(state_value)
-        payload = row[3]
+        state = 0 if big_state else state_code  # 0: no task state
         if state == FINISHED:
             done += 1
             if task.cancelled:
@@ -1155,15 +1240,17 @@ def apply_status_updates(executor, list updates, pending, double now, dict count
                 continue
             failed += 1
             if state != FAILED and state != KILLED and state != ERROR:  # no task state
-                state_value = ERROR_STATE
-                payload = NO_TASK_STATE
+                state = ERROR
+                payload = <const uint8_t *>PyBytes_AS_STRING(<bytes>NO_TASK_STATE)
+                payload_size = len(<bytes>NO_TASK_STATE)
         client = task.client
         if client is not last_client:  # a batch's tasks mostly share one client
             last_client = client
             client_tasks = client.tasks
             client_results = client.results
         client_tasks._remove(task)
-        client_results._write(task.client_task_id, state_value, payload)
+        client_results._write(task.client_task_id, PyLong_FromLong(state), <const char *>payload,
+                              payload_size)
     executor.tasks_done += done
     executor.tasks_failed += errors
     counts["finished"] += finished

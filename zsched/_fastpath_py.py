@@ -378,9 +378,40 @@ def offer_and_launch(slots, executors_by_slot, pending, n_pending, limit, latenc
     return launches, total
 
 
+class StatusRows(list):
+    """The rows of a StatusUpdates frame, ``[task id, attempt, state, payload]`` each, as
+    ``read_status_updates`` decoded and checked them (the compiled path reads them in place
+    instead)."""
+
+    __slots__ = ()
+
+
+def _is_int(value):
+    return type(value) is int
+
+
+def read_status_updates(frame, start):
+    """``(incarnation, busy, rows)`` of the StatusUpdates body at ``frame[start:]``, every
+    field checked (``rows``: a ``StatusRows``); ValueError says what is wrong."""
+    try:
+        body = msgpack.unpackb(memoryview(frame)[start:], raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on junk
+        raise ValueError(f"undecodable body ({exc})") from None
+    if type(body) is not list or len(body) != 3:
+        raise ValueError("expected 3 fields")
+    incarnation, busy, updates = body
+    if not _is_int(incarnation):
+        raise ValueError("field incarnation has the wrong type")
+    if type(busy) is not float and not _is_int(busy):
+        raise ValueError("field busy has the wrong type")
+    if not rows_have_types(updates, (int, int, int, bytes)):
+        raise ValueError("field updates has the wrong type")
+    return incarnation, busy, StatusRows(updates)
+
+
 def apply_status_updates(executor, updates, pending, now, counts):
-    """Apply the StatusUpdates rows ``[task id, attempt, state, payload]`` of ``executor``:
-    ``(stale, freed, ran, retried, returned)``.
+    """Apply the StatusUpdates rows ``[task id, attempt, state, payload]`` of ``executor``
+    (a ``StatusRows``): ``(stale, freed, ran, retried, returned)``.
 
     A row for a task the executor does not hold at that attempt is stale and ignored. A
     task that ran is counted in ``executor.tasks_done`` or ``tasks_failed``; if it raised

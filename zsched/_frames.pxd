@@ -1,10 +1,12 @@
 # cython: language_level=3
-# Writing msgpack into a C buffer, for the frames the fast path makes itself (LaunchTasks).
+# Writing msgpack into a C buffer, for the frames the fast path makes itself (LaunchTasks,
+# TaskResults); reading it in place, for those it reads itself (StatusUpdates).
 # Each write is msgpack's shortest form, the one msgpack-python's Packer makes, so a frame
 # written here is byte for byte what ``protocol.encode`` makes of the same message (tests
 # hold the two to it). Inline functions: compiled into the module that cimports them.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
+from libc.stdint cimport INT64_MAX, int8_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
@@ -145,3 +147,122 @@ cdef inline void write_int(Buffer *b, int64_t value) noexcept:
         p[0] = 0xd3
         put_big_endian(p + 1, <uint64_t>value, 8)
         b.length += 9
+
+
+# Reading msgpack in place, for the frames the fast path reads itself (StatusUpdates): each
+# read takes one value of the expected kind and raises ValueError on anything else.
+
+cdef struct Reader:
+    const uint8_t *p
+    const uint8_t *end
+
+
+cdef inline int need(Reader *r, Py_ssize_t n) except -1:
+    if r.end - r.p < n:
+        raise ValueError("the body ends too soon")
+    return 0
+
+
+cdef inline uint64_t get_big_endian(const uint8_t *p, int n) noexcept:
+    cdef uint64_t value = 0
+    cdef int i
+    for i in range(n):
+        value = (value << 8) | p[i]
+    return value
+
+
+cdef inline int read_int(Reader *r, int64_t *value, bint *big) except -1:
+    """An int in any of msgpack's forms, in ``value``; ``big``: an unsigned one past
+    2**63 - 1 (``value`` then holds its 64 bits)."""
+    need(r, 1)
+    cdef uint8_t tag = r.p[0]
+    cdef int n
+    cdef uint64_t bits
+    r.p += 1
+    big[0] = False
+    if tag <= 0x7f:  # a positive fixint
+        value[0] = tag
+        return 0
+    if tag >= 0xe0:  # a negative one
+        value[0] = <int8_t>tag
+        return 0
+    if 0xcc <= tag <= 0xcf:  # unsigned, 8 to 64 bits
+        n = 1 << (tag - 0xcc)
+        need(r, n)
+        bits = get_big_endian(r.p, n)
+        big[0] = bits > <uint64_t>INT64_MAX
+    elif 0xd0 <= tag <= 0xd3:  # signed, 8 to 64 bits
+        n = 1 << (tag - 0xd0)
+        need(r, n)
+        bits = get_big_endian(r.p, n)
+        if n < 8 and bits >> (8 * n - 1):  # negative: extend the sign
+            bits |= ~((<uint64_t>1 << (8 * n)) - 1)
+    else:
+        raise ValueError("an int was expected")
+    r.p += n
+    value[0] = <int64_t>bits
+    return 0
+
+
+cdef inline Py_ssize_t read_array_header(Reader *r) except -1:
+    """The length of the array that starts here."""
+    need(r, 1)
+    cdef uint8_t tag = r.p[0]
+    cdef int n
+    r.p += 1
+    if 0x90 <= tag <= 0x9f:
+        return tag & 0x0f
+    if tag == 0xdc or tag == 0xdd:
+        n = 2 if tag == 0xdc else 4
+        need(r, n)
+        r.p += n
+        return <Py_ssize_t>get_big_endian(r.p - n, n)
+    raise ValueError("an array was expected")
+
+
+cdef inline int read_bin(Reader *r, const uint8_t **data, Py_ssize_t *n) except -1:
+    """Bytes: where they start, in ``data``, and how many, in ``n``."""
+    need(r, 1)
+    cdef uint8_t tag = r.p[0]
+    cdef int size
+    r.p += 1
+    if not 0xc4 <= tag <= 0xc6:
+        raise ValueError("bytes were expected")
+    size = 1 << (tag - 0xc4)
+    need(r, size)
+    n[0] = <Py_ssize_t>get_big_endian(r.p, size)
+    r.p += size
+    need(r, n[0])
+    data[0] = r.p
+    r.p += n[0]
+    return 0
+
+
+cdef inline object read_int_object(Reader *r):
+    cdef int64_t value
+    cdef bint big
+    read_int(r, &value, &big)
+    return PyLong_FromUnsignedLongLong(<uint64_t>value) if big else PyLong_FromLongLong(value)
+
+
+cdef inline object read_number(Reader *r):
+    """An int or a float (32 or 64 bits), as msgpack decodes it."""
+    need(r, 1)
+    cdef uint8_t tag = r.p[0]
+    cdef uint64_t bits
+    cdef uint32_t bits32
+    cdef double number
+    cdef float number32
+    if tag == 0xcb:
+        need(r, 9)
+        bits = get_big_endian(r.p + 1, 8)
+        memcpy(&number, &bits, 8)
+        r.p += 9
+        return number
+    if tag == 0xca:
+        need(r, 5)
+        bits32 = <uint32_t>get_big_endian(r.p + 1, 4)
+        memcpy(&number32, &bits32, 4)
+        r.p += 5
+        return <double>number32
+    return read_int_object(r)

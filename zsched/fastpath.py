@@ -5,14 +5,16 @@ import os
 
 NAMES = ("SlotTable", "Task", "RunningTasks", "ClientTasks", "ResultRows", "queue_tasks", "launch_tasks",
          "apply_status_updates", "LatencyHistogram", "LATENCY_BUCKETS", "gc_track", "gc_untrack",
-         "rows_have_types", "SocketState", "slots_per_core", "window", "offer_and_launch")
+         "rows_have_types", "SocketState", "slots_per_core", "window", "offer_and_launch",
+         "StatusRows", "read_status_updates")
 __all__ = [*NAMES, "IMPLEMENTATION", "COMPILED"]
 
 if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0"):
     from ._fastpath_py import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, ResultRows, RunningTasks,
                                SlotTable, SocketState, Task, apply_status_updates, gc_track,
                                gc_untrack, launch_tasks, queue_tasks, rows_have_types,
-                               slots_per_core, window, offer_and_launch)
+                               slots_per_core, window, offer_and_launch, StatusRows,
+                               read_status_updates)
     IMPLEMENTATION = "pure-Python reference (ZSCHED_PUREPYTHON is set)"
     COMPILED = False
 else:
@@ -20,7 +22,8 @@ else:
         from ._fastpath import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, ResultRows, RunningTasks,
                                 SlotTable, SocketState, Task, apply_status_updates, gc_track,
                                 gc_untrack, launch_tasks, queue_tasks, rows_have_types,
-                                slots_per_core, window, offer_and_launch)
+                                slots_per_core, window, offer_and_launch, StatusRows,
+                                read_status_updates)
     except ImportError as exc:  # pragma: no cover - depends on the build
         raise ImportError(
             "zsched's compiled fast path is missing; build it with `pip install .` "

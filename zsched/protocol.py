@@ -5,12 +5,15 @@ The body is a msgpack array holding the message's fields in declaration order.
 Task functions, arguments and results travel as opaque ``bytes`` (cloudpickle made by
 clients and executors); the driver never unpickles them.
 
-Nothing outside this module packs or unpacks frames, but for one: the fast path writes
-LaunchTasks frames itself (``launch_tasks``), from the tasks straight into the bytes, under
-``frame_header``; they are byte for byte what ``encode`` makes of the same message, and
-tests hold the two to it. The driver sends them as ``Encoded`` messages. A client in the
-driver's own process hands the driver message objects instead of frames (``check``
-applies decode's field checks to them).
+Nothing outside this module packs or unpacks frames, but for the driver's per-task
+messages, which the fast path reads and writes itself, its Python objects per task left
+out: it writes LaunchTasks frames (``launch_tasks``) and TaskResults frames
+(``ResultRows.take_frames``), under ``frame_header``, byte for byte what ``encode`` makes of
+the same message (tests hold them to it; the driver sends them as ``Encoded`` messages), and
+``decode`` has it read StatusUpdates (``read_status_updates``: the same checks, the rows
+left in the frame, in a ``StatusRows``). A client in the driver's own process hands the
+driver message objects instead of frames (``check`` applies decode's field checks to
+them).
 """
 import hashlib
 import math
@@ -21,7 +24,7 @@ from typing import ClassVar
 import msgpack
 
 from .errors import ProtocolError
-from .fastpath import rows_have_types
+from .fastpath import StatusRows, read_status_updates, rows_have_types
 from .task_state import TaskState  # noqa: F401 (part of the protocol; the fast path uses it too)
 
 VERSION = 1
@@ -182,7 +185,12 @@ class RegisterExecutor(Message):
     pid: int
 
 
-@_message(MsgType.STATUS_UPDATES, _int, _number, _rows(int, int, int, bytes))
+def _status_rows(value):
+    """Rows as ``read_status_updates`` made them (checked then), or rows to check."""
+    return type(value) is StatusRows or rows_have_types(value, (int, int, int, bytes))
+
+
+@_message(MsgType.STATUS_UPDATES, _int, _number, _status_rows)
 class StatusUpdates(Message):
     incarnation: int
     busy: float    # seconds the executor spent running the tasks reported here
@@ -391,6 +399,8 @@ class FunctionBlob:
 def _pack_other(obj):
     if type(obj) is FunctionBlob:
         return obj.data
+    if type(obj) is StatusRows:  # the compiled one (the reference's is a list)
+        return obj.rows()
     raise TypeError(f"cannot pack {type(obj).__name__}")
 
 
@@ -439,6 +449,11 @@ def decode(frame, max_size=None):
     cls = _BY_TYPE.get(frame[1])
     if cls is None:
         raise ProtocolError(f"unknown message type {frame[1]}")
+    if cls is StatusUpdates:  # read by the fast path, its rows in place
+        try:
+            return cls(*read_status_updates(frame if type(frame) is bytes else bytes(frame), 2))
+        except ValueError as exc:
+            raise ProtocolError(f"StatusUpdates: {exc}") from None
     try:
         body = msgpack.unpackb(memoryview(frame)[2:], raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types on junk
