@@ -38,6 +38,7 @@ import time
 import msgpack
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)  # the checkout: zsched/_frames.pxd, which the floors cimport
 sys.path.insert(0, HERE)
 import offers  # noqa: E402  (this directory's bench/offers.py)
 import records_floor  # noqa: E402
@@ -121,7 +122,8 @@ class Frames:
 
     def __init__(self, n_executors, cores):
         import pyximport
-        pyximport.install(language_level=3, inplace=False)
+        pyximport.install(language_level=3, inplace=False,
+                      setup_args={"include_dirs": [ROOT]})  # for zsched/_frames.pxd
         from record_table import FrameTable
         self.table = FrameTable(n_executors, cores * WINDOW_PER_CORE)
         self.executors = list(range(n_executors))

@@ -24,9 +24,12 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.long cimport PyLong_AsLongLong, PyLong_FromLongLong
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
+
+from zsched._frames cimport (Buffer, Reader, need, read_array_header, read_bin, read_int, read_number,
+                             reserve, write_array_header, write_bin, write_uint)
 
 cdef extern from "Python.h":
     Py_ssize_t Py_SIZE(object)
@@ -254,199 +257,6 @@ cdef struct FrameRecord:
     int executor              # -1 while queued or free
 
 
-# ---------------------------------------------------------------- reading msgpack
-
-cdef struct Reader:
-    const uint8_t *p
-    const uint8_t *end
-
-
-cdef inline int need(Reader *r, Py_ssize_t n) except -1:
-    if r.end - r.p < n:
-        raise ValueError("truncated frame")
-    return 0
-
-
-cdef inline uint64_t big_endian(const uint8_t *p, int n) noexcept:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(n):
-        v = (v << 8) | p[i]
-    return v
-
-
-cdef int read_int(Reader *r, int64_t *out) except -1:
-    need(r, 1)
-    cdef uint8_t b = r.p[0]
-    cdef int n
-    r.p += 1
-    if b <= 0x7f:
-        out[0] = b
-        return 0
-    if b >= 0xe0:
-        out[0] = <int8_t>b
-        return 0
-    if 0xcc <= b <= 0xcf:  # uint 8/16/32/64
-        n = 1 << (b - 0xcc)
-        need(r, n)
-        out[0] = <int64_t>big_endian(r.p, n)
-        if out[0] < 0:
-            raise ValueError("int out of range")
-    elif 0xd0 <= b <= 0xd3:  # int 8/16/32/64
-        n = 1 << (b - 0xd0)
-        need(r, n)
-        if n == 1:
-            out[0] = <int8_t>r.p[0]
-        elif n == 2:
-            out[0] = <int16_t>big_endian(r.p, 2)
-        elif n == 4:
-            out[0] = <int32_t>big_endian(r.p, 4)
-        else:
-            out[0] = <int64_t>big_endian(r.p, 8)
-    else:
-        raise ValueError("an int was expected")
-    r.p += n
-    return 0
-
-
-cdef Py_ssize_t read_array(Reader *r) except -1:
-    need(r, 1)
-    cdef uint8_t b = r.p[0]
-    r.p += 1
-    if 0x90 <= b <= 0x9f:
-        return b & 15
-    if b == 0xdc:
-        need(r, 2)
-        r.p += 2
-        return <Py_ssize_t>big_endian(r.p - 2, 2)
-    if b == 0xdd:
-        need(r, 4)
-        r.p += 4
-        return <Py_ssize_t>big_endian(r.p - 4, 4)
-    raise ValueError("an array was expected")
-
-
-cdef int read_bin(Reader *r, const uint8_t *start, uint32_t *at, uint32_t *length) except -1:
-    need(r, 1)
-    cdef uint8_t b = r.p[0]
-    cdef int n
-    r.p += 1
-    if 0xc4 <= b <= 0xc6:
-        n = 1 << (b - 0xc4)
-    else:
-        raise ValueError("bytes were expected")
-    need(r, n)
-    length[0] = <uint32_t>big_endian(r.p, n)
-    r.p += n
-    need(r, length[0])
-    at[0] = <uint32_t>(r.p - start)
-    r.p += length[0]
-    return 0
-
-
-cdef int skip_float(Reader *r) except -1:
-    need(r, 1)
-    if r.p[0] == 0xcb:
-        need(r, 9)
-        r.p += 9
-    elif r.p[0] == 0xca:
-        need(r, 5)
-        r.p += 5
-    else:
-        raise ValueError("a float was expected")
-    return 0
-
-
-# ---------------------------------------------------------------- writing msgpack
-
-cdef struct Buffer:
-    uint8_t *data
-    Py_ssize_t length
-    Py_ssize_t capacity
-
-
-cdef int reserve(Buffer *b, Py_ssize_t more) except -1:
-    cdef Py_ssize_t capacity
-    cdef uint8_t *data
-    if b.length + more <= b.capacity:
-        return 0
-    capacity = b.capacity * 2 if b.capacity else 65536
-    while capacity < b.length + more:
-        capacity *= 2
-    data = <uint8_t *>realloc(b.data, capacity)
-    if data == NULL:
-        raise MemoryError()
-    b.data = data
-    b.capacity = capacity
-    return 0
-
-
-cdef inline void put_be(uint8_t *p, uint64_t v, int n) noexcept:
-    cdef int i
-    for i in range(n - 1, -1, -1):
-        p[i] = v & 0xff
-        v >>= 8
-
-
-cdef inline void write_uint(Buffer *b, uint64_t v) noexcept:
-    """A non-negative int in msgpack's shortest form (room for 9 bytes reserved)."""
-    cdef uint8_t *p = b.data + b.length
-    if v <= 0x7f:
-        p[0] = <uint8_t>v
-        b.length += 1
-    elif v <= 0xff:
-        p[0] = 0xcc
-        p[1] = <uint8_t>v
-        b.length += 2
-    elif v <= 0xffff:
-        p[0] = 0xcd
-        put_be(p + 1, v, 2)
-        b.length += 3
-    elif v <= 0xffffffffULL:
-        p[0] = 0xce
-        put_be(p + 1, v, 4)
-        b.length += 5
-    else:
-        p[0] = 0xcf
-        put_be(p + 1, v, 8)
-        b.length += 9
-
-
-cdef inline void write_bin(Buffer *b, const uint8_t *data, uint32_t n) noexcept:
-    """Bytes (room for 5 + n bytes reserved)."""
-    cdef uint8_t *p = b.data + b.length
-    if n <= 0xff:
-        p[0] = 0xc4
-        p[1] = <uint8_t>n
-        b.length += 2
-    elif n <= 0xffff:
-        p[0] = 0xc5
-        put_be(p + 1, n, 2)
-        b.length += 3
-    else:
-        p[0] = 0xc6
-        put_be(p + 1, n, 4)
-        b.length += 5
-    memcpy(b.data + b.length, data, n)
-    b.length += n
-
-
-cdef inline void write_array(Buffer *b, uint32_t n) noexcept:
-    """An array header (room for 5 bytes reserved)."""
-    cdef uint8_t *p = b.data + b.length
-    if n <= 15:
-        p[0] = 0x90 | n
-        b.length += 1
-    elif n <= 0xffff:
-        p[0] = 0xdc
-        put_be(p + 1, n, 2)
-        b.length += 3
-    else:
-        p[0] = 0xdd
-        put_be(p + 1, n, 4)
-        b.length += 5
-
-
 cdef class FrameTable(TaskTable):
     cdef FrameRecord *_records
     cdef Buffer _launch             # the LaunchTasks body being written
@@ -484,25 +294,28 @@ cdef class FrameTable(TaskTable):
         cdef Reader r
         cdef Py_ssize_t n, i
         cdef int64_t client_task_id, retries
-        cdef uint32_t digest_at, digest_len, args_at, args_len
+        cdef const uint8_t *digest
+        cdef const uint8_t *args
+        cdef Py_ssize_t digest_len, args_len
+        cdef bint big
         cdef int index
         cdef FrameRecord *record
         r.p = start
         r.end = start + PyBytes_GET_SIZE(frame)
-        if read_array(&r) != 2:
+        if read_array_header(&r) != 2:
             raise ValueError("a SubmitTasks body has 2 fields")
         need(&r, 1)
         if r.p[0] != 0x80:
             raise ValueError("functions along with tasks: not in this floor")
         r.p += 1
-        n = read_array(&r)
+        n = read_array_header(&r)
         for i in range(n):
-            if read_array(&r) != 4:
+            if read_array_header(&r) != 4:
                 raise ValueError("a SubmitTasks row has 4 items")
-            read_int(&r, &client_task_id)
-            read_bin(&r, start, &digest_at, &digest_len)
-            read_bin(&r, start, &args_at, &args_len)
-            read_int(&r, &retries)
+            read_int(&r, &client_task_id, &big)
+            read_bin(&r, &digest, &digest_len)
+            read_bin(&r, &args, &args_len)
+            read_int(&r, &retries, &big)
             if digest_len != 16:
                 raise ValueError("a digest has 16 bytes")
             if client_task_id < 0:
@@ -513,9 +326,9 @@ cdef class FrameTable(TaskTable):
             Py_INCREF(frame)
             record.client_task_id = client_task_id
             record.queued_at = now
-            record.digest_at = digest_at
-            record.args_at = args_at
-            record.args_len = args_len
+            record.digest_at = <uint32_t>(digest - start)
+            record.args_at = <uint32_t>(args - start)
+            record.args_len = <uint32_t>args_len
             record.attempt = 0
             record.executor = -1
             self._enqueue(index)
@@ -541,7 +354,7 @@ cdef class FrameTable(TaskTable):
             b.data[0] = 0x92  # [functions, tasks]
             b.data[1] = 0x80
             b.length = 2
-            write_array(b, <uint32_t>room)
+            write_array_header(b, <uint32_t>room)
             self._held[executor] += room
             while room > 0:
                 index = self._dequeue()
@@ -555,8 +368,8 @@ cdef class FrameTable(TaskTable):
                 b.length += 1
                 write_uint(b, (<uint64_t>record.generation << 32) | <uint64_t>index)
                 write_uint(b, <uint64_t>record.attempt)
-                write_bin(b, frame + record.digest_at, 16)
-                write_bin(b, frame + record.args_at, record.args_len)
+                write_bin(b, <const char *>frame + record.digest_at, 16)
+                write_bin(b, <const char *>frame + record.args_at, record.args_len)
             launches.append((executor, PyBytes_FromStringAndSize(<char *>b.data, b.length)))
         return launches
 
@@ -569,7 +382,7 @@ cdef class FrameTable(TaskTable):
             return 0
         header.data = head
         header.length = 0
-        write_array(&header, <uint32_t>self._result_rows)
+        write_array_header(&header, <uint32_t>self._result_rows)
         body = PyBytes_FromStringAndSize(NULL, header.length + self._results.length)
         p = PyBytes_AS_STRING(body)
         memcpy(p, head, header.length)
@@ -586,24 +399,26 @@ cdef class FrameTable(TaskTable):
         cdef Reader r
         cdef Py_ssize_t n, i
         cdef int64_t task_id, attempt, state, incarnation
-        cdef uint32_t payload_at, payload_len
+        cdef const uint8_t *payload
+        cdef Py_ssize_t payload_len
+        cdef bint big
         cdef int64_t index
         cdef FrameRecord *record
         cdef Buffer *b = &self._results
         r.p = start
         r.end = start + PyBytes_GET_SIZE(frame)
-        if read_array(&r) != 3:
+        if read_array_header(&r) != 3:
             raise ValueError("a StatusUpdates body has 3 fields")
-        read_int(&r, &incarnation)
-        skip_float(&r)
-        n = read_array(&r)
+        read_int(&r, &incarnation, &big)
+        read_number(&r)
+        n = read_array_header(&r)
         for i in range(n):
-            if read_array(&r) != 4:
+            if read_array_header(&r) != 4:
                 raise ValueError("a StatusUpdates row has 4 items")
-            read_int(&r, &task_id)
-            read_int(&r, &attempt)
-            read_int(&r, &state)
-            read_bin(&r, start, &payload_at, &payload_len)
+            read_int(&r, &task_id, &big)
+            read_int(&r, &attempt, &big)
+            read_int(&r, &state, &big)
+            read_bin(&r, &payload, &payload_len)
             index = task_id & 0xffffffff
             if index >= self._capacity:
                 continue
@@ -617,7 +432,7 @@ cdef class FrameTable(TaskTable):
             b.length += 1
             write_uint(b, <uint64_t>record.client_task_id)
             write_uint(b, <uint64_t>state)
-            write_bin(b, start + payload_at, payload_len)
+            write_bin(b, <const char *>payload, payload_len)
             self._result_rows += 1
             if self._result_rows == RESULT_ROWS:
                 self._flush_results()

@@ -11,6 +11,11 @@ giving out LaunchTasks and result rows as Python lists. It leaves out much of wh
 fast path does per task (see the module's docstring), so its time is a lower bound for a
 fast path built that way, not a design.
 
+Since the fast path reads StatusUpdates frames itself and writes LaunchTasks frames, its two
+ways here include that reading and writing in ``status`` and ``offers``, and the record
+table, which takes and gives rows, does not: ``bench/frames_floor.py`` is the comparison
+from frames to frames.
+
 Each round runs, each in its own process and in turn, the same scheduling run three ways:
 zsched's fast path compiled and its pure-Python reference (``bench/offers.py``'s
 ``run_once``), and the record table, through the same loop: SubmitTasks of 1,024 rows,
@@ -28,6 +33,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)  # the checkout: zsched/_frames.pxd, which the floors cimport
 sys.path.insert(0, HERE)
 import offers  # noqa: E402  (this directory's bench/offers.py)
 
@@ -43,7 +49,8 @@ FIGURES = ("submit_ns", "offers_ns", "status_ns", "total_ns", "timed_faults_per_
 def run_records(n_executors, cores, n_tasks, batch):
     """``offers.run_once``'s loop on the record table: its figures."""
     import pyximport
-    pyximport.install(language_level=3, inplace=False)
+    pyximport.install(language_level=3, inplace=False,
+                      setup_args={"include_dirs": [ROOT]})  # for zsched/_frames.pxd
     from record_table import RecordTable
 
     table = RecordTable(n_executors, cores * WINDOW_PER_CORE)

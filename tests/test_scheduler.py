@@ -446,4 +446,6 @@ def test_queues_and_waiting_results_are_out_of_the_collector_and_still_hold_thei
     assert sorted(row[0] for row in results) == list(range(1, 101))
     assert all(row[1] == TaskState.FINISHED for row in results)
     assert not client.results
+    if COMPILED:  # the rows a client in the driver's process gets: ints and bytes, out of it
+        assert not gc.is_tracked(results) and not any(gc.is_tracked(row) for row in results)
     assert len(held[a]) == 2 and b.tasks_done == 100
