@@ -5,7 +5,7 @@ many tasks: queued, and finished with their results waiting to be sent.
     python bench/collector_pause.py --tasks 100000,1000000,3000000 --collections 9
 
 For each size, a ``TaskScheduler`` (the driver's, no sockets) gets that many tasks, in
-SubmitTasks of 1,024 rows as msgpack decodes them. ``queued``: all of them wait in the
+SubmitTasks of 1,024 rows, read as the driver reads them. ``queued``: all of them wait in the
 queue. ``results waiting``: all of them were launched on simulated executors and reported
 FINISHED, and their result rows wait for the client (``ResultRows``), as at the end of a
 driver's wake-up that handled a thousand StatusUpdates. Each state is timed as the scheduler leaves
@@ -48,14 +48,14 @@ def full_collection_ms(collections):
 def scheduler_with(n_tasks, finished):
     """A scheduler holding ``n_tasks`` queued, or (``finished``) their results waiting."""
     from zsched.config import Config
-    from zsched.protocol import StatusUpdates, decode, encode
+    from zsched.protocol import StatusUpdates, SubmitTasks, decode, encode
     from zsched.scheduler import ClientData, TaskScheduler
 
     scheduler = TaskScheduler(Config(), functions={b"digest": b"cloudpickled function"})
     client = ClientData(b"client", 1)
     for first in range(0, n_tasks, SUBMIT_BATCH):
-        scheduler.submit(client, [[i, b"digest", b"args", 0]
-                                  for i in range(first, min(n_tasks, first + SUBMIT_BATCH))])
+        rows = [[i, b"digest", b"args", 0] for i in range(first, min(n_tasks, first + SUBMIT_BATCH))]
+        scheduler.submit(client, decode(encode(SubmitTasks({}, rows))).tasks)
     if finished:
         executors = []
         for i in range((n_tasks + 2047) // 2048):  # 8 cores x 256 tasks each

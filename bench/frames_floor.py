@@ -8,9 +8,8 @@ Each way goes from message bodies in to message bodies out, as the driver does f
 task:
 
 - ``reference`` and ``compiled``: zsched's ``TaskScheduler`` (pure-Python reference or
-  compiled fast path). ``msgpack.unpackb`` of each SubmitTasks body (msgpack alone, without
-  ``protocol.decode``'s field checks: less than the driver spends); the fast path reads
-  each StatusUpdates body (``read_status_updates``, as ``protocol.decode`` has it do) and
+  compiled fast path). The fast path reads each SubmitTasks and StatusUpdates body
+  (``read_submit_tasks``, ``read_status_updates``, as ``protocol.decode`` has it do) and
   writes the LaunchTasks frames and the TaskResults frames of 512 rows itself (the compiled
   one in place, from and into the bytes; the reference with msgpack);
 - ``frames``: ``FrameTable`` in ``record_table.pyx`` (next to this script, built on first
@@ -80,10 +79,11 @@ class Scheduler:
 
     def __init__(self, n_executors, cores):
         from zsched.config import Config
-        from zsched.fastpath import read_status_updates
+        from zsched.fastpath import read_status_updates, read_submit_tasks
         from zsched.protocol import TaskResults, frame_header
         from zsched.scheduler import ClientData, TaskScheduler
         self.read_status_updates = read_status_updates
+        self.read_submit_tasks = read_submit_tasks
         self.results_header = frame_header(TaskResults)
         self.scheduler = TaskScheduler(Config(), functions={DIGEST: b"cloudpickled function"})
         self.client = ClientData(b"client", 1)
@@ -95,7 +95,8 @@ class Scheduler:
             self.executors.append(executor)
 
     def submit(self, body):
-        self.scheduler.submit(self.client, msgpack.unpackb(body)[1])
+        _, rows = self.read_submit_tasks(body, 0)  # what protocol.decode has it do
+        self.scheduler.submit(self.client, rows)
 
     def offer(self):
         return [(executor, frame) for executor, frames in self.scheduler.resource_offers()

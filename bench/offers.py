@@ -6,32 +6,31 @@ with simulated executors (no sockets, no processes).
     python bench/offers.py --executors 10,100,1000,10000 --cores 8 --tasks 1000000 --rounds 3
 
 For each size, a ``TaskScheduler`` gets that many executors and the tasks, in SubmitTasks
-of ``SUBMIT_BATCH`` rows (``submit``: Tasks made, queued, indexed for their client), then
-runs them as the driver's loop would. Each wake-up makes a resource offer
-(``resource_offers``: the slot table's deal, each task's launch, the LaunchTasks batches
+of ``SUBMIT_BATCH`` rows (``submit``: the frame read, Tasks made, queued, indexed for their
+client), then runs them as the driver's loop would. Each wake-up makes a resource offer
+(``resource_offers``: the slot table's deal, each task's launch, the LaunchTasks frames
 with their functions and size limit, the scheduling-latency histogram) and handles one
 StatusUpdates from each executor holding tasks, at most ``RECV_BATCH`` of them
-(``status_updates``: the tasks found, finished and queued as results for their client, the
-slots freed, the window adapted); an executor reports its oldest ``--batch`` tasks
-FINISHED (its StatusUpdates frame read too: ``protocol.decode``, which has the fast path read
-it). At the end of the wake-up the client's results become TaskResults frames
-(``results``: ``take_frames``, as the driver sends them). Only those four calls are timed,
-in CPU time of the thread (steadier than wall time on a shared machine), and divided by
-the number of tasks. The rows of a SubmitTasks are built, as msgpack would decode them,
-and the frame of a StatusUpdates as an executor sends it, just before they are handled; the
-LaunchTasks frames are read as an executor reads them (not timed). The garbage collector runs, as in the driver (``--no-gc``: it does
-not, to see what it costs each implementation). ``slot table`` is the
-same sequence of offers and releases on the ``SlotTable`` alone. ``faults/1k tasks`` are
-the minor page faults of the whole scheduling run (timed calls and the messages built
-between them) per 1,000 tasks: each is memory touched for the first time, which both
-implementations pay for the Python objects a task makes (see bench/RESULTS.md); ``in timed
-calls`` are those taken inside the four timed calls (in the JSON, also by call), counted
-outside the clock readings.
+(``status_updates``: the frame read, the tasks found, finished and queued as results for
+their client, the slots freed, the window adapted); an executor reports its oldest
+``--batch`` tasks FINISHED. At the end of the wake-up the client's results become
+TaskResults frames (``results``: ``take_frames``, as the driver sends them). Only those four
+calls are timed, in CPU time of the thread (steadier than wall time on a shared machine),
+and divided by the number of tasks. The frames of a SubmitTasks and of a StatusUpdates are
+built as a client and an executor send them, just before they are handled, and the
+LaunchTasks frames are read as an executor reads them (not timed). The garbage collector
+runs, as in the driver (``--no-gc``: it does not, to see what it costs each
+implementation). ``slot table`` is the same sequence of offers and releases on the
+``SlotTable`` alone. ``faults/1k tasks`` are the minor page faults of the whole scheduling
+run (timed calls and the messages built between them) per 1,000 tasks: each is memory
+touched for the first time, which both implementations pay for the Python objects a task
+makes (see bench/RESULTS.md); ``in timed calls`` are those taken inside the four timed
+calls (in the JSON, also by call), counted outside the clock readings.
 
-The fast path reads StatusUpdates frames and writes LaunchTasks and TaskResults frames
-itself (the compiled one in place, from and into the bytes; the reference with msgpack), so
-``status``, ``offers`` and ``results`` include reading and making the frames. SubmitTasks
-rows are still decoded by msgpack before the fast path sees them: ``submit`` leaves that out.
+The fast path reads SubmitTasks and StatusUpdates frames and writes LaunchTasks and
+TaskResults frames itself (the compiled one in place, from and into the bytes; the reference
+with msgpack), so each of the four calls includes reading or making its frames
+(``protocol.decode`` of a SubmitTasks or a StatusUpdates has the fast path read it).
 
 Each executor's measured task run time is set to that of a no-op task (``TASK_SECONDS``),
 so its window is what the driver gives no-op tasks: ``cores * tasks_per_core`` (8 x 256).
@@ -98,7 +97,7 @@ class Faults:
 def run_once(n_executors, cores, n_tasks, batch):
     """Schedule ``n_tasks`` on ``n_executors`` simulated executors; figures of the run."""
     from zsched.config import Config
-    from zsched.protocol import StatusUpdates, TaskResults, decode, encode, frame_header
+    from zsched.protocol import StatusUpdates, SubmitTasks, TaskResults, decode, encode, frame_header
     from zsched.scheduler import ClientData, TaskScheduler
 
     scheduler = TaskScheduler(Config(), functions={b"digest": b"cloudpickled function"})
@@ -113,11 +112,12 @@ def run_once(n_executors, cores, n_tasks, batch):
     timer_ns = statistics.median(-clock() + clock() for _ in range(1001))  # off each timed call
     faults = Faults()
     submit_ns = 0
-    for first in range(0, n_tasks, SUBMIT_BATCH):  # SubmitTasks rows as msgpack decodes them
+    for first in range(0, n_tasks, SUBMIT_BATCH):
         rows = [[i, b"digest", b"args", 0] for i in range(first, min(n_tasks, first + SUBMIT_BATCH))]
+        frame = encode(SubmitTasks({}, rows))  # as the client sends it
         faults.start()
         start = clock()
-        scheduler.submit(client, rows)
+        scheduler.submit(client, decode(frame).tasks)
         submit_ns += clock() - start - timer_ns
         faults.stop("submit")
     held = {executor: collections.deque() for executor in executors}  # launched, in order

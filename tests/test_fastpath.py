@@ -246,6 +246,17 @@ def _decoded(frames):
     return batches
 
 
+def _rows(impl, rows):
+    """``rows`` as ``impl`` takes SubmitTasks rows: read from a frame."""
+    return impl.read_submit_tasks(p.encode(p.SubmitTasks({}, rows)), 2)[1]
+
+
+def _queue(impl, client, rows, next_id, now, pending, functions):
+    """``queue_tasks`` of the SubmitTasks rows ``rows``: the next free id."""
+    next_id, missing = impl.queue_tasks(client, _rows(impl, rows), next_id, now, pending, functions)
+    return next_id
+
+
 def _updates(impl, rows):
     """``rows`` as ``impl`` takes StatusUpdates rows: read from a frame."""
     return impl.read_status_updates(p.encode(p.StatusUpdates(1, 0.0, rows)), 2)[2]
@@ -280,18 +291,18 @@ def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
     client, pending, latency = _client(impl), deque(), impl.LatencyHistogram()
     f = b"digest of f"
     rows = [[7, f, b"a1", 0], [8, bytes(bytearray(f)), b"a2", 0], [9, b"g", b"a3", 0]]
-    assert impl.queue_tasks(client, rows, 100, 1.0, pending, {f: b"F", b"g": b"G"}) == 103
+    assert impl.queue_tasks(client, _rows(impl, rows), 100, 1.0, pending, {f: b"F", b"g": b"G"}) == (103, 0)
     assert [t.task_id for t in pending] == [100, 101, 102] and set(client.tasks) == {7, 8, 9}
+    assert pending[1].function is pending[0].function  # one digest object for a run of one function
+    assert [t.args for t in pending] == [b"a1", b"a2", b"a3"]
     executor = _executor(impl, 0)
     batches, launched = _launch(impl, pending, 2, executor, 1 << 20, latency, 1.0003)
     assert launched == 2 and len(pending) == 1
     assert batches == [({f: b"F"}, [[100, 1, f, b"a1"], [101, 1, f, b"a2"]])]
-    assert pending[0].row is rows[2]  # the submitted row itself, kept by its task
-    assert rows[1][2] is rows[0][2]  # one digest object for consecutive tasks of a function
     assert executor.functions == {f} and list(executor.running) == [100, 101]
     assert latency.count == 2 and latency.counts[1] == 2  # 300 us: in the 500 us bucket
     counts = {"finished": 0, "failed": 0, "retried": 0}
-    stale, freed, ran, retried, returned = _apply(impl, 
+    stale, freed, ran, retried, returned = _apply(impl,
         executor, [[100, 1, 1, b"r1"], [101, 2, 1, b"old"], [555, 1, 1, b"?"]], pending, 2.0, counts)
     assert (stale, freed, ran, retried, returned) == (2, 1, 1, 0, [])
     assert results_of(client) == [[7, 1, b"r1"]] and set(client.tasks) == {8, 9}
@@ -301,7 +312,7 @@ def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_launches_split_at_the_size_limit_and_ship_each_function_once(impl):
     client, pending = _client(impl), deque()
-    impl.queue_tasks(client, [[i, b"f" if i < 3 else b"g", b"x" * 10, 0] for i in range(6)],
+    _queue(impl, client, [[i, b"f" if i < 3 else b"g", b"x" * 10, 0] for i in range(6)],
                      1, 0.0, pending, {b"f": b"F" * 15, b"g": b"G" * 5})
     executor = _executor(impl, 0)
     batches, launched = _launch(impl, pending, 6, executor, 30, impl.LatencyHistogram(), 0.0)
@@ -318,7 +329,7 @@ def test_a_queued_task_keeps_its_function_when_the_driver_drops_it(impl):
     """A client releases a function it no longer uses (the driver's table drops it); its
     tasks still queued launch with the blob they hold."""
     client, pending, functions = _client(impl), deque(), {b"f": b"F" * 4}
-    impl.queue_tasks(client, [[1, b"f", b"x", 0], [2, b"f", b"y", 0]], 1, 0.0, pending, functions)
+    _queue(impl, client, [[1, b"f", b"x", 0], [2, b"f", b"y", 0]], 1, 0.0, pending, functions)
     functions.clear()
     executor = _executor(impl, 0, cores=2)
     batches, launched = _launch(impl, pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
@@ -328,7 +339,7 @@ def test_a_queued_task_keeps_its_function_when_the_driver_drops_it(impl):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_status_updates_retry_return_and_cancel(impl):
     client, pending = _client(impl), deque()
-    impl.queue_tasks(client, [[i, b"f", b"x", 1 if i == 1 else 0] for i in range(1, 5)], 1, 0.0, pending,
+    _queue(impl, client, [[i, b"f", b"x", 1 if i == 1 else 0] for i in range(1, 5)], 1, 0.0, pending,
                      {b"f": b"F"})
     executor = _executor(impl, 0, cores=4)
     _launch(impl, pending, 4, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
@@ -347,7 +358,7 @@ def test_status_updates_retry_return_and_cancel(impl):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_huge_attempt_or_state_numbers_are_stale_or_errors_not_crashes(impl):
     client, pending = _client(impl), deque()
-    impl.queue_tasks(client, [[1, b"f", b"x", 0]], 1, 0.0, pending, {b"f": b"F"})
+    _queue(impl, client, [[1, b"f", b"x", 0]], 1, 0.0, pending, {b"f": b"F"})
     executor = _executor(impl, 0)
     _launch(impl, pending, 1, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     counts = {"finished": 0, "failed": 0, "retried": 0}
@@ -360,24 +371,24 @@ def test_huge_attempt_or_state_numbers_are_stale_or_errors_not_crashes(impl):
 def test_a_second_task_under_an_id_in_flight_is_refused_until_the_first_ends(impl):
     client, pending = _client(impl), deque()
     # increasing ids but one repeated at once (the array of the compiled path)
-    assert impl.queue_tasks(client, [[10, b"f", b"a", 0], [11, b"f", b"b", 0], [11, b"f", b"c", 0]],
+    assert _queue(impl, client, [[10, b"f", b"a", 0], [11, b"f", b"b", 0], [11, b"f", b"c", 0]],
                             1, 0.0, pending, {b"f": b"F"}) == 3
     assert [t.args for t in pending] == [b"a", b"b"] and list(client.tasks) == [10, 11]
     executor = _executor(impl, 0, cores=2)
     _launch(impl, pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
-    assert impl.queue_tasks(client, [[11, b"f", b"d", 0]], 3, 0.0, pending, {b"f": b"F"}) == 3
+    assert _queue(impl, client, [[11, b"f", b"d", 0]], 3, 0.0, pending, {b"f": b"F"}) == 3
     counts = {"finished": 0, "failed": 0, "retried": 0}
     _apply(impl, executor, [[2, 1, 1, b"r"]], pending, 0.0, counts)
     assert results_of(client) == [[11, 1, b"r"]] and list(client.tasks) == [10]
     # ended: the id may be used again
-    assert impl.queue_tasks(client, [[11, b"f", b"e", 0]], 3, 0.0, pending, {b"f": b"F"}) == 4
+    assert _queue(impl, client, [[11, b"f", b"e", 0]], 3, 0.0, pending, {b"f": b"F"}) == 4
     assert [t.args for t in pending] == [b"e"] and client.tasks[11].task_id == 3
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_a_state_that_is_no_task_state_ends_the_task_as_an_error(impl):
     client, pending = _client(impl), deque()
-    impl.queue_tasks(client, [[1, b"f", b"x", 3], [2, b"f", b"y", 3]], 1, 0.0, pending, {b"f": b"F"})
+    _queue(impl, client, [[1, b"f", b"x", 3], [2, b"f", b"y", 3]], 1, 0.0, pending, {b"f": b"F"})
     executor = _executor(impl, 0, cores=2)
     _launch(impl, pending, 2, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     counts = {"finished": 0, "failed": 0, "retried": 0}
@@ -415,7 +426,7 @@ def _simulate(impl, ops):
                 rows.append([ctid, sorted(functions)[(a + i) % 3], b"x" * ((b + i) % 23),
                              (a + i) % 3 - 1 if (a + i) % 3 else 0])
                 client_task_id += 1
-            next_id = impl.queue_tasks(clients[b % 2], rows, next_id, now, pending, functions)
+            next_id = _queue(impl, clients[b % 2], rows, next_id, now, pending, functions)
         elif op == "launch":
             executor = executors[a % 3]
             frames, launched = impl.launch_tasks(pending, b % 9, executor, 16 + a % 40, latency, now,
@@ -431,7 +442,7 @@ def _simulate(impl, ops):
                 updates.append([task_id, attempt, 1 + kind % 5, b"p%d" % task_id])
             if b % 5 == 0:
                 updates.append([10 ** 6 + b, 1, 1, b"unknown"])
-            stale, freed, ran, retried, returned = _apply(impl, 
+            stale, freed, ran, retried, returned = _apply(impl,
                 executor, updates, pending, now, counts)
             out.append(("update", stale, freed, ran, retried, [t.task_id for t in returned],
                         [c.results.take_frames(RESULTS_HEADER, 40, 3) for c in clients],  # byte for byte
@@ -507,7 +518,7 @@ def test_a_queue_that_is_not_a_deque_is_used_through_its_methods(impl):
     def run(queue_type):
         client, pending = _client(impl), queue_type()
         executor = _executor(impl, 0, cores=4)
-        impl.queue_tasks(client, [[i, b"f", b"x%d" % i, 1] for i in range(6)], 1, 0.0, pending, {b"f": b"F"})
+        _queue(impl, client, [[i, b"f", b"x%d" % i, 1] for i in range(6)], 1, 0.0, pending, {b"f": b"F"})
         launched = _launch(impl, pending, 4, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
         counts = {"finished": 0, "failed": 0, "retried": 0}
         updates = [[1, 1, 1, b"r"], [2, 1, 2, b"e"]]  # FINISHED; FAILED with a retry left
@@ -522,7 +533,7 @@ def test_a_queue_that_is_not_a_deque_is_used_through_its_methods(impl):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_running_and_client_tasks_read_like_dicts(impl):
     client, pending = _client(impl), deque()
-    impl.queue_tasks(client, [[i, b"f", b"x", 0] for i in (5, 9, 12, 40)], 1, 0.0, pending, {b"f": b"F"})
+    _queue(impl, client, [[i, b"f", b"x", 0] for i in (5, 9, 12, 40)], 1, 0.0, pending, {b"f": b"F"})
     executor = _executor(impl, 0, cores=8)
     _launch(impl, pending, 3, executor, 1 << 20, impl.LatencyHistogram(), 0.0)
     running = executor.running
@@ -541,7 +552,7 @@ def test_running_and_client_tasks_read_like_dicts(impl):
         tasks.pop(12)
     # 7 is not above 40; 9 is in flight: refused, given no id (a second task of one id
     # could be neither cancelled nor found when its client leaves)
-    assert impl.queue_tasks(client, [[7, b"f", b"x", 0], [9, b"f", b"y", 0], [8, b"f", b"z", 0],
+    assert _queue(impl, client, [[7, b"f", b"x", 0], [9, b"f", b"y", 0], [8, b"f", b"z", 0],
                                      [8, b"f", b"w", 0]], 5, 0.0, pending, {b"f": b"F"}) == 7
     assert list(tasks) == [5, 9, 40, 7, 8] and len(tasks) == 5
     assert (tasks[9].task_id, tasks[7].task_id, tasks[8].task_id) == (2, 5, 6)
@@ -557,13 +568,13 @@ def test_many_tasks_in_and_out_of_the_tables(impl):
     client, pending, latency = _client(impl), deque(), impl.LatencyHistogram()
     executors = [_executor(impl, i, cores=64) for i in range(3)]
     counts = {"finished": 0, "failed": 0, "retried": 0}
-    impl.queue_tasks(client, [[i, b"f", b"x", 0] for i in range(20000)], 1, 0.0, pending, {b"f": b"F"})
+    _queue(impl, client, [[i, b"f", b"x", 0] for i in range(20000)], 1, 0.0, pending, {b"f": b"F"})
     submitted, next_id = 20000, 20001
     rng = random.Random(7)
     while pending or any(e.running for e in executors):
         if submitted < 40000 and rng.random() < 0.2:  # more tasks join a table with gaps
             rows = [[i, b"f", b"x", 0] for i in range(submitted, submitted + rng.randint(1, 500))]
-            next_id = impl.queue_tasks(client, rows, next_id, 0.0, pending, {b"f": b"F"})
+            next_id = _queue(impl, client, rows, next_id, 0.0, pending, {b"f": b"F"})
             submitted += len(rows)
         executor = rng.choice(executors)
         _launch(impl, pending, rng.randint(0, 300), executor, 1 << 20, latency, 0.0)
@@ -717,7 +728,7 @@ def _simulate_offers(impl, ops):
             rows = [[client_task_id + i, (b"f", b"g")[(a + i) % 2], b"x" * ((b + i) % 9), 0]
                     for i in range(1 + a % 7)]
             client_task_id += len(rows)
-            next_id = impl.queue_tasks(client, rows, next_id, now, pending, functions)
+            next_id = _queue(impl, client, rows, next_id, now, pending, functions)
             n_pending += len(rows)
         elif op == "cancel" and pending:
             task = pending[a % len(pending)]
@@ -735,7 +746,7 @@ def _simulate_offers(impl, ops):
         elif op == "finish":
             executor = executors[a % 3]
             done = list(executor.running.items())[:1 + b % 4]
-            stale, freed, *_ = _apply(impl, 
+            stale, freed, *_ = _apply(impl,
                 executor, [[task_id, task.attempt, 1, b""] for task_id, task in done], pending, now, counts)
             if freed:
                 slots.release(executor.slot, freed)
@@ -775,7 +786,7 @@ def test_launch_frames_are_what_encode_makes_whatever_the_sizes(impl):
     functions = {b"d%02d" % i: p.FunctionBlob(b"F" * i) for i in range(16)}
     sizes = (0, 200, 70_000)
     rows = [[i, b"d%02d" % (i % 16), b"a" * sizes[i % 3] if i < 30 else b"x", 0] for i in range(70_000)]
-    impl.queue_tasks(client, rows, 2 ** 32 - 5, 0.0, pending, functions)
+    _queue(impl, client, rows, 2 ** 32 - 5, 0.0, pending, functions)
     executor = _executor(impl, 0, cores=8)
     frames, launched = impl.launch_tasks(pending, 70_000, executor, 1 << 30, impl.LatencyHistogram(),
                                          0.0, LAUNCH_HEADER)
@@ -790,7 +801,7 @@ def test_launch_frames_agree_byte_for_byte():
     def run(impl):
         client, pending = _client(impl), deque()
         rows = [[i, b"f" if i % 7 else b"g", b"x" * (i % 300), i % 2] for i in range(3000)]
-        impl.queue_tasks(client, rows, 1, 0.0, pending, {b"f": b"F" * 100, b"g": p.FunctionBlob(b"G")})
+        _queue(impl, client, rows, 1, 0.0, pending, {b"f": b"F" * 100, b"g": p.FunctionBlob(b"G")})
         executor = _executor(impl, 0, cores=4)
         return [impl.launch_tasks(pending, n, executor, 5000, impl.LatencyHistogram(), 0.0, LAUNCH_HEADER)
                 for n in (1, 10, 500, 3000)]
@@ -898,3 +909,74 @@ def test_status_rows_read_as_a_list_of_rows(impl):
     assert updates[1] == rows[1]
     if impl.StatusRows is fastpath.StatusRows:  # the one protocol packs as rows
         assert p.encode(p.StatusUpdates(1, 0.0, updates)) == p.encode(p.StatusUpdates(1, 0.0, rows))
+
+
+SUBMIT_ROWS = st.lists(st.tuples(st.integers(-2 ** 63, 2 ** 64 - 1), st.binary(max_size=20),
+                                 st.binary(max_size=300), st.integers(-2 ** 63, 2 ** 64 - 1)).map(list),
+                       max_size=20)
+
+
+def _read_submit_alike(frame):
+    """Both implementations' ``read_submit_tasks`` of ``frame``: the same fields, or both a
+    ValueError."""
+    read = []
+    for impl in IMPLEMENTATIONS:
+        try:
+            functions, rows = impl.read_submit_tasks(frame, 2)
+        except ValueError:
+            read.append("refused")
+        else:
+            assert len(rows) == len(list(rows))
+            read.append((functions, list(rows)))
+    assert read[0] == read[1]
+    return read[0]
+
+
+@given(st.dictionaries(st.binary(max_size=20), st.binary(max_size=40), max_size=3), SUBMIT_ROWS,
+       st.integers(0, 10 ** 6), st.integers(0, 255))
+@settings(max_examples=300, deadline=None)
+def test_submit_tasks_are_read_alike_whole_cut_or_with_a_byte_changed(functions, rows, at, byte):
+    frame = p.encode(p.SubmitTasks(functions, rows))
+    assert _read_submit_alike(frame) == (functions, rows)
+    _read_submit_alike(frame[:2 + at % (len(frame) - 1)])  # cut short
+    changed = bytearray(frame)
+    changed[2 + at % (len(frame) - 2)] = byte
+    _read_submit_alike(bytes(changed))
+    _read_submit_alike(frame + bytes([byte]))  # a byte after the body
+
+
+@pytest.mark.parametrize("body", [
+    [{}, [[1, b"d", b"a"]]], [{}, [[1, b"d", "text", 0]]], [{}, [[1, b"d", b"a", True]]],
+    [{"str": b"x"}, []], [{b"k": "str"}, []], [[], []], [{}, "nope"], [{}, [[1, b"d", b"a", 0], "row"]],
+    [{}, [[1.5, b"d", b"a", 0]]], [{}], [{}, [], None], None,
+])
+def test_submit_tasks_of_the_wrong_shape_are_refused_alike(body):
+    import msgpack
+    assert _read_submit_alike(b"\x01\x15" + msgpack.packb(body, use_bin_type=True)) == "refused"
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_a_task_of_a_function_the_driver_does_not_hold_ends_at_once(impl):
+    client, pending = _client(impl), deque()
+    rows = [[1, b"f", b"a", 0], [2, b"nope", b"b", 0], [3, b"nope", b"c", 0], [4, b"f", b"d", 0],
+            [1, b"f", b"again", 0]]  # the last one: an id in flight, refused
+    assert impl.queue_tasks(client, _rows(impl, rows), 10, 0.0, pending, {b"f": b"F"}) == (12, 2)
+    assert [(t.task_id, t.client_task_id, t.args) for t in pending] == [(10, 1, b"a"), (11, 4, b"d")]
+    assert results_of(client) == [[2, TaskState.ERROR, _fastpath_py.NO_FUNCTION],
+                                  [3, TaskState.ERROR, _fastpath_py.NO_FUNCTION]]
+    assert set(client.tasks) == {1, 4}
+
+
+def test_queued_tasks_agree_on_random_submissions():
+    rng = random.Random(5)
+    for _ in range(50):
+        rows = [[rng.randrange(-5, 40), rng.choice([b"f", b"g", b"h"]), bytes(rng.randrange(30)),
+                 rng.randrange(-3, 3)] for _ in range(rng.randrange(60))]
+        outcome = []
+        for impl in IMPLEMENTATIONS:
+            client, pending = _client(impl), deque()
+            ids = impl.queue_tasks(client, _rows(impl, rows), 1, 0.0, pending, {b"f": b"F", b"g": b"G"})
+            queued = [(t.task_id, t.client_task_id, t.function, t.args, t.retries, t.function_blob)
+                      for t in pending]
+            outcome.append((ids, queued, results_of(client), list(client.tasks)))
+        assert outcome[0] == outcome[1]

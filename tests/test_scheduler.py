@@ -34,7 +34,8 @@ def report(scheduler, executor, rows, busy=0.0):
 
 
 def submit(scheduler, client, n, start=1, retries=0):
-    scheduler.submit(client, [[i, b"f", b"args", retries] for i in range(start, start + n)])
+    rows = [[i, b"f", b"args", retries] for i in range(start, start + n)]
+    scheduler.submit(client, p.decode(p.encode(p.SubmitTasks({}, rows))).tasks)
 
 
 def test_offers_fill_windows_round_robin_and_results_reach_the_client():

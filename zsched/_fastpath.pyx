@@ -37,23 +37,23 @@ cdef extern from "Python.h":
     PyTypeObject PyMethodDescr_Type
 from libc.limits cimport INT_MAX, INT_MIN
 from libc.math cimport ceil
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport UINT32_MAX, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_Occurred
 from cpython.long cimport PyLong_AsUnsignedLongLong, PyLong_FromLong
 
-from ._frames cimport (HEADER_ROOM, UINT_ROOM, Buffer, Reader, join, read_array_header, read_bin,
-                       read_int, read_int_object, read_number, release, reserve, write_array_header,
-                       write_bin, write_int, write_map_header, write_uint)
+from ._frames cimport (HEADER_ROOM, UINT_ROOM, Buffer, Reader, get_big_endian, join, need,
+                       read_array_header, read_bin, read_int, read_int_object, read_number, release,
+                       reserve, write_array_header, write_bin, write_int, write_map_header, write_uint)
 
 from collections import deque
 
 from msgpack import unpackb
 
 from ._fastpath_py import BATCH_FRACTION as _BATCH_FRACTION
-from ._fastpath_py import NO_TASK_STATE
+from ._fastpath_py import NO_FUNCTION, NO_TASK_STATE
 from ._fastpath_py import ZMQ_EVENTS as _ZMQ_EVENTS, ZMQ_RCVMORE as _ZMQ_RCVMORE
 from .task_state import TaskState
 
@@ -336,12 +336,14 @@ cdef class Task:
     # scheduler takes it out of both when it ends, is cancelled, or its client or executor
     # goes (``drop_client``, ``remove_executor``).
     #
-    # 112 bytes, for a million tasks queued at once: the task id is kept as a C integer
-    # (the int object is made at each launch, for its row), the number of retries too, and
-    # the failures and the loss of a suspect share one field.
+    # 128 bytes, for a million tasks queued at once: the task id is kept as a C integer,
+    # the number of retries too, the failures and the loss of a suspect share one field,
+    # and the arguments are not a bytes object of their own but where they lie in the
+    # SubmitTasks frame they came in (held while any of its tasks is).
     cdef public object client
     cdef public object client_task_id
-    cdef public list row
+    cdef public object function   # its function's digest: one object for a run of tasks of one function
+    cdef bytes _frame             # where its arguments lie: _frame[_args_at:_args_at + _args_len]
     cdef public object executor
     cdef public object function_blob
     cdef object _suspect          # None, or (failures, loss) once a loss is charged to it
@@ -353,15 +355,21 @@ cdef class Task:
     cdef public int attempt
     cdef int _retries             # runs left after it raises (more than INT_MAX: INT_MAX)
     cdef public bint cancelled
+    cdef uint32_t _args_at
+    cdef uint32_t _args_len
 
-    def __init__(self, task_id, client, client_task_id, retries, list row, double queued_at=0.0,
-                 function_blob=None):
+    def __init__(self, task_id, client, client_task_id, retries, function, bytes args,
+                 double queued_at=0.0, function_blob=None):
         self._id = as_long_long(task_id)
         self.function_blob = function_blob
         self.client = client
         self.client_task_id = client_task_id
         self.retries = retries
-        self.row = row
+        self.function = function
+        if len(args) > UINT32_MAX:
+            raise ValueError("arguments of 4 GiB or more")
+        self._frame = args
+        self._args_len = <uint32_t>len(args)
         self.queued_at = queued_at
         self._client_pos = -1
 
@@ -399,12 +407,9 @@ cdef class Task:
         self._suspect = None if (not failures and loss is None) else (tuple(failures), loss)
 
     @property
-    def function(self):
-        return self.row[2]
-
-    @property
     def args(self):
-        return self.row[3]
+        """Its pickled arguments."""
+        return PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._frame) + self._args_at, self._args_len)
 
 
 cdef inline bint is_suspect(Task task) noexcept:
@@ -942,40 +947,65 @@ cdef class ResultRows:
         return rows
 
 
-def queue_tasks(client, list rows, next_id, double now, pending, dict functions):
+def queue_tasks(client, SubmitRows rows, next_id, double now, pending, dict functions):
     cdef ClientTasks client_tasks = client.tasks
-    cdef list row
+    cdef ResultRows results = client.results
+    cdef bytes frame = rows._frame  # held by the tasks that come from it
+    cdef const uint8_t *base = <const uint8_t *>PyBytes_AS_STRING(frame)
+    cdef bint shared = len(frame) <= UINT32_MAX  # else each task's arguments are copied out
+    cdef Reader r
+    cdef Py_ssize_t i, digest_len, args_len, missing = 0
+    cdef const uint8_t *digest
+    cdef const uint8_t *args
+    cdef int64_t retries
+    cdef bint big
     cdef Task task
-    cdef object last_function = None
+    cdef bytes function = None  # the digest of the row before, if its function is held
     cdef object blob = None
     cdef long long task_id = next_id
-    for row in rows:
-        client_task_id, function, args, retries = row
+    r.p = base + rows._first
+    r.end = base + rows._end
+    for i in range(rows._count):  # each row checked by read_submit_tasks
+        read_array_header(&r)
+        client_task_id = read_int_object(&r)
+        read_bin(&r, &digest, &digest_len)
+        read_bin(&r, &args, &args_len)
+        read_int(&r, &retries, &big)
+        if (function is None or digest_len != len(function)
+                or memcmp(digest, PyBytes_AS_STRING(function), digest_len) != 0):
+            # a run of tasks of one function shares one digest object
+            function = PyBytes_FromStringAndSize(<const char *>digest, digest_len)
+            blob = functions.get(function)
+            if blob is None:
+                function = None
+        if function is None:
+            results._write(client_task_id, ERROR, PyBytes_AS_STRING(<bytes>NO_FUNCTION),
+                           len(<bytes>NO_FUNCTION))
+            missing += 1
+            continue
         task = Task.__new__(Task)
         task._client_pos = -1
         if client_tasks._add(task, client_task_id):  # an id in flight already: refused
             continue
-        if function == last_function:  # one digest object for a run of tasks of one function
-            function = last_function
-        else:
-            last_function = function
-            blob = functions[function]
         task._id = task_id
-        task._retries = clamp_int(retries)
-        # the row becomes [client task id, 0, digest, args]: a launch writes the task's
-        # LaunchTasks row from it
-        set_item(row, 1, 0)  # four items: the unpacking above checked
-        set_item(row, 2, function)
-        set_item(row, 3, args)
-        PyObject_GC_UnTrack(row)  # ints and bytes only: no cycle
+        if big or retries > INT_MAX:  # runs left after it raises, clamped to a C int
+            task._retries = INT_MAX
+        else:
+            task._retries = INT_MIN if retries < INT_MIN else <int>retries
         task.client = client
         task.client_task_id = client_task_id
-        task.row = row
+        task.function = function
+        if shared:
+            task._frame = frame
+            task._args_at = <uint32_t>(args - base)
+        else:
+            task._frame = PyBytes_FromStringAndSize(<const char *>args, args_len)
+        task._args_len = <uint32_t>args_len
         task.function_blob = blob
         task.queued_at = now
         queue_append(pending, task)
         task_id += 1
-    return task_id
+    return task_id, missing
 
 
 def launch_tasks(tasks, long count, executor, Py_ssize_t limit,
@@ -1050,9 +1080,10 @@ cdef list launch(tasks, long count, executor, Py_ssize_t limit, LatencyHistogram
     cdef Py_ssize_t size = 0, row_size, n_rows = 0, available = len(tasks)
     cdef long launched = 0
     cdef Task task
-    cdef list row
     cdef object digest, last_digest = None
-    cdef bytes args, digest_bytes
+    cdef bytes digest_bytes
+    cdef const char *args
+    cdef Py_ssize_t args_len
     cdef bint new
     cdef Buffer rows
     rows.data = NULL
@@ -1070,16 +1101,16 @@ cdef list launch(tasks, long count, executor, Py_ssize_t limit, LatencyHistogram
             task.executor = executor
             running._add(task)
             latency.observe_one(now - task.queued_at)
-            row = task.row
-            digest = <object>PyList_GET_ITEM(row, 2)
-            args = as_bytes(<object>PyList_GET_ITEM(row, 3), "task arguments")
+            digest = task.function
+            args = PyBytes_AS_STRING(task._frame) + task._args_at
+            args_len = task._args_len
             if digest is last_digest:  # seen in this call: held by the executor or in needed
                 new = False
             else:
                 new = digest not in known and digest not in needed
                 last_digest = digest
             digest_bytes = as_bytes(digest, "a function digest")
-            row_size = len(args)
+            row_size = args_len
             if new:
                 row_size += len(task.function_blob)
             if n_rows and size + row_size > limit:  # ``new`` stays: needed did not hold digest
@@ -1090,13 +1121,13 @@ cdef list launch(tasks, long count, executor, Py_ssize_t limit, LatencyHistogram
             if new:
                 needed[digest] = task.function_blob
             # the row [task id, attempt, function digest, pickled arguments]
-            reserve(&rows, 1 + 2 * UINT_ROOM + 2 * HEADER_ROOM + len(digest_bytes) + len(args))
+            reserve(&rows, 1 + 2 * UINT_ROOM + 2 * HEADER_ROOM + len(digest_bytes) + args_len)
             rows.data[rows.length] = 0x94
             rows.length += 1
             write_uint(&rows, <uint64_t>task._id)
             write_uint(&rows, <uint64_t>task.attempt)
             write_bin(&rows, PyBytes_AS_STRING(digest_bytes), len(digest_bytes))
-            write_bin(&rows, PyBytes_AS_STRING(args), len(args))
+            write_bin(&rows, args, args_len)
             n_rows += 1
             size += row_size
             launched += 1
@@ -1109,11 +1140,10 @@ cdef list launch(tasks, long count, executor, Py_ssize_t limit, LatencyHistogram
     return frames
 
 
-cdef class StatusRows:
-    """The rows of a StatusUpdates frame, ``[task id, attempt, state, payload]`` each:
-    checked by ``read_status_updates`` and read in place by ``apply_status_updates``, so a
-    status update makes no Python object in the driver. A sequence of rows to anything else
-    (decoded then)."""
+cdef class FrameRows:
+    """The rows of a message's frame, checked by the function that read the frame and read
+    in place by the fast path, so the rows make no Python object in the driver. A sequence
+    of rows to anything else (decoded then)."""
     cdef bytes _frame
     cdef Py_ssize_t _array     # where the array of rows starts in _frame
     cdef Py_ssize_t _first     # where its first row starts
@@ -1134,10 +1164,96 @@ cdef class StatusRows:
         return self.rows()[index]
 
     def __eq__(self, other):
-        return self.rows() == (other.rows() if isinstance(other, StatusRows) else other)
+        return self.rows() == (other.rows() if isinstance(other, FrameRows) else other)
 
     def __repr__(self):
-        return f"StatusRows({self.rows()!r})"
+        return f"{type(self).__name__}({self.rows()!r})"
+
+
+cdef class StatusRows(FrameRows):
+    """A StatusUpdates frame's rows, ``[task id, attempt, state, payload]`` each
+    (``read_status_updates``, ``apply_status_updates``)."""
+
+
+cdef class SubmitRows(FrameRows):
+    """A SubmitTasks frame's rows, ``[client task id, function digest, pickled arguments,
+    retries]`` each (``read_submit_tasks``, ``queue_tasks``)."""
+
+
+cdef FrameRows frame_rows(type cls, bytes frame, Py_ssize_t array, Py_ssize_t first,
+                          Py_ssize_t end, Py_ssize_t count):
+    cdef FrameRows rows = cls.__new__(cls)
+    rows._frame = frame
+    rows._array = array
+    rows._first = first
+    rows._end = end
+    rows._count = count
+    return rows
+
+
+cdef Py_ssize_t read_fields(Reader *r, Py_ssize_t n_fields) except -1:
+    """The body's array header: ValueError unless it holds ``n_fields``."""
+    cdef Py_ssize_t n
+    try:
+        n = read_array_header(r)
+    except ValueError:
+        n = -1
+    if n != n_fields:
+        raise ValueError(f"expected {n_fields} fields")
+    return 0
+
+
+def read_submit_tasks(bytes frame, Py_ssize_t start):
+    """``(functions, rows)`` of the SubmitTasks body at ``frame[start:]``, every field
+    checked (``functions``: a dict, digest -> blob; ``rows``: a ``SubmitRows``); ValueError
+    says what is wrong."""
+    cdef const uint8_t *base = <const uint8_t *>PyBytes_AS_STRING(frame)
+    cdef Reader r
+    cdef Py_ssize_t i, n, array, first, size
+    cdef int64_t value
+    cdef bint big
+    cdef const uint8_t *data
+    cdef dict functions = {}
+    if start > len(frame):
+        raise ValueError("the body ends too soon")
+    r.p = base + start
+    r.end = base + len(frame)
+    read_fields(&r, 2)
+    try:
+        need(&r, 1)
+        if 0x80 <= r.p[0] <= 0x8f:
+            n = r.p[0] & 0x0f
+            r.p += 1
+        elif r.p[0] == 0xde or r.p[0] == 0xdf:
+            size = 2 if r.p[0] == 0xde else 4
+            need(&r, 1 + size)
+            n = <Py_ssize_t>get_big_endian(r.p + 1, size)
+            r.p += 1 + size
+        else:
+            raise ValueError("a map was expected")
+        for i in range(n):
+            read_bin(&r, &data, &size)
+            key = PyBytes_FromStringAndSize(<const char *>data, size)
+            read_bin(&r, &data, &size)
+            functions[key] = PyBytes_FromStringAndSize(<const char *>data, size)
+    except ValueError as exc:
+        raise ValueError(f"field functions has the wrong type ({exc})") from None
+    array = r.p - base
+    try:
+        n = read_array_header(&r)
+        first = r.p - base
+        for i in range(n):
+            if read_array_header(&r) != 4:
+                raise ValueError(f"row {i} has not 4 items")
+            read_int(&r, &value, &big)
+            read_bin(&r, &data, &size)
+            read_bin(&r, &data, &size)
+            read_int(&r, &value, &big)
+    except ValueError as exc:
+        raise ValueError(f"field tasks has the wrong type ({exc})") from None
+    if r.p != r.end:
+        raise ValueError(f"{r.end - r.p} bytes after the body")
+    return functions, frame_rows(SubmitRows, frame, array, first, r.p - base, n)
 
 
 def read_status_updates(bytes frame, Py_ssize_t start):
@@ -1150,17 +1266,11 @@ def read_status_updates(bytes frame, Py_ssize_t start):
     cdef bint big
     cdef const uint8_t *data
     cdef Py_ssize_t size
-    cdef StatusRows rows
     if start > len(frame):
         raise ValueError("the body ends too soon")
     r.p = base + start
     r.end = base + len(frame)
-    try:
-        n = read_array_header(&r)
-    except ValueError:
-        n = -1
-    if n != 3:
-        raise ValueError("expected 3 fields")
+    read_fields(&r, 3)
     try:
         incarnation = read_int_object(&r)
     except ValueError as exc:
@@ -1184,13 +1294,7 @@ def read_status_updates(bytes frame, Py_ssize_t start):
         raise ValueError(f"field updates has the wrong type ({exc})") from None
     if r.p != r.end:
         raise ValueError(f"{r.end - r.p} bytes after the body")
-    rows = StatusRows.__new__(StatusRows)
-    rows._frame = frame
-    rows._array = array
-    rows._first = first
-    rows._end = r.p - base
-    rows._count = n
-    return incarnation, busy, rows
+    return incarnation, busy, frame_rows(StatusRows, frame, array, first, r.p - base, n)
 
 
 def apply_status_updates(executor, StatusRows updates, pending, double now, dict counts):

@@ -47,6 +47,8 @@ KILLED, ERROR = int(TaskState.KILLED), int(TaskState.ERROR)
 # The payload of a task ended ERROR by the driver because its executor reported it in a
 # state that is no task state (no such state goes on to a client).
 NO_TASK_STATE = b"its executor reported it in a state that is no task state"
+# The payload of a task ended ERROR at submission: its function is not the driver's.
+NO_FUNCTION = b"the driver does not hold the task's function"
 
 
 class SlotTable:
@@ -191,21 +193,21 @@ ClientTasks = dict
 
 
 class Task:
-    """A submitted task as the driver holds it.
+    """A submitted task as the driver holds it: ``function`` is its function's digest,
+    ``args`` its pickled arguments."""
 
-    ``row`` is the decoded SubmitTasks row itself, ``[client task id, 0, function digest,
-    pickled arguments]``: a launch writes the task's LaunchTasks row from it."""
+    __slots__ = ("task_id", "client", "client_task_id", "retries", "function", "args",
+                 "function_blob", "attempt", "executor", "failures", "loss", "cancelled",
+                 "queued_at")
 
-    __slots__ = ("task_id", "client", "client_task_id", "retries", "row", "function_blob",
-                 "attempt", "executor", "failures", "loss", "cancelled", "queued_at")
-
-    def __init__(self, task_id, client, client_task_id, retries, row, queued_at=0.0,
+    def __init__(self, task_id, client, client_task_id, retries, function, args, queued_at=0.0,
                  function_blob=None):
         self.task_id = task_id
         self.client = client
         self.client_task_id = client_task_id
         self.retries = retries      # runs left after the task raises
-        self.row = row
+        self.function = function
+        self.args = args
         # its cloudpickled function: the task holds it until it ends, whatever the driver's
         # table of functions drops meanwhile (a client releases functions it no longer uses)
         self.function_blob = function_blob
@@ -215,14 +217,6 @@ class Task:
         self.loss = None            # id of the latest executor loss charged to it
         self.cancelled = False
         self.queued_at = queued_at  # when it last joined the queue
-
-    @property
-    def function(self):
-        return self.row[2]
-
-    @property
-    def args(self):
-        return self.row[3]
 
 
 class ResultRows:
@@ -278,31 +272,67 @@ def _untracked_list():
 
 def queue_tasks(client, rows, next_id, now, pending, functions):
     """Append to ``pending`` a Task for each SubmitTasks row ``[client task id, digest,
-    args, retries]`` of ``client``, numbered from ``next_id``; the next free id. A row
-    whose client task id the client has in flight already (in ``client.tasks``, or earlier
-    in ``rows``) is refused: left out, and given no id. Each row list becomes its task's
-    LaunchTasks row, and each task holds its function's blob (``functions[digest]``).
-    Consecutive tasks of one function share one digest object (msgpack makes one per row):
+    args, retries]`` of ``client`` (a ``SubmitRows``), numbered from ``next_id``:
+    ``(next free id, missing)``. A row whose function the driver does not hold
+    (``functions``, digest -> blob) ends at once in an ERROR result, ``NO_FUNCTION``
+    (``missing`` of them). A row whose client task id the client has in flight already (in
+    ``client.tasks``, or earlier in ``rows``) is refused: left out, and given no id. Each task
+    holds its function's blob. Consecutive tasks of one function share one digest object:
     less memory per queued task, and ``launch_tasks`` knows it by identity."""
     client_tasks = client.tasks
+    results = client.results
     last_function = blob = None
-    for row in rows:
-        client_task_id, function, args, retries = row
-        if client_task_id in client_tasks:  # one task per id: a second could not be reached
-            continue
+    missing = 0
+    for client_task_id, function, args, retries in rows:
         if function == last_function:  # one digest object for a run of tasks of one function
             function = last_function
         else:
-            last_function = function
-            blob = functions[function]
-        row[1] = 0  # the row is now [client task id, 0, digest, args]
-        row[2] = function
-        row[3] = args
-        task = Task(next_id, client, client_task_id, retries, row, now, blob)
+            blob = functions.get(function)
+            last_function = function if blob is not None else None
+        if blob is None:
+            results.add(client_task_id, ERROR, NO_FUNCTION)
+            missing += 1
+            continue
+        if client_task_id in client_tasks:  # one task per id: a second could not be reached
+            continue
+        task = Task(next_id, client, client_task_id, retries, function, args, now, blob)
         client_tasks[client_task_id] = task
         pending.append(task)
         next_id += 1
-    return next_id
+    return next_id, missing
+
+
+class SubmitRows(list):
+    """The rows of a SubmitTasks frame, ``[client task id, function digest, pickled
+    arguments, retries]`` each, as ``read_submit_tasks`` decoded and checked them (the
+    compiled path reads them in place instead)."""
+
+    __slots__ = ()
+
+
+def read_submit_tasks(frame, start):
+    """``(functions, rows)`` of the SubmitTasks body at ``frame[start:]``, every field
+    checked (``functions``: a dict, digest -> blob; ``rows``: a ``SubmitRows``); ValueError
+    says what is wrong."""
+    functions, tasks = _read_body(frame, start, 2)
+    if type(functions) is not dict or not all(
+            type(key) is bytes and type(value) is bytes for key, value in functions.items()):
+        raise ValueError("field functions has the wrong type")
+    if not rows_have_types(tasks, (int, bytes, bytes, int)):
+        raise ValueError("field tasks has the wrong type")
+    return functions, SubmitRows(tasks)
+
+
+def _read_body(frame, start, n_fields):
+    """The fields of the msgpack body at ``frame[start:]``: ValueError unless they are an
+    array of ``n_fields``."""
+    try:
+        body = msgpack.unpackb(memoryview(frame)[start:], raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on junk
+        raise ValueError(f"undecodable body ({exc})") from None
+    if type(body) is not list or len(body) != n_fields:
+        raise ValueError(f"expected {n_fields} fields")
+    return body
 
 
 def _blob_bytes(blob):
@@ -341,17 +371,16 @@ def launch_tasks(tasks, count, executor, limit, latency, now, header):
         task.executor = executor
         running[task.task_id] = task
         latency.observe_one(now - task.queued_at)
-        row = task.row
-        digest = row[2]
+        digest = task.function
         new = digest not in known and digest not in needed
-        row_size = len(row[3]) + (len(task.function_blob) if new else 0)
+        row_size = len(task.args) + (len(task.function_blob) if new else 0)
         if rows and size + row_size > limit:  # ``new`` stays: needed did not hold digest
             frames.append(header + _pack([needed, rows]))
             known.update(needed)
             rows, needed, size = [], {}, 0
         if new:
             needed[digest] = task.function_blob
-        rows.append([task.task_id, task.attempt, digest, row[3]])
+        rows.append([task.task_id, task.attempt, digest, task.args])
         size += row_size
         launched += 1
     if rows:
@@ -393,13 +422,7 @@ def _is_int(value):
 def read_status_updates(frame, start):
     """``(incarnation, busy, rows)`` of the StatusUpdates body at ``frame[start:]``, every
     field checked (``rows``: a ``StatusRows``); ValueError says what is wrong."""
-    try:
-        body = msgpack.unpackb(memoryview(frame)[start:], raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types on junk
-        raise ValueError(f"undecodable body ({exc})") from None
-    if type(body) is not list or len(body) != 3:
-        raise ValueError("expected 3 fields")
-    incarnation, busy, updates = body
+    incarnation, busy, updates = _read_body(frame, start, 3)
     if not _is_int(incarnation):
         raise ValueError("field incarnation has the wrong type")
     if type(busy) is not float and not _is_int(busy):

@@ -6,7 +6,7 @@ import os
 NAMES = ("SlotTable", "Task", "RunningTasks", "ClientTasks", "ResultRows", "queue_tasks", "launch_tasks",
          "apply_status_updates", "LatencyHistogram", "LATENCY_BUCKETS", "gc_track", "gc_untrack",
          "rows_have_types", "SocketState", "slots_per_core", "window", "offer_and_launch",
-         "StatusRows", "read_status_updates")
+         "StatusRows", "read_status_updates", "SubmitRows", "read_submit_tasks")
 __all__ = [*NAMES, "IMPLEMENTATION", "COMPILED"]
 
 if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0"):
@@ -14,7 +14,7 @@ if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0"):
                                SlotTable, SocketState, Task, apply_status_updates, gc_track,
                                gc_untrack, launch_tasks, queue_tasks, rows_have_types,
                                slots_per_core, window, offer_and_launch, StatusRows,
-                               read_status_updates)
+                               read_status_updates, SubmitRows, read_submit_tasks)
     IMPLEMENTATION = "pure-Python reference (ZSCHED_PUREPYTHON is set)"
     COMPILED = False
 else:
@@ -23,7 +23,7 @@ else:
                                 SlotTable, SocketState, Task, apply_status_updates, gc_track,
                                 gc_untrack, launch_tasks, queue_tasks, rows_have_types,
                                 slots_per_core, window, offer_and_launch, StatusRows,
-                                read_status_updates)
+                                read_status_updates, SubmitRows, read_submit_tasks)
     except ImportError as exc:  # pragma: no cover - depends on the build
         raise ImportError(
             "zsched's compiled fast path is missing; build it with `pip install .` "

@@ -10,8 +10,9 @@ messages, which the fast path reads and writes itself, its Python objects per ta
 out: it writes LaunchTasks frames (``launch_tasks``) and TaskResults frames
 (``ResultRows.take_frames``), under ``frame_header``, byte for byte what ``encode`` makes of
 the same message (tests hold them to it; the driver sends them as ``Encoded`` messages), and
-``decode`` has it read StatusUpdates (``read_status_updates``: the same checks, the rows
-left in the frame, in a ``StatusRows``). A client in the driver's own process hands the
+``decode`` has it read SubmitTasks and StatusUpdates (``read_submit_tasks``,
+``read_status_updates``: the same checks, the rows left in the frame, in a ``SubmitRows`` or
+a ``StatusRows``). A client in the driver's own process hands the
 driver message objects instead of frames (``check`` applies decode's field checks to
 them).
 """
@@ -24,7 +25,7 @@ from typing import ClassVar
 import msgpack
 
 from .errors import ProtocolError
-from .fastpath import StatusRows, read_status_updates, rows_have_types
+from .fastpath import StatusRows, SubmitRows, read_status_updates, read_submit_tasks, rows_have_types
 from .task_state import TaskState  # noqa: F401 (part of the protocol; the fast path uses it too)
 
 VERSION = 1
@@ -287,7 +288,12 @@ class ClientHello(Message):
     pid: int
 
 
-@_message(MsgType.SUBMIT_TASKS, _dict_of(_bytes, _bytes), _rows(int, bytes, bytes, int))
+def _submit_rows(value):
+    """Rows as ``read_submit_tasks`` made them (checked then), or rows to check."""
+    return type(value) is SubmitRows or rows_have_types(value, (int, bytes, bytes, int))
+
+
+@_message(MsgType.SUBMIT_TASKS, _dict_of(_bytes, _bytes), _submit_rows)
 class SubmitTasks(Message):
     functions: dict  # digest -> cloudpickled function, for digests new to the driver
     tasks: list      # [[client task id, function digest, pickled (args, kwargs), retries], ...]
@@ -399,7 +405,7 @@ class FunctionBlob:
 def _pack_other(obj):
     if type(obj) is FunctionBlob:
         return obj.data
-    if type(obj) is StatusRows:  # the compiled one (the reference's is a list)
+    if type(obj) is StatusRows or type(obj) is SubmitRows:  # compiled (the reference's are lists)
         return obj.rows()
     raise TypeError(f"cannot pack {type(obj).__name__}")
 
@@ -435,6 +441,10 @@ def encode(msg):
     return bytes((VERSION, msg.TYPE)) + _packer.pack(body)
 
 
+# The per-task messages the fast path reads itself, their rows left in the frame.
+_READ_BY_FAST_PATH = {StatusUpdates: read_status_updates, SubmitTasks: read_submit_tasks}
+
+
 def decode(frame, max_size=None):
     """The message in ``frame``; ``ProtocolError`` says what is wrong with a bad one."""
     if not isinstance(frame, (bytes, bytearray, memoryview)):
@@ -449,11 +459,12 @@ def decode(frame, max_size=None):
     cls = _BY_TYPE.get(frame[1])
     if cls is None:
         raise ProtocolError(f"unknown message type {frame[1]}")
-    if cls is StatusUpdates:  # read by the fast path, its rows in place
+    read = _READ_BY_FAST_PATH.get(cls)
+    if read is not None:  # the rows checked and left in the frame
         try:
-            return cls(*read_status_updates(frame if type(frame) is bytes else bytes(frame), 2))
+            return cls(*read(frame if type(frame) is bytes else bytes(frame), 2))
         except ValueError as exc:
-            raise ProtocolError(f"StatusUpdates: {exc}") from None
+            raise ProtocolError(f"{cls.__name__}: {exc}") from None
     try:
         body = msgpack.unpackb(memoryview(frame)[2:], raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types on junk

@@ -251,16 +251,17 @@ class TaskScheduler:
     # -- submissions
 
     def submit(self, client, tasks):
-        """Queue ``[[client task id, digest, args, retries], ...]`` from ``client`` (the
-        row lists are kept by the tasks). Returns how many were refused for an
-        id of a task the client has in flight (see ``queue_tasks``)."""
+        """Queue the rows ``[client task id, digest, args, retries]`` of a SubmitTasks from
+        ``client`` (``tasks``, as ``protocol.decode`` read them). A task whose function the
+        driver does not hold ends at once in an ERROR result. Returns how many were refused
+        for an id of a task the client has in flight (see ``queue_tasks``)."""
         first_id = self._next_task_id
-        self._next_task_id = queue_tasks(client, tasks, first_id, self.clock(), self.pending,
-                                         self.functions)
+        self._next_task_id, missing = queue_tasks(client, tasks, first_id, self.clock(),
+                                                  self.pending, self.functions)
         queued = self._next_task_id - first_id
         self.n_pending += queued
         self.counts["submitted"] += queued
-        return len(tasks) - queued
+        return len(tasks) - queued - missing
 
     def cancel(self, client, client_task_ids):
         """Cancel tasks of ``client``; returns ``[(executor, task)]`` to be killed."""
