@@ -4,10 +4,14 @@ for what each name does).
 
 ``SlotTable`` keeps the per-executor state in C arrays and its two rings in C circular
 buffers, so ``offer`` touches no Python object per task: Python objects are made once per
-executor that receives tasks. ``Task`` is a C struct with typed fields; ``launch_tasks``
-and ``apply_status_updates`` loop over it in C, with only the container operations that
-the messages need (the rows themselves), no attribute lookups and no interpreter in
-between. ``RunningTasks`` (an executor's tasks by task id) and ``ClientTasks`` (a client's
+executor that receives tasks. ``Task`` is a C struct with typed fields. The per-task
+messages are read and written in place, with the msgpack forms of ``_frames.pxd``: a
+SubmitTasks or StatusUpdates frame is checked once (``read_submit_tasks``,
+``read_status_updates``) and its rows read where they lie by ``queue_tasks`` and
+``apply_status_updates``; ``launch_tasks`` writes each task's LaunchTasks row straight into
+the frame's bytes, and ``ResultRows`` each result row; a task's arguments stay in the
+SubmitTasks frame they came in. So a task makes one Python object in the driver, its
+``Task``, and the loops run no interpreter in between. ``RunningTasks`` (an executor's tasks by task id) and ``ClientTasks`` (a client's
 tasks by client task id) keep their tasks in C arrays, so a task joins and leaves them
 without a dict entry made and dropped per task. ``rows_have_types`` compares each item's
 type with the expected one, pointer to pointer. ``SocketState`` reads a socket's

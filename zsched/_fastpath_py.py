@@ -11,11 +11,14 @@ The fast path is the driver's per-task work:
   the queue, and an executor's share still travels in one launch. Executors that
   may take tasks wait in two rings (idle cores, window room); each task costs O(1) whatever
   the number of executors.
-- ``queue_tasks`` turns SubmitTasks rows into queued ``Task``s; ``launch_tasks`` takes an
-  executor's share of the queue and builds its LaunchTasks batches; ``offer_and_launch``
+- ``read_submit_tasks`` and ``read_status_updates`` read and check the frames of the
+  per-task messages the driver receives (``protocol.decode`` calls them);
+  ``queue_tasks`` turns SubmitTasks rows into queued ``Task``s; ``launch_tasks`` takes an
+  executor's share of the queue and makes its LaunchTasks frames; ``offer_and_launch``
   makes a SlotTable's offer and each executor's launch in one call, when no suspect waits;
   ``apply_status_updates`` applies a StatusUpdates batch: frees the tasks, finds each one's
-  client and queues its result. ``window`` (with ``slots_per_core``) sizes an executor's
+  client and queues its result in the client's ``ResultRows``, which makes the TaskResults
+  frames. ``window`` (with ``slots_per_core``) sizes an executor's
   window after each of its reports. The rarer turns (suspects after a loss, removal of an
   executor) are the scheduler's, in Python, for both implementations.
 - ``LatencyHistogram`` counts how long tasks waited in the queue.
