@@ -148,7 +148,10 @@ class FakeExecutor(Peer):
         if isinstance(msg, p.RegisteredExecutor):
             self.registered, self.welcome = True, msg
         elif isinstance(msg, p.RegisterExecutorFailed):
-            self.registered, self.stopped = False, msg.reason
+            # the answer to a registration sent again on this connection (a fuzzed one)
+            # refuses that one only: the driver keeps this executor, and it keeps serving
+            if self.registered is not True:
+                self.registered, self.stopped = False, msg.reason
         elif isinstance(msg, p.LaunchTasks):
             self.functions.update(msg.functions)
             for task_id, attempt, digest, args in msg.tasks:
@@ -410,8 +413,12 @@ class Bus:
         """After a hostile burst: the driver handled it, lives, logged no handler error,
         serves an honest client, and once the hostile client left holds no task at all."""
         self.fake.receive(0)
-        self.fake.sync()
+        # the hostile client first: what it sent may stop the fake executor (StopExecutors,
+        # RemoveExecutor), and the fake hears of it only in the answer to its own sync after
+        # that; synced the other way round, recover() could keep a fake the driver already
+        # dropped, and the honest round would wait for an executor that is not there
         self.hostile.sync()
+        self.fake.sync()
         self.assert_alive_without_errors()
         self.recover()
         self.honest_round()
