@@ -1207,15 +1207,40 @@ cdef Py_ssize_t read_fields(Reader *r, Py_ssize_t n_fields) except -1:
     return 0
 
 
+cdef FrameRows read_rows(type cls, bytes frame, Reader *r, const char *kinds, str field):
+    """The array of rows at ``r``, the last field of ``frame``'s body, each row of
+    ``len(kinds)`` items, ``i`` an int and ``b`` bytes: checked, and left in the frame."""
+    cdef const uint8_t *base = <const uint8_t *>PyBytes_AS_STRING(frame)
+    cdef Py_ssize_t i, k, n, array = r.p - base, first, n_items = len(kinds)
+    cdef int64_t value
+    cdef bint big
+    cdef const uint8_t *data
+    cdef Py_ssize_t size
+    try:
+        n = read_array_header(r)
+        first = r.p - base
+        for i in range(n):
+            if read_array_header(r) != n_items:
+                raise ValueError(f"row {i} has not {n_items} items")
+            for k in range(n_items):
+                if kinds[k] == b'i':
+                    read_int(r, &value, &big)
+                else:
+                    read_bin(r, &data, &size)
+    except ValueError as exc:
+        raise ValueError(f"field {field} has the wrong type ({exc})") from None
+    if r.p != r.end:
+        raise ValueError(f"{r.end - r.p} bytes after the body")
+    return frame_rows(cls, frame, array, first, r.p - base, n)
+
+
 def read_submit_tasks(bytes frame, Py_ssize_t start):
     """``(functions, rows)`` of the SubmitTasks body at ``frame[start:]``, every field
     checked (``functions``: a dict, digest -> blob; ``rows``: a ``SubmitRows``); ValueError
     says what is wrong."""
     cdef const uint8_t *base = <const uint8_t *>PyBytes_AS_STRING(frame)
     cdef Reader r
-    cdef Py_ssize_t i, n, array, first, size
-    cdef int64_t value
-    cdef bint big
+    cdef Py_ssize_t i, n, size
     cdef const uint8_t *data
     cdef dict functions = {}
     if start > len(frame):
@@ -1242,22 +1267,7 @@ def read_submit_tasks(bytes frame, Py_ssize_t start):
             functions[key] = PyBytes_FromStringAndSize(<const char *>data, size)
     except ValueError as exc:
         raise ValueError(f"field functions has the wrong type ({exc})") from None
-    array = r.p - base
-    try:
-        n = read_array_header(&r)
-        first = r.p - base
-        for i in range(n):
-            if read_array_header(&r) != 4:
-                raise ValueError(f"row {i} has not 4 items")
-            read_int(&r, &value, &big)
-            read_bin(&r, &data, &size)
-            read_bin(&r, &data, &size)
-            read_int(&r, &value, &big)
-    except ValueError as exc:
-        raise ValueError(f"field tasks has the wrong type ({exc})") from None
-    if r.p != r.end:
-        raise ValueError(f"{r.end - r.p} bytes after the body")
-    return functions, frame_rows(SubmitRows, frame, array, first, r.p - base, n)
+    return functions, read_rows(SubmitRows, frame, &r, b"ibbi", "tasks")
 
 
 def read_status_updates(bytes frame, Py_ssize_t start):
@@ -1265,11 +1275,6 @@ def read_status_updates(bytes frame, Py_ssize_t start):
     field checked (``rows``: a ``StatusRows``); ValueError says what is wrong."""
     cdef const uint8_t *base = <const uint8_t *>PyBytes_AS_STRING(frame)
     cdef Reader r
-    cdef Py_ssize_t i, n, array, first
-    cdef int64_t value
-    cdef bint big
-    cdef const uint8_t *data
-    cdef Py_ssize_t size
     if start > len(frame):
         raise ValueError("the body ends too soon")
     r.p = base + start
@@ -1283,22 +1288,7 @@ def read_status_updates(bytes frame, Py_ssize_t start):
         busy = read_number(&r)
     except ValueError as exc:
         raise ValueError(f"field busy has the wrong type ({exc})") from None
-    array = r.p - base
-    try:
-        n = read_array_header(&r)
-        first = r.p - base
-        for i in range(n):
-            if read_array_header(&r) != 4:
-                raise ValueError(f"row {i} has not 4 items")
-            read_int(&r, &value, &big)
-            read_int(&r, &value, &big)
-            read_int(&r, &value, &big)
-            read_bin(&r, &data, &size)
-    except ValueError as exc:
-        raise ValueError(f"field updates has the wrong type ({exc})") from None
-    if r.p != r.end:
-        raise ValueError(f"{r.end - r.p} bytes after the body")
-    return incarnation, busy, frame_rows(StatusRows, frame, array, first, r.p - base, n)
+    return incarnation, busy, read_rows(StatusRows, frame, &r, b"iiib", "updates")
 
 
 def apply_status_updates(executor, StatusRows updates, pending, double now, dict counts):
