@@ -136,12 +136,13 @@ def _dict_of(check_key, check_value):
     )
 
 
-def _rows(*types):
+def _rows(*types, read_as=None):
     """A list of rows (one task each in a batch) whose items have exactly ``types``, in
-    order. msgpack decodes to exact int, float, str and bytes, so an exact type test is both
-    right (a bool never passes for an int) and cheap: this runs once per task, in the fast
-    path (``rows_have_types``)."""
-    return lambda value: rows_have_types(value, types)
+    order; or, given ``read_as``, rows the fast path read from a frame and checked then (a
+    ``StatusRows`` or ``SubmitRows``). msgpack decodes to exact int, float, str and bytes, so
+    an exact type test is both right (a bool never passes for an int) and cheap: this runs
+    once per task, in the fast path (``rows_have_types``)."""
+    return lambda value: type(value) is read_as or rows_have_types(value, types)
 
 
 def _scalar(value):
@@ -186,12 +187,7 @@ class RegisterExecutor(Message):
     pid: int
 
 
-def _status_rows(value):
-    """Rows as ``read_status_updates`` made them (checked then), or rows to check."""
-    return type(value) is StatusRows or rows_have_types(value, (int, int, int, bytes))
-
-
-@_message(MsgType.STATUS_UPDATES, _int, _number, _status_rows)
+@_message(MsgType.STATUS_UPDATES, _int, _number, _rows(int, int, int, bytes, read_as=StatusRows))
 class StatusUpdates(Message):
     incarnation: int
     busy: float    # seconds the executor spent running the tasks reported here
@@ -288,12 +284,7 @@ class ClientHello(Message):
     pid: int
 
 
-def _submit_rows(value):
-    """Rows as ``read_submit_tasks`` made them (checked then), or rows to check."""
-    return type(value) is SubmitRows or rows_have_types(value, (int, bytes, bytes, int))
-
-
-@_message(MsgType.SUBMIT_TASKS, _dict_of(_bytes, _bytes), _submit_rows)
+@_message(MsgType.SUBMIT_TASKS, _dict_of(_bytes, _bytes), _rows(int, bytes, bytes, int, read_as=SubmitRows))
 class SubmitTasks(Message):
     functions: dict  # digest -> cloudpickled function, for digests new to the driver
     tasks: list      # [[client task id, function digest, pickled (args, kwargs), retries], ...]
