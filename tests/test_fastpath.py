@@ -436,10 +436,15 @@ def _simulate(impl, ops):
         elif op == "update":
             executor = executors[a % 3]
             updates = []
-            for j, (task_id, task) in enumerate(list(executor.running.items())[:1 + b % 4]):
+            # a few rows, now and then all the tasks held (more than a group the compiled
+            # path reads ahead), a row twice, a task that is not running
+            n_rows = 1 + b % 4 if a % 7 else 100
+            for j, (task_id, task) in enumerate(list(executor.running.items())[:n_rows]):
                 kind = (a + j) % 7
                 attempt = task.attempt + (1 if kind == 6 else 0)
                 updates.append([task_id, attempt, 1 + kind % 5, b"p%d" % task_id])
+            if updates and b % 7 == 1:
+                updates.insert(b % len(updates), list(updates[(a + b) % len(updates)]))
             if b % 5 == 0:
                 updates.append([10 ** 6 + b, 1, 1, b"unknown"])
             stale, freed, ran, retried, returned = _apply(impl,

@@ -39,6 +39,9 @@ cdef extern from "Python.h":
         PyMethodDef *d_method
     int METH_O, METH_NOARGS
     PyTypeObject PyMethodDescr_Type
+
+cdef extern from *:
+    void prefetch "__builtin_prefetch" (const void *address) noexcept nogil
 from libc.limits cimport INT_MAX, INT_MIN
 from libc.math cimport ceil
 from libc.stdint cimport UINT32_MAX, int64_t, uint8_t, uint32_t, uint64_t
@@ -1291,11 +1294,38 @@ def read_status_updates(bytes frame, Py_ssize_t start):
     return incarnation, busy, read_rows(StatusRows, frame, &r, b"iiib", "updates")
 
 
+cdef struct StatusRow:
+    int64_t task_id           # 0 where it is out of range: no task has that id
+    int64_t attempt
+    int64_t state             # 0 where it is out of range: no task state
+    bint big_attempt
+    const uint8_t *payload
+    Py_ssize_t payload_size
+
+
+cdef enum:
+    ROWS_AHEAD = 32  # StatusUpdates rows read, and their memory fetched, before any is applied
+
+
+cdef inline int read_status_row(Reader *r, StatusRow *row) except -1:
+    cdef bint big_id, big_state
+    read_array_header(r)
+    read_int(r, &row.task_id, &big_id)
+    read_int(r, &row.attempt, &row.big_attempt)
+    read_int(r, &row.state, &big_state)
+    read_bin(r, &row.payload, &row.payload_size)
+    if big_id:
+        row.task_id = 0
+    if big_state:
+        row.state = 0
+    return 0
+
+
 def apply_status_updates(executor, StatusRows updates, pending, double now, dict counts):
     cdef RunningTasks running = executor.running
     cdef dict losses = executor.suspect_losses
     cdef Py_ssize_t stale = 0, freed = 0, finished = 0, failed = 0, done = 0, errors = 0
-    cdef Py_ssize_t retried = 0, slot, i, payload_size
+    cdef Py_ssize_t retried = 0, slot, first, n, j, payload_size
     cdef list returned = []
     cdef Task task
     cdef long state
@@ -1304,67 +1334,81 @@ def apply_status_updates(executor, StatusRows updates, pending, double now, dict
     cdef ResultRows client_results = None
     cdef bytes frame = updates._frame  # held while its rows are read
     cdef Reader r
-    cdef int64_t task_id, attempt, state_code
-    cdef bint big_id, big_attempt, big_state
+    cdef StatusRow rows[ROWS_AHEAD]
+    cdef StatusRow *row
     cdef const uint8_t *payload
+    cdef const char *found
     r.p = <const uint8_t *>PyBytes_AS_STRING(frame) + updates._first
     r.end = <const uint8_t *>PyBytes_AS_STRING(frame) + updates._end
-    for i in range(updates._count):  # each row checked by read_status_updates
-        read_array_header(&r)
-        read_int(&r, &task_id, &big_id)
-        read_int(&r, &attempt, &big_attempt)
-        read_int(&r, &state_code, &big_state)
-        read_bin(&r, &payload, &payload_size)
-        slot = running._slot_of(0 if big_id else task_id)  # no task id is 0
-        if slot < 0:
-            stale += 1
-            continue
-        task = <Task>running._slots[slot].task
-        if big_attempt or task.attempt != attempt:
-            stale += 1
-            continue
-        running._remove_slot(slot)
-        freed += 1
-        task.executor = None
-        if is_suspect(task):
-            left = losses[task.loss] - 1
-            if left:
-                losses[task.loss] = left
+    # In groups of ROWS_AHEAD rows: with a million tasks in flight, their entries in the
+    # table of running tasks and the tasks themselves are out of the caches. Asking for all
+    # of a group's memory before using any has the waits overlap, where looking up one
+    # task after another would wait for each in turn.
+    for first in range(0, updates._count, ROWS_AHEAD):
+        n = min(ROWS_AHEAD, updates._count - first)
+        for j in range(n):  # each row checked by read_status_updates
+            read_status_row(&r, &rows[j])
+            prefetch(&running._slots[home_slot(rows[j].task_id, running._mask)])
+        for j in range(n):
+            slot = running._slot_of(rows[j].task_id)
+            if slot >= 0:
+                found = <const char *>running._slots[slot].task
+                prefetch(found)
+                prefetch(found + 64)
+        for j in range(n):
+            row = &rows[j]
+            slot = running._slot_of(row.task_id)  # no task id is 0
+            if slot < 0:
+                stale += 1
+                continue
+            task = <Task>running._slots[slot].task
+            if row.big_attempt or task.attempt != row.attempt:
+                stale += 1
+                continue
+            running._remove_slot(slot)
+            freed += 1
+            task.executor = None
+            if is_suspect(task):
+                left = losses[task.loss] - 1
+                if left:
+                    losses[task.loss] = left
+                else:
+                    del losses[task.loss]
+            state = row.state  # 0: no task state
+            if state == FINISHED:
+                done += 1
+                if task.cancelled:
+                    continue
+                finished += 1
+            elif state == RETURNED:  # given back unstarted: not the task's failure
+                if not task.cancelled:
+                    returned.append(task)
+                continue
             else:
-                del losses[task.loss]
-        state = 0 if big_state else state_code  # 0: no task state
-        if state == FINISHED:
-            done += 1
-            if task.cancelled:
-                continue
-            finished += 1
-        elif state == RETURNED:  # given back unstarted: not the task's failure
-            if not task.cancelled:
-                returned.append(task)
-            continue
-        else:
-            errors += 1
-            if task.cancelled:
-                continue
-            if state == FAILED and task._retries > 0:
-                task._retries -= 1
-                task.queued_at = now
-                pending.appendleft(task)
-                retried += 1
-                continue
-            failed += 1
-            if state != FAILED and state != KILLED and state != ERROR:  # no task state
-                state = ERROR
+                errors += 1
+                if task.cancelled:
+                    continue
+                if state == FAILED and task._retries > 0:
+                    task._retries -= 1
+                    task.queued_at = now
+                    pending.appendleft(task)
+                    retried += 1
+                    continue
+                failed += 1
+            payload = row.payload
+            payload_size = row.payload_size
+            if state != FINISHED and state != FAILED and state != KILLED and state != ERROR:
+                state = ERROR  # no task state
                 payload = <const uint8_t *>PyBytes_AS_STRING(<bytes>NO_TASK_STATE)
                 payload_size = len(<bytes>NO_TASK_STATE)
-        client = task.client
-        if client is not last_client:  # a batch's tasks mostly share one client
-            last_client = client
-            client_tasks = client.tasks
-            client_results = client.results
-        client_tasks._remove(task)
-        client_results._write(task.client_task_id, PyLong_FromLong(state), <const char *>payload,
-                              payload_size)
+            client = task.client
+            if client is not last_client:  # a batch's tasks mostly share one client
+                last_client = client
+                client_tasks = client.tasks
+                client_results = client.results
+            client_tasks._remove(task)
+            client_results._write(task.client_task_id, PyLong_FromLong(state), <const char *>payload,
+                                  payload_size)
     executor.tasks_done += done
     executor.tasks_failed += errors
     counts["finished"] += finished
