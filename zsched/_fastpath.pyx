@@ -1355,6 +1355,7 @@ def apply_status_updates(executor, StatusRows updates, pending, double now, dict
                 found = <const char *>running._slots[slot].task
                 prefetch(found)
                 prefetch(found + 64)
+                prefetch(found + sizeof(Task) - 1)
         for j in range(n):
             row = &rows[j]
             slot = running._slot_of(row.task_id)  # no task id is 0
