@@ -310,6 +310,26 @@ def test_submitted_rows_become_launch_rows_and_results_reach_the_client(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_client_task_ids_of_every_size_msgpack_packs_come_back_as_sent(impl):
+    """The compiled task keeps its client's id as a C int64, or as the bits of a uint64
+    past 2**63 - 1: each id comes back in its result, in ``client.tasks`` and in ``Task``."""
+    ids = [-2 ** 63, -2 ** 31 - 1, -33, -1, 0, 127, 2 ** 32, 2 ** 63 - 1, 2 ** 63, 2 ** 64 - 1]
+    client, pending = _client(impl), deque()
+    _queue(impl, client, [[ctid, b"f", b"x", 0] for ctid in ids], 1, 0.0, pending, {b"f": b"F"})
+    assert [t.client_task_id for t in pending] == ids and sorted(client.tasks) == sorted(ids)
+    assert all(client.tasks[ctid] is task for ctid, task in zip(ids, pending))
+    _queue(impl, client, [[ids[0], b"g", b"y", 0]], 99, 0.0, deque(), {})  # no function: an error
+    executor = _executor(impl, 0, cores=len(ids))
+    _launch(impl, pending, len(ids), executor, 1 << 20, impl.LatencyHistogram(), 0.0)
+    counts = {"finished": 0, "failed": 0, "retried": 0}
+    _apply(impl, executor, [[task_id, 1, 1, b"r%d" % i] for i, task_id in enumerate(executor.running)],
+           deque(), 0.0, counts)
+    assert results_of(client) == ([[ids[0], p.TaskState.ERROR, impl.NO_FUNCTION]]
+                                  + [[ctid, 1, b"r%d" % i] for i, ctid in enumerate(ids)])
+    assert len(client.tasks) == 0
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_launches_split_at_the_size_limit_and_ship_each_function_once(impl):
     client, pending = _client(impl), deque()
     _queue(impl, client, [[i, b"f" if i < 3 else b"g", b"x" * 10, 0] for i in range(6)],

@@ -49,7 +49,7 @@ from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcmp, memcpy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_Occurred
-from cpython.long cimport PyLong_AsUnsignedLongLong, PyLong_FromLong
+from cpython.long cimport PyLong_AsUnsignedLongLong, PyLong_FromLong, PyLong_FromUnsignedLongLong
 
 from ._frames cimport (HEADER_ROOM, UINT_ROOM, Buffer, Reader, get_big_endian, join, need,
                        read_array_header, read_bin, read_int, read_int_object, read_number, release,
@@ -343,12 +343,12 @@ cdef class Task:
     # scheduler takes it out of both when it ends, is cancelled, or its client or executor
     # goes (``drop_client``, ``remove_executor``).
     #
-    # 128 bytes, for a million tasks queued at once: the task id is kept as a C integer,
-    # the number of retries too, the failures and the loss of a suspect share one field,
+    # 128 bytes, for a million tasks queued at once: the task id and the client's id of the
+    # task are kept as C integers (no int object per task), the number of retries too, the
+    # failures and the loss of a suspect share one field,
     # and the arguments are not a bytes object of their own but where they lie in the
     # SubmitTasks frame they came in (held while any of its tasks is).
     cdef public object client
-    cdef public object client_task_id
     cdef public object function   # its function's digest: one object for a run of tasks of one function
     cdef bytes _frame             # where its arguments lie: _frame[_args_at:_args_at + _args_len]
     cdef public object executor
@@ -356,14 +356,16 @@ cdef class Task:
     cdef object _suspect          # None, or (failures, loss) once a loss is charged to it
     cdef public double queued_at
     cdef long long _id            # the task id: its key in RunningTasks
+    cdef int64_t _ctid            # the client's id of it: an int64, or the bits of a uint64 (_ctid_big)
     cdef PyObject *_run_prev      # its neighbours in its executor's RunningTasks, in launch order
     cdef PyObject *_run_next
     cdef int _client_pos          # its index in its client's ClientTasks array, or -1
     cdef public int attempt
     cdef int _retries             # runs left after it raises (more than INT_MAX: INT_MAX)
-    cdef public bint cancelled
     cdef uint32_t _args_at
     cdef uint32_t _args_len
+    cdef unsigned char _ctid_big  # _ctid is a client task id past 2**63 - 1, as a uint64
+    cdef unsigned char _cancelled
 
     def __init__(self, task_id, client, client_task_id, retries, function, bytes args,
                  double queued_at=0.0, function_blob=None):
@@ -383,6 +385,23 @@ cdef class Task:
     @property
     def task_id(self):
         return PyLong_FromLongLong(self._id)
+
+    @property
+    def client_task_id(self):
+        return PyLong_FromUnsignedLongLong(<uint64_t>self._ctid) if self._ctid_big \
+            else PyLong_FromLongLong(self._ctid)
+
+    @client_task_id.setter
+    def client_task_id(self, value):
+        int_bits(value, &self._ctid, &self._ctid_big)
+
+    @property
+    def cancelled(self):
+        return <bint>self._cancelled
+
+    @cancelled.setter
+    def cancelled(self, value):
+        self._cancelled = bool(value)
 
     @property
     def retries(self):
@@ -661,21 +680,15 @@ cdef class ClientTasks:
         free(self._tasks)
         free(self._keys)
 
-    cdef int _add(self, Task task, object client_task_id) except -1:
-        """Hold ``task`` under ``client_task_id``: 0, or 1 (and nothing held) where a task
+    cdef int _add(self, Task task) except -1:
+        """Hold ``task`` under its client task id: 0, or 1 (and nothing held) where a task
         of that id is held already. Increasing ids need no look-up."""
-        cdef int overflow = 0
-        cdef long long key
-        if self._by_id is not None:
-            if client_task_id in self._by_id:
-                return 1
-            self._by_id[client_task_id] = task
-            return 0
-        if type(client_task_id) is int:
-            key = PyLong_AsLongLongAndOverflow(client_task_id, &overflow)
-        if (type(client_task_id) is not int or overflow or (self._any and key <= self._last_key)
-                or self._end >= INT_MAX):  # positions are C ints
+        cdef long long key = task._ctid
+        if self._by_id is None and (task._ctid_big or (self._any and key <= self._last_key)
+                                    or self._end >= INT_MAX):  # positions are C ints
             self._to_dict()
+        if self._by_id is not None:
+            client_task_id = task.client_task_id
             if client_task_id in self._by_id:
                 return 1
             self._by_id[client_task_id] = task
@@ -836,16 +849,21 @@ cdef class ClientTasks:
             self._clear()
 
 
-cdef int write_int_object(Buffer *b, object value) except -1:
-    """The int ``value`` (room for 9 bytes reserved), as msgpack packs it."""
+cdef int int_bits(object value, int64_t *bits, unsigned char *big) except -1:
+    """The int ``value`` as ``read_int`` gives an int it reads: an int64 in ``bits``, or
+    one past 2**63 - 1 as the bits of a uint64 (``big``). An int msgpack cannot pack (below
+    -2**63, past 2**64 - 1) raises OverflowError, anything else TypeError."""
     cdef int overflow = 0
-    cdef long long number = PyLong_AsLongLongAndOverflow(value, &overflow)
+    cdef long long number
+    if not isinstance(value, int):
+        raise TypeError(f"an int was expected, not {type(value).__name__}")
+    number = PyLong_AsLongLongAndOverflow(value, &overflow)
     if overflow == 0:
-        if number == -1 and PyErr_Occurred():
-            raise TypeError(f"an int was expected, not {type(value).__name__}")
-        write_int(b, number)
-    elif overflow > 0:  # past 2**63: as an unsigned 64-bit int, or it cannot be packed
-        write_uint(b, PyLong_AsUnsignedLongLong(value))
+        bits[0] = number
+        big[0] = False
+    elif overflow > 0:  # past 2**63 - 1: a uint64, or it cannot be packed
+        bits[0] = <int64_t>PyLong_AsUnsignedLongLong(value)
+        big[0] = True
     else:
         raise OverflowError("an int below -2**63 cannot be packed")
     return 0
@@ -866,8 +884,9 @@ cdef class ResultRows:
         free(self._ends)
         free(self._payloads)
 
-    cdef int _write(self, object client_task_id, object state, const char *payload,
+    cdef int _write(self, int64_t client_task_id, bint big, int64_t state, const char *payload,
                     Py_ssize_t n) except -1:
+        """Queue a row; ``big``: ``client_task_id`` holds the bits of a uint64 past 2**63 - 1."""
         cdef Py_ssize_t capacity
         if self._count == self._capacity:
             capacity = 2 * self._capacity if self._capacity else 256
@@ -875,15 +894,13 @@ cdef class ResultRows:
             self._payloads = <Py_ssize_t *>grow_array(self._payloads, capacity, sizeof(Py_ssize_t))
             self._capacity = capacity
         reserve(&self._data, 1 + 2 * UINT_ROOM + HEADER_ROOM + n)
-        cdef Py_ssize_t start = self._data.length
-        self._data.data[start] = 0x93
+        self._data.data[self._data.length] = 0x93
         self._data.length += 1
-        try:
-            write_int_object(&self._data, client_task_id)
-            write_int_object(&self._data, state)
-        except BaseException:
-            self._data.length = start  # no half-written row
-            raise
+        if big:
+            write_uint(&self._data, <uint64_t>client_task_id)
+        else:
+            write_int(&self._data, client_task_id)
+        write_int(&self._data, state)
         write_bin(&self._data, payload, n)
         self._ends[self._count] = self._data.length
         self._payloads[self._count] = n
@@ -893,7 +910,13 @@ cdef class ResultRows:
     def add(self, client_task_id, state, payload):
         """Queue the row ``[client task id, state, payload]``."""
         cdef bytes data = as_bytes(payload, "a result")
-        self._write(client_task_id, state, PyBytes_AS_STRING(data), len(data))
+        cdef int64_t ctid, state_bits
+        cdef unsigned char big, state_big
+        int_bits(client_task_id, &ctid, &big)
+        int_bits(state, &state_bits, &state_big)
+        if state_big:
+            raise OverflowError(f"task state {state} is out of range")
+        self._write(ctid, big, state_bits, PyBytes_AS_STRING(data), len(data))
 
     def __len__(self):
         return self._count
@@ -964,8 +987,8 @@ def queue_tasks(client, SubmitRows rows, next_id, double now, pending, dict func
     cdef Py_ssize_t i, digest_len, args_len, missing = 0
     cdef const uint8_t *digest
     cdef const uint8_t *args
-    cdef int64_t retries
-    cdef bint big
+    cdef int64_t retries, client_task_id
+    cdef bint big, big_ctid
     cdef Task task
     cdef bytes function = None  # the digest of the row before, if its function is held
     cdef object blob = None
@@ -974,7 +997,7 @@ def queue_tasks(client, SubmitRows rows, next_id, double now, pending, dict func
     r.end = base + rows._end
     for i in range(rows._count):  # each row checked by read_submit_tasks
         read_array_header(&r)
-        client_task_id = read_int_object(&r)
+        read_int(&r, &client_task_id, &big_ctid)
         read_bin(&r, &digest, &digest_len)
         read_bin(&r, &args, &args_len)
         read_int(&r, &retries, &big)
@@ -986,13 +1009,15 @@ def queue_tasks(client, SubmitRows rows, next_id, double now, pending, dict func
             if blob is None:
                 function = None
         if function is None:
-            results._write(client_task_id, ERROR, PyBytes_AS_STRING(<bytes>NO_FUNCTION),
+            results._write(client_task_id, big_ctid, ERROR, PyBytes_AS_STRING(<bytes>NO_FUNCTION),
                            len(<bytes>NO_FUNCTION))
             missing += 1
             continue
         task = Task.__new__(Task)
         task._client_pos = -1
-        if client_tasks._add(task, client_task_id):  # an id in flight already: refused
+        task._ctid = client_task_id
+        task._ctid_big = big_ctid
+        if client_tasks._add(task):  # an id in flight already: refused
             continue
         task._id = task_id
         if big or retries > INT_MAX:  # runs left after it raises, clamped to a C int
@@ -1000,7 +1025,6 @@ def queue_tasks(client, SubmitRows rows, next_id, double now, pending, dict func
         else:
             task._retries = INT_MIN if retries < INT_MIN else <int>retries
         task.client = client
-        task.client_task_id = client_task_id
         task.function = function
         if shared:
             task._frame = frame
@@ -1100,7 +1124,7 @@ cdef list launch(tasks, long count, executor, Py_ssize_t limit, LatencyHistogram
         while launched < count and available > 0:
             task = queue_popleft(tasks)
             available -= 1
-            if task.cancelled:
+            if task._cancelled:
                 continue
             if is_suspect(task):  # no suspect of the same loss may join it here
                 avoid[task.loss] = avoid.get(task.loss, 0) + 1
@@ -1378,16 +1402,16 @@ def apply_status_updates(executor, StatusRows updates, pending, double now, dict
             state = row.state  # 0: no task state
             if state == FINISHED:
                 done += 1
-                if task.cancelled:
+                if task._cancelled:
                     continue
                 finished += 1
             elif state == RETURNED:  # given back unstarted: not the task's failure
-                if not task.cancelled:
+                if not task._cancelled:
                     returned.append(task)
                 continue
             else:
                 errors += 1
-                if task.cancelled:
+                if task._cancelled:
                     continue
                 if state == FAILED and task._retries > 0:
                     task._retries -= 1
@@ -1408,7 +1432,7 @@ def apply_status_updates(executor, StatusRows updates, pending, double now, dict
                 client_tasks = client.tasks
                 client_results = client.results
             client_tasks._remove(task)
-            client_results._write(task.client_task_id, PyLong_FromLong(state), <const char *>payload,
+            client_results._write(task._ctid, task._ctid_big, state, <const char *>payload,
                                   payload_size)
     executor.tasks_done += done
     executor.tasks_failed += errors
