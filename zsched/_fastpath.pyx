@@ -470,21 +470,22 @@ cdef inline Py_ssize_t home_slot(long long key, Py_ssize_t mask) noexcept:
     return <Py_ssize_t>((((run * 0x9E3779B97F4A7C15ULL) >> 32) << 4) | (key & 15)) & mask
 
 
-cdef struct Entry:
-    long long key          # a task id; in an empty slot 0, in a slot left by a task -1
-    PyObject *task         # NULL in an empty or left slot
+cdef char left_mark = 0
+cdef PyObject *LEFT = <PyObject *>&left_mark  # a slot left by a task; never read through
 
 
 cdef class RunningTasks:
     """The tasks launched on one executor and not yet reported: task id -> Task, in launch
-    order (``executor.running``; a dict in the reference). A hash table of task ids (open
-    addressing, linear probing; a slot left by a task is marked until the slot after it is
-    empty, or the table is rebuilt) finds a task; the tasks are linked in launch order
-    through two fields of their own. The home slot of a task id is the id modulo the table size: an executor is given runs
-    of consecutive task ids and reports them in about that order, so its lookups and
-    removals walk the table in order and most tasks sit in their home slot. The table
-    holds a reference to each task."""
-    cdef Entry *_slots
+    order (``executor.running``; a dict in the reference). A hash table of the tasks (open
+    addressing, linear probing, keyed by their task ids; a slot left by a task is marked
+    until the slot after it is empty, or the table is rebuilt) finds a task; the tasks are
+    linked in launch order through two fields of their own. A slot is a pointer to the
+    task alone (its id is in the task), so the table takes 8 bytes a slot, and half its
+    slots are empty. An executor is given runs of consecutive task ids and reports them in
+    about that order, and runs of 16 consecutive ids have consecutive home slots
+    (``home_slot``), so its lookups and removals walk the table in order and most tasks sit
+    in their home slot. The table holds a reference to each task."""
+    cdef PyObject **_slots     # a task, NULL (empty) or LEFT
     cdef Py_ssize_t _mask      # slots - 1; slots is a power of two
     cdef Py_ssize_t _count     # slots holding a task
     cdef Py_ssize_t _left      # slots left by a task
@@ -492,7 +493,7 @@ cdef class RunningTasks:
     cdef PyObject *_last
 
     def __cinit__(self):
-        self._slots = <Entry *>calloc(16, sizeof(Entry))
+        self._slots = <PyObject **>calloc(16, sizeof(PyObject *))
         if self._slots == NULL:
             raise MemoryError()
         self._mask = 15
@@ -504,28 +505,28 @@ cdef class RunningTasks:
 
     cdef void _rebuild(self, Py_ssize_t n) except *:
         """Move the tasks to a table of ``n`` slots, with no left slot."""
-        cdef Entry *old = self._slots
+        cdef PyObject **old = self._slots
         cdef Py_ssize_t i, j, old_n = self._mask + 1
-        cdef Entry *slots = <Entry *>calloc(n, sizeof(Entry))
+        cdef PyObject **slots = <PyObject **>calloc(n, sizeof(PyObject *))
         if slots == NULL:
             raise MemoryError()
         self._slots = slots
         self._mask = n - 1
         self._left = 0
         for i in range(old_n):
-            if old[i].task != NULL:
-                j = home_slot(old[i].key, self._mask)
-                while slots[j].task != NULL:
+            if old[i] != NULL and old[i] != LEFT:
+                j = home_slot((<Task>old[i])._id, self._mask)
+                while slots[j] != NULL:
                     j = (j + 1) & self._mask
                 slots[j] = old[i]
         free(old)
 
     cdef inline Py_ssize_t _slot_of(self, long long key) noexcept:
         """The slot holding task id ``key``, or -1."""
-        cdef Entry *slots = self._slots
+        cdef PyObject **slots = self._slots
         cdef Py_ssize_t i = home_slot(key, self._mask)
-        while slots[i].task != NULL or slots[i].key != 0:
-            if slots[i].key == key and slots[i].task != NULL:
+        while slots[i] != NULL:
+            if slots[i] != LEFT and (<Task>slots[i])._id == key:
                 return i
             i = (i + 1) & self._mask
         return -1
@@ -547,13 +548,12 @@ cdef class RunningTasks:
         if 2 * (self._count + self._left + 1) > n:  # short probes: half the slots empty
             self._rebuild(2 * n if 4 * (self._count + 1) > n else n)
         i = home_slot(task._id, self._mask)
-        while self._slots[i].task != NULL:
+        while self._slots[i] != NULL and self._slots[i] != LEFT:
             i = (i + 1) & self._mask
-        if self._slots[i].key != 0:
+        if self._slots[i] == LEFT:
             self._left -= 1
         Py_INCREF(task)
-        self._slots[i].key = task._id
-        self._slots[i].task = <PyObject *>task
+        self._slots[i] = <PyObject *>task
         task._run_prev = self._last
         task._run_next = NULL
         if self._last != NULL:
@@ -566,7 +566,7 @@ cdef class RunningTasks:
 
     cdef void _remove_slot(self, Py_ssize_t i) noexcept:
         """Take out the task in slot ``i`` and drop the table's reference to it."""
-        cdef Task task = <Task>self._slots[i].task
+        cdef Task task = <Task>self._slots[i]
         if task._run_prev != NULL:
             (<Task>task._run_prev)._run_next = task._run_next
         else:
@@ -576,11 +576,10 @@ cdef class RunningTasks:
         else:
             self._last = task._run_prev
         task._run_prev = task._run_next = NULL
-        self._slots[i].task = NULL
-        self._slots[i].key = -1
+        self._slots[i] = LEFT
         self._left += 1
         self._count -= 1
-        if self._slots[(i + 1) & self._mask].key == 0:
+        if self._slots[(i + 1) & self._mask] == NULL:
             self._empty_left_slots(i)
         Py_DECREF(task)  # the caller's ``task`` still holds one
 
@@ -590,9 +589,9 @@ cdef class RunningTasks:
         Tasks leave a run of consecutive ids in about launch order, so the last one to
         leave empties the run's slots: the table seldom fills with left slots and needs
         no rebuild for them."""
-        cdef Entry *slots = self._slots
-        while slots[i].key == -1:
-            slots[i].key = 0
+        cdef PyObject **slots = self._slots
+        while slots[i] == LEFT:
+            slots[i] = NULL
             self._left -= 1
             i = (i - 1) & self._mask
 
@@ -606,8 +605,7 @@ cdef class RunningTasks:
             task._run_prev = task._run_next = NULL
             Py_DECREF(task)
         for i in range(self._mask + 1):
-            self._slots[i].task = NULL
-            self._slots[i].key = 0
+            self._slots[i] = NULL
         self._first = self._last = NULL
         self._count = self._left = 0
 
@@ -627,11 +625,11 @@ cdef class RunningTasks:
         cdef Py_ssize_t i = self._find(task_id)
         if i < 0:
             raise KeyError(task_id)
-        return <object>self._slots[i].task
+        return <object>self._slots[i]
 
     def get(self, task_id, default=None):
         cdef Py_ssize_t i = self._find(task_id)
-        return default if i < 0 else <object>self._slots[i].task
+        return default if i < 0 else <object>self._slots[i]
 
     def values(self):
         """The tasks, in launch order (a list)."""
@@ -1373,10 +1371,9 @@ def apply_status_updates(executor, StatusRows updates, pending, double now, dict
         for j in range(n):  # each row checked by read_status_updates
             read_status_row(&r, &rows[j])
             prefetch(&running._slots[home_slot(rows[j].task_id, running._mask)])
-        for j in range(n):
-            slot = running._slot_of(rows[j].task_id)
-            if slot >= 0:
-                found = <const char *>running._slots[slot].task
+        for j in range(n):  # its task is in its home slot, mostly
+            found = <const char *>running._slots[home_slot(rows[j].task_id, running._mask)]
+            if found != NULL and found != <const char *>LEFT:
                 prefetch(found)
                 prefetch(found + 64)
                 prefetch(found + sizeof(Task) - 1)
@@ -1386,7 +1383,7 @@ def apply_status_updates(executor, StatusRows updates, pending, double now, dict
             if slot < 0:
                 stale += 1
                 continue
-            task = <Task>running._slots[slot].task
+            task = <Task>running._slots[slot]
             if row.big_attempt or task.attempt != row.attempt:
                 stale += 1
                 continue
