@@ -1431,11 +1431,16 @@ def apply_status_updates(executor, StatusRows updates, pending, double now, dict
             client_tasks._remove(task)
             client_results._write(task._ctid, task._ctid_big, state, <const char *>payload,
                                   payload_size)
-    executor.tasks_done += done
-    executor.tasks_failed += errors
-    counts["finished"] += finished
-    counts["failed"] += failed
-    counts["retried"] += retried
+    if done:  # each an attribute or a dict item read, added to and stored: not for nothing
+        executor.tasks_done += done
+    if errors:
+        executor.tasks_failed += errors
+    if finished:
+        counts["finished"] += finished
+    if failed:
+        counts["failed"] += failed
+    if retried:
+        counts["retried"] += retried
     return stale, freed, done + errors, retried, returned
 
 

@@ -385,7 +385,11 @@ class TaskScheduler:
                 sample = busy / ran
                 average = executor.task_seconds
                 executor.task_seconds = sample if average is None else 0.8 * average + 0.2 * sample
-            self._apply_window(executor)
+            # _apply_window, inlined: this runs for every StatusUpdates
+            slots = window(executor, self.clamped, self._prefetch_seconds, self._tasks_per_core)
+            if slots != executor.slots:
+                executor.slots = slots
+                self.slots.resize(executor.slot, slots)
         return stale
 
     def _finish(self, task, state, payload):
