@@ -77,6 +77,11 @@ def nothing_left_at_the_end():
     _check_nothing_left(set(), before_zsched)
 
 
+# Processes a module's shared cluster started during a test in place of one the test
+# stopped (hostile input may stop executors): the cluster's, as those it started before.
+SHARED_PROCESSES = set()
+
+
 @pytest.fixture(autouse=True)
 def no_process_left_behind():
     """Fail a test that leaves a child process or a zsched process running (processes that
@@ -85,7 +90,7 @@ def no_process_left_behind():
     before_children = {c.pid for c in me.children(recursive=True)}
     before_zsched = set(zsched_processes())
     yield
-    _check_nothing_left(before_children, before_zsched)
+    _check_nothing_left(before_children | SHARED_PROCESSES, before_zsched | SHARED_PROCESSES)
 
 
 def wait_for(predicate, timeout=10.0, interval=0.02, message="condition"):

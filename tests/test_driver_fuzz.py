@@ -33,7 +33,7 @@ import zmq
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import zsched
-from conftest import BIN, DriverProcess, wait_for
+from conftest import BIN, SHARED_PROCESSES, DriverProcess, wait_for
 from zsched import protocol as p
 from zsched.errors import exception_payload
 from zsched.protocol import MsgType, TaskState
@@ -52,6 +52,7 @@ FUZZ = settings(max_examples=50, deadline=None, database=None, phases=(Phase.exp
                                        HealthCheck.data_too_large])
 DRIVER_ERRORS = ("error handling", "Traceback", "ended by an error", "error taking")
 WAIT = 20.0  # seconds any single exchange may take on a slow shared machine
+STOPPED_BY_A_CLIENT = "killed by the driver (StopExecutors from a client)"
 
 
 def square(x):
@@ -137,7 +138,8 @@ class FakeExecutor(Peer):
         self.kills = []       # (task id, attempt) of every KillTask
         self.results = []     # rows owed to the driver (kills, returns)
         self.stopped = None   # why the driver stopped it
-        self.acks = 0
+        self.pings = itertools.count(1 << 40)  # apart from the ids a test picks
+        self.pongs = set()    # request ids of the pings answered
         self.registered = None
         self.send(p.RegisterExecutor(executor_id, hostname, cores, APP_ID, os.getpid()))
         self.receive_until(lambda: self.registered is not None, what=f"registration of {executor_id}")
@@ -176,8 +178,8 @@ class FakeExecutor(Peer):
             self.stopped = "decommissioned"
         elif isinstance(msg, (p.StopExecutor, p.Shutdown)):
             self.stopped = getattr(msg, "reason", "shutdown")
-        elif isinstance(msg, p.HeartbeatAck):
-            self.acks += 1
+        elif isinstance(msg, p.AdminReply):  # to a ping of its own, or to one a test sent
+            self.pongs.add(msg.request_id)
         elif isinstance(msg, p.ForgetFunctions):
             for digest in msg.digests:
                 self.functions.pop(digest, None)
@@ -223,19 +225,29 @@ class FakeExecutor(Peer):
         if self.sock.closed:
             return
         self.send(p.RemoveExecutor(self.executor_id, "leaving", False))
-        self.stopped = None
-        self.send(p.Heartbeat(self.incarnation, self.executor_id, {}))
-        self.receive_until(lambda: self.stopped is not None, what="the driver to let it go")
+        self.ping(what="the driver to let it go")
         self.close()
 
+    def ping(self, what):
+        """Returns once the driver has handled everything this executor sent before, and
+        this executor every answer to it. The driver answers a ping on any connection (on
+        one not a client's, with an error) under the request's id: unlike a HeartbeatAck,
+        which does not say which heartbeat it answers, it cannot be owed to an earlier
+        message."""
+        request_id = next(self.pings)
+        self.send(p.AdminRequest(request_id, "ping", []))
+        self.receive_until(lambda: request_id in self.pongs, what=what)
+        self.pongs.discard(request_id)
+
     def sync(self):
-        """Returns once the driver has handled everything this executor sent before."""
+        """Returns once the driver has handled everything this executor sent before, and
+        has answered a heartbeat: ``stopped`` is set if the driver no longer holds it. (A
+        heartbeat among what it sent before is answered too: waiting for any HeartbeatAck
+        took that answer for this one, and kept a fake executor the driver had let go.)"""
         if self.stopped is not None:
             return
-        acks = self.acks
         self.send(p.Heartbeat(self.incarnation, self.executor_id, {"rss": 1, "cpu": 0.0, "running": 0}))
-        self.receive_until(lambda: self.acks > acks or self.stopped is not None,
-                           what=f"a heartbeat answer to {self.executor_id}")
+        self.ping(what=f"a heartbeat answer to {self.executor_id}")
 
 
 class RawClient(Peer):
@@ -317,20 +329,21 @@ class Bus:
         self.fake_cores = fake_cores
         self.checked_log_lines = 0
         self.client = zsched.Client(self.driver.url, secret_file=self.secret, timeout=WAIT)
-        if real_executor:
-            self.start_executor("real")
+        self.real = self.start_executor("real") if real_executor else None
         self.fake = FakeExecutor(self, f"fake-{next(self.fake_ids)}", cores=fake_cores)
         self.hostile = RawClient(self)
 
     def start_executor(self, executor_id):
         """A real executor process (its output in files: it may log much under attack)."""
-        out = open(os.path.join(self.directory, f"executor-{executor_id}.log"), "w")
+        log_path = os.path.join(self.directory, f"executor-{executor_id}-{len(self.executors) + 1}.log")
+        out = open(log_path, "w")
         proc = subprocess.Popen(
             [sys.executable, os.path.join(BIN, "executor"), "--driver-url", self.driver.url,
              "--executor-id", executor_id, "--hostname", "127.0.0.1", "--cores", "1",
              "--app-id", APP_ID, "--secret-file", self.secret],
             stdout=out, stderr=subprocess.STDOUT)
         out.close()
+        proc.log_path = log_path
         self.executors.append(proc)
         wait_for(lambda: executor_id in self.client.executor_ids(), timeout=WAIT,
                  message=f"executor {executor_id} to register")
@@ -384,7 +397,9 @@ class Bus:
         assert [f.result(0) for f in futures] == [x * x for x in xs]
 
     def recover(self):
-        """Get a registered fake executor and a connected raw client back."""
+        """Get a registered fake executor, a connected raw client and (on a bus that has
+        one) the real executor back."""
+        self.replace_stopped_real_executor()
         if self.fake.stopped is not None or self.fake.registered is not True:
             self.fake.leave()
             self.fake = FakeExecutor(self, f"fake-{next(self.fake_ids)}", cores=self.fake_cores)
@@ -397,6 +412,29 @@ class Bus:
             self.hostile.close()
             self.hostile = RawClient(self)
         self.hostile.hello()
+
+    def replace_stopped_real_executor(self):
+        """A client may stop every executor (StopExecutors, as the hostile client of the
+        any-frames fuzz test does now and then): the real executor, told to stop, exits 0,
+        and a new one takes its place (else the tests after it would run with the fake
+        executor alone). A real executor lost for any other reason, or that did not exit
+        as told, fails the test."""
+        if self.real is None:
+            return
+        status = self.client.status()
+        if "real" in {e["id"] for e in status["executors"]}:
+            return
+        reason = [loss["reason"] for loss in status["losses"] if loss["id"] == "real"][-1:]
+        try:
+            code = self.real.wait(WAIT)
+        except subprocess.TimeoutExpired:
+            code = None
+        with open(self.real.log_path) as log:
+            text = log.read()
+        assert reason == [STOPPED_BY_A_CLIENT] and code == 0, \
+            f"the real executor was lost: {reason}, exit status {code}:\n{text[-3000:]}"
+        self.real = self.start_executor("real")
+        SHARED_PROCESSES.add(self.real.pid)  # the bus's, not the test's: close() stops it
 
     def reset(self):
         """Start an example afresh: what an earlier one (perhaps failed) left is dropped."""
@@ -1122,6 +1160,28 @@ def test_a_client_that_left_may_register_as_an_executor_on_its_connection(bus):
     assert "phantom" in bus.client.executor_ids()
     bus.assert_still_serving()
     assert "phantom" not in bus.client.executor_ids()
+
+
+def test_an_executor_that_heartbeats_then_leaves_in_one_burst_is_replaced(fresh_bus):
+    """Found by the typed-messages fuzz test: the answer to the burst's heartbeat, read
+    late, was taken for the answer to the harness' own, and the fake executor the driver
+    had let go was kept; with no other executor the honest tasks waited for ever."""
+    bus = fresh_bus(real_executor=False)
+    bus.reset()
+    bus.fake.send(p.Heartbeat(bus.fake.incarnation, bus.fake.executor_id, {}))
+    bus.fake.send(p.RemoveExecutor(bus.fake.executor_id, "leaving", False))
+    gone = bus.fake.executor_id
+    bus.assert_still_serving()
+    assert bus.fake.executor_id != gone
+
+
+def test_executors_a_client_stopped_are_replaced(bus):
+    """A client may stop every executor (StopExecutors; the any-frames fuzz test sends it
+    now and then): the bus gets a real executor and a fake one back."""
+    bus.reset()
+    bus.hostile.send(p.StopExecutors())
+    bus.assert_still_serving()
+    assert sorted(bus.client.executor_ids()) == sorted(["real", bus.fake.executor_id])
 
 
 @pytest.mark.parametrize("state", BAD_STATES)
