@@ -338,7 +338,11 @@ def main(argv=None):
     medians, runs = measure(args)
     print_table(medians)
     result = verdict(medians)
-    print(f"\ntargets: compiled >= {TARGET_RATIO:.0f}x the reference "
+    # the targets are set for a million tasks at up to 10,000 executors: with fewer tasks,
+    # fixed costs (start-up, the first touch of fresh memory) weigh more on either side
+    full_size = args.tasks >= 1_000_000 and max(args.executors) >= 10_000
+    print(f"\ntargets{'' if full_size else ' (set for 10^6 tasks at up to 10,000 executors: this smaller run does not judge them)'}: "
+          f"compiled >= {TARGET_RATIO:.0f}x the reference "
           f"(min {result['compiled_vs_reference_min_ratio']:.1f}x: "
           f"{'met' if result['ratio_target_met'] else 'NOT met'}); "
           f"<= {TARGET_NS_PER_TASK:,} ns/task at {max(medians):,} executors "
@@ -353,7 +357,7 @@ def main(argv=None):
                      "window": any_run["window"]},
         "medians": {str(size): by_impl for size, by_impl in medians.items()},
         "runs": {str(size): by_impl for size, by_impl in runs.items()},
-        "targets": result,
+        "targets": {**result, "judged": full_size},
         "zsched": any_run["zsched"],
         "seconds": time.perf_counter() - started,
         "python": platform.python_version(),
