@@ -341,8 +341,9 @@ def main(argv=None):
     # the targets are set for a million tasks at up to 10,000 executors: with fewer tasks,
     # fixed costs (start-up, the first touch of fresh memory) weigh more on either side
     full_size = args.tasks >= 1_000_000 and max(args.executors) >= 10_000
-    print(f"\ntargets{'' if full_size else ' (set for 10^6 tasks at up to 10,000 executors: this smaller run does not judge them)'}: "
-          f"compiled >= {TARGET_RATIO:.0f}x the reference "
+    scope = "" if full_size else \
+        " (set for 10^6 tasks at up to 10,000 executors: this smaller run does not judge them)"
+    print(f"\ntargets{scope}: compiled >= {TARGET_RATIO:.0f}x the reference "
           f"(min {result['compiled_vs_reference_min_ratio']:.1f}x: "
           f"{'met' if result['ratio_target_met'] else 'NOT met'}); "
           f"<= {TARGET_NS_PER_TASK:,} ns/task at {max(medians):,} executors "
