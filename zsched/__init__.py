@@ -1,7 +1,38 @@
 """zsched: run very many Python tasks on a cluster of executor processes."""
 import importlib
+import importlib.machinery
+import os
+import sys
 
 __version__ = "0.1.0"
+
+
+def _has_compiled(directory):
+    return any(os.path.exists(os.path.join(directory, "_fastpath" + suffix))
+               for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def _compiled_elsewhere():
+    """The directory of an installed, compiled zsched when this one is an uncompiled checkout.
+
+    ``python -m zsched.driver`` run from a checkout's root finds the checkout's sources
+    first; a user who ran ``pip install .`` means the package they installed."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0") or _has_compiled(here):
+        return None
+    for entry in sys.path:
+        candidate = os.path.join(os.path.abspath(entry or os.curdir), "zsched")
+        if candidate != here and os.path.isfile(os.path.join(candidate, "__init__.py")) \
+                and _has_compiled(candidate):
+            return candidate
+    return None
+
+
+_installed = _compiled_elsewhere()
+if _installed is not None:
+    __path__[:] = [_installed]  # every submodule now comes from the installed package
+    __file__ = os.path.join(_installed, "__init__.py")
+del _installed
 
 # Each name is imported from its module on first use, so a driver or an executor process
 # does not pay for the client's imports (cloudpickle, tqdm, ...) at start.

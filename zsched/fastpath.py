@@ -26,8 +26,8 @@ else:
                                 read_status_updates, SubmitRows, read_submit_tasks)
     except ImportError as exc:  # pragma: no cover - depends on the build
         raise ImportError(
-            "zsched's compiled fast path is missing; build it with `pip install .` "
-            "(or `python setup.py build_ext --inplace` in a checkout), "
+            "zsched's compiled fast path is missing: install zsched with `pip install .` "
+            "(in a checkout you work on: `pip install -e .`, which builds it in place), "
             "or set ZSCHED_PUREPYTHON=1 to use the pure-Python reference"
         ) from exc
     IMPLEMENTATION = "compiled (Cython)"
