@@ -14,6 +14,7 @@ import pytest
 import zsched
 from zsched.errors import MessageTooLarge, RemoteTraceback, TaskFailed
 from zsched.future import FuturesCondition
+from zsched.map_calls import TASKS_PER_CORE, auto_chunk_size
 
 from conftest import wait_for
 
@@ -139,19 +140,22 @@ def fail_on_7(x):
 
 
 def test_a_large_map_makes_chunks_itself_and_raises_each_calls_exception_at_its_place(client):
-    before = client.status()["tasks"]["submitted"]
+    status = client.status()
+    before, cores = status["tasks"]["submitted"], sum(e["cores"] for e in status["executors"])
     xs = list(range(20_000))
     assert list(client.map(abs, xs)) == xs
     tasks = client.status()["tasks"]["submitted"] - before
-    assert tasks == 20_000 // 78 + 1       # 20,000 // 256 = 78 calls per task
+    per_task = auto_chunk_size(20_000, cores)   # from the calls and the cores, as Pool.map
+    assert 1 < per_task < 20_000 and tasks == -(-20_000 // per_task)
     results = client.map(fail_on_7, range(10_000))
     assert [next(results) for _ in range(7)] == list(range(7))
     with pytest.raises(ValueError, match="no 7") as raised:
         next(results)
     assert "fail_on_7" in str(raised.value.__cause__)  # the remote traceback
     small = client.status()["tasks"]["submitted"]
-    assert list(client.map(abs, range(-256, 0))) == list(range(256, 0, -1))
-    assert client.status()["tasks"]["submitted"] - small == 256  # small maps: a task per call
+    few = 2 * TASKS_PER_CORE - 1
+    assert list(client.map(abs, range(-few, 0))) == list(range(few, 0, -1))
+    assert client.status()["tasks"]["submitted"] - small == few  # small maps: a task per call
 
 
 def test_map_timeout(client):

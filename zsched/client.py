@@ -30,6 +30,8 @@ from .errors import DriverConnectionError, MessageTooLarge, TaskFailed, exceptio
 from .fastpath import SocketState, gc_track, gc_untrack
 from .future import DONE_STATES, FuturesCondition, TaskFuture
 from .held_functions import HeldFunctions
+from .map_calls import (TASKS_PER_CORE, CallsRunner, auto_chunk_size, check_chunk_arguments, chunks,
+                        count_calls, MapResults, tasks_ahead)
 from .progress_bar import ProgressBar
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
@@ -39,12 +41,6 @@ log = logging.getLogger(__name__)
 
 _FUNCTION_CACHE_SIZE = 1024
 _MAP_BATCH = 4096  # map hands tasks to the I/O thread in groups of this many
-# map without a chunksize: once it has more calls than _AUTO_TASKS, it makes tasks of
-# several calls each (at most _AUTO_CHUNK_MAX), so that a flood costs one future and one
-# task per chunk while small maps keep one task per call (balance, latency)
-_AUTO_TASKS = 256
-_AUTO_CHUNK_MAX = 256
-
 
 _POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
 _dumps = pickle.dumps
@@ -52,41 +48,6 @@ _first = itemgetter(0)
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 _FINISHED, _FAILED, _KILLED = int(TaskState.FINISHED), int(TaskState.FAILED), int(TaskState.KILLED)
 _FRAME_TASKS = 8192  # tasks per SubmitTasks frame at most: the driver starts on a flood early
-
-
-class _ChunkRunner:
-    """Runs one function over a chunk of argument tuples (``map`` with ``chunksize`` > 1)."""
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def __call__(self, *chunk):
-        fn = self.fn
-        return [fn(*args) for args in chunk]
-
-
-class _CallsRunner(_ChunkRunner):
-    """Runs one function over ``map``'s automatic chunk of calls: ``[(True, result) or
-    (False, pickled exception and traceback), ...]``, so that each call's exception reaches
-    the caller at its own place, as with one task per call."""
-
-    def __call__(self, *chunk):
-        fn = self.fn
-        outcomes = []
-        for args in chunk:
-            try:
-                outcomes.append((True, fn(*args)))
-            except Exception as exc:
-                outcomes.append((False, exception_payload(exc)))
-        return outcomes
-
-    @staticmethod
-    def count(future, calls):
-        """(done, failed) calls of an ended chunk, for progress bars."""
-        if future.cancelled() or future.exception() is not None:
-            return 0, calls
-        failed = sum(1 for ok, _ in future.result() if not ok)
-        return calls - failed, failed
 
 
 # What a client over pipes sends a silent driver while it waits on it: a request with no
@@ -429,89 +390,63 @@ class Client(concurrent.futures.Executor):
         if future.cancel():
             raise RuntimeError("cannot schedule new futures after shutdown")
 
-    def map(self, fn, *iterables, timeout=None, chunksize=None, progress=False):
+    def map(self, fn, *iterables, timeout=None, chunksize=None, buffersize=None, progress=False):
         """Like ``Executor.map``: results in order, each call's exception raised at its place.
-        ``chunksize`` runs that many calls per task; by default a large map makes tasks of
-        up to 256 calls by itself (one task per call up to 256 calls). ``progress=True``
-        shows a live progress bar of the calls (``zsched.progress``)."""
-        return self._map(self.retries, fn, iterables, timeout, chunksize, progress)
 
-    def _map(self, retries, fn, iterables, timeout, chunksize, progress=False):
-        if chunksize is not None and chunksize < 1:
-            raise ValueError("chunksize must be >= 1")
+        ``chunksize`` runs that many calls per task. By default a large map chooses it from
+        the number of calls and the executors' cores. ``buffersize`` (as in Python 3.14)
+        keeps at most that many calls submitted ahead of the caller, and reads the
+        iterables only as needed. ``progress=True`` shows a live bar of the calls."""
+        return self._map(self.retries, fn, iterables, timeout, chunksize, buffersize, progress)
+
+    def _map(self, retries, fn, iterables, timeout, chunksize, buffersize, progress):
+        check_chunk_arguments(chunksize, buffersize)
         end_time = None if timeout is None else timeout + time.monotonic()
-        arg_tuples = zip(*iterables)
-        runner = _ChunkRunner
+        calls = None  # unknown with a buffersize: the iterables may not end
+        if buffersize is None and (chunksize is None or progress):
+            iterables, calls = _counted(iterables)
         if chunksize is None:
-            arg_tuples = list(arg_tuples)
-            chunksize = max(1, min(_AUTO_CHUNK_MAX, len(arg_tuples) // _AUTO_TASKS))
-            arg_tuples, runner = iter(arg_tuples), _CallsRunner
-        if chunksize > 1:
-            fn = runner(fn)
-            arg_tuples = iter(lambda it=arg_tuples: tuple(itertools.islice(it, chunksize)), ())
-        futures = []
-        calls = []  # calls per task, for the progress bar
+            wanted = calls if buffersize is None else buffersize
+            chunksize = 1 if wanted < 2 * TASKS_PER_CORE else auto_chunk_size(wanted, self._total_cores())
+        tasks = _MapTasks(self, fn, iterables, chunksize, retries, calls if progress else False)
+        if buffersize is None:
+            try:
+                futures = deque()
+                while True:
+                    submitted = tasks.submit(max(1, _MAP_BATCH // chunksize))
+                    if not submitted:
+                        break
+                    futures.extend(submitted)
+            finally:
+                tasks.release_function()
+            return MapResults.of(futures, tasks.chunked, end_time)
+        try:
+            futures = deque(tasks.submit(tasks_ahead(buffersize, chunksize)))
+        except BaseException:
+            tasks.end()
+            raise
+        return MapResults.of(futures, tasks.chunked, end_time, tasks.submit_one, tasks.end)
+
+    def _submit_groups(self, digest, fn_size, groups, retries):
+        """``[(future, calls), ...]`` for tasks of these ``(args, calls)`` groups, queued."""
+        submitted = []
+        rows = []
+        no_kwargs = {}
         with self._submit_lock:
             self._check_open()
-            digest, fn_size = self._function_digest(fn)
-            # pickled once for all the groups below: not released before the last has left
-            self._mapping[digest] = self._mapping.get(digest, 0) + 1
-        no_kwargs = {}
-        try:
-            while True:
-                # the lock is taken per group, so that the I/O thread sends while map goes on
-                group = list(itertools.islice(arg_tuples, _MAP_BATCH))
-                if not group:
-                    break
-                with self._submit_lock:
-                    self._check_open()
-                    rows = []
-                    for args in group:
-                        future, row = self._new_future(digest, fn_size, args, no_kwargs, retries)
-                        futures.append(future)
-                        if row is not None:
-                            rows.append(row)
-                    self._outbox.extend(rows)
-                    self._wakeup.wake()
-                if chunksize > 1:
-                    calls += map(len, group)
-                else:
-                    calls += itertools.repeat(1, len(group))
-        finally:
-            with self._submit_lock:
-                left = self._mapping.pop(digest) - 1
-                if left:
-                    self._mapping[digest] = left
-        if progress:
-            bar = ProgressBar(sum(calls), desc="map")
-            count = _CallsRunner.count if isinstance(fn, _CallsRunner) else None
-            for future, n in zip(futures, calls):
-                bar.watch(future, n, count)
-        return self._results_in_order(futures, end_time, type(fn) if chunksize > 1 else None)
+            for args, calls in groups:
+                future, row = self._new_future(digest, fn_size, args, no_kwargs, retries)
+                submitted.append((future, calls))
+                if row is not None:
+                    rows.append(row)
+            if rows:
+                self._outbox.extend(rows)
+                self._wakeup.wake()
+        return submitted
 
-    @staticmethod
-    def _results_in_order(futures, end_time, runner):
-        futures.reverse()
-        try:
-            while futures:
-                future = futures[-1]
-                if end_time is None:
-                    result = future.result()
-                else:
-                    result = future.result(end_time - time.monotonic())
-                futures.pop()
-                if runner is None:
-                    yield result
-                elif runner is _ChunkRunner:
-                    yield from result
-                else:
-                    for ok, value in result:
-                        if not ok:
-                            raise load_exception(value)
-                        yield value
-        finally:
-            for future in futures:
-                future.cancel()
+    def _total_cores(self):
+        """Cores of the registered executors, as the driver counts them now."""
+        return self._admin("total_cores")
 
     def _cancel_task(self, task_id):
         if self._futures.pop(task_id, None) is not None and not self._io_stopped:
@@ -1091,6 +1026,66 @@ class Client(concurrent.futures.Executor):
         return False
 
 
+class _MapTasks:
+    """The tasks of one ``map``: its calls grouped into tasks, submitted on demand."""
+
+    def __init__(self, client, fn, iterables, chunksize, retries, progress_total):
+        self.client = client
+        self.retries = retries
+        self.chunked = chunksize > 1
+        if self.chunked:
+            fn, self.groups = CallsRunner(fn), chunks(iterables, chunksize)
+        else:
+            self.groups = ((args, 1) for args in zip(*iterables))
+        with client._submit_lock:
+            client._check_open()
+            self.digest, self.fn_size = client._function_digest(fn)
+            # pickled once for every task of this map: not released before the last is out
+            client._mapping[self.digest] = client._mapping.get(self.digest, 0) + 1
+        self.bar = None
+        if progress_total is not False:
+            self.bar = ProgressBar(progress_total, desc="map")
+
+    def submit(self, n):
+        """Futures of the next ``n`` tasks at most (fewer once the calls run out)."""
+        submitted = self.client._submit_groups(self.digest, self.fn_size,
+                                               itertools.islice(self.groups, n), self.retries)
+        if self.bar is not None:
+            count = count_calls if self.chunked else None
+            for future, calls in submitted:
+                self.bar.watch(future, calls, count)
+        return [future for future, _ in submitted]
+
+    def submit_one(self):
+        """The next task's future, or None once the calls are all out."""
+        return next(iter(self.submit(1)), None)
+
+    def release_function(self):
+        client = self.client
+        with client._submit_lock:
+            left = client._mapping.pop(self.digest) - 1
+            if left:
+                client._mapping[self.digest] = left
+
+    def end(self):
+        """The map is over before all its tasks ended: its bar closes now."""
+        self.release_function()
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _counted(iterables):
+    """``(iterables, calls)``: the iterables, read into lists where they have no length,
+    and how many calls they make."""
+    if all(hasattr(it, "__len__") for it in iterables):
+        return iterables, min(map(len, iterables), default=0)
+    if len(iterables) == 1:
+        values = list(iterables[0])
+        return [values], len(values)
+    rows = list(zip(*iterables))
+    return list(map(list, zip(*rows))) or [[]], len(rows)
+
+
 class ClientOptions:
     """``client.options(retries=N)``: ``submit`` and ``map`` of a client with other options."""
 
@@ -1103,5 +1098,5 @@ class ClientOptions:
     def submit(self, fn, /, *args, **kwargs):
         return self.client._submit(self.retries, fn, args, kwargs)
 
-    def map(self, fn, *iterables, timeout=None, chunksize=None, progress=False):
-        return self.client._map(self.retries, fn, iterables, timeout, chunksize, progress)
+    def map(self, fn, *iterables, timeout=None, chunksize=None, buffersize=None, progress=False):
+        return self.client._map(self.retries, fn, iterables, timeout, chunksize, buffersize, progress)

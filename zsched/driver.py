@@ -789,6 +789,10 @@ class Driver:
     def executor_ids(self):
         return sorted(self.executors, key=_natural_key)
 
+    def total_cores(self):
+        """Cores of the registered executors that take tasks (``map`` sizes its chunks by it)."""
+        return sum(e.cores for e in self.executors.values() if not e.decommissioning)
+
     def status(self):
         counts = dict(self.scheduler.counts)
         counts["queued"] = self.scheduler.n_pending
@@ -936,6 +940,7 @@ class Driver:
     _admin_operations = {
         "ping": ping,
         "executor_ids": executor_ids,
+        "total_cores": total_cores,
         "status": status,
         "is_executor_active": is_executor_active,
         "decommission_executors": decommission_executors,

@@ -166,9 +166,15 @@ class TaskFuture(concurrent.futures.Future):
             self._wait_until_done(timeout)
         if self._payload is not None or self._failure_payload is not None:
             self._load()  # the payload was set before the state, and is cleared after the result
-        if self._state == FINISHED and self._exception is None:
+        if self._state != FINISHED:
+            return super().result(0)  # raises: cancelled, or not done in time
+        error = self._exception
+        if error is None:
             return self._result  # final once the payload is cleared
-        return super().result(0)  # raises: cancelled, failed, or not done in time
+        try:
+            raise error  # also one whose __bool__ is false, which Python 3.11's own result misses
+        finally:
+            error = self = None  # no cycle through the traceback's frame
 
     def exception(self, timeout=None):
         if self._state != FINISHED:

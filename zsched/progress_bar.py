@@ -7,7 +7,7 @@ import threading
 
 class ProgressBar:
     """A tqdm bar counting futures as they end; ``watch`` each future, ``close`` at the end
-    (it closes itself when all ``total`` have ended)."""
+    (it closes itself when all ``total`` have ended; a ``total`` of None is unknown)."""
 
     def __init__(self, total, desc="tasks", file=None, leave=True):
         self.total = total
@@ -38,7 +38,7 @@ class ProgressBar:
             self.failed += failed
             self._bar.set_postfix(done=self.done, failed=self.failed, refresh=False)
             self._bar.update(calls)
-            if self.done + self.failed >= self.total:
+            if self.total is not None and self.done + self.failed >= self.total:
                 self._close()
 
     def close(self):

@@ -1,0 +1,159 @@
+"""How ``Client.map`` groups calls into tasks and hands their results back in order.
+
+A chunk is one task of several calls. Its arguments travel as columns (one list per
+iterable), and ``CallsRunner`` runs it on an executor with the builtin ``map``. Each call's
+exception is kept at its own place, so the caller sees the same results and exceptions
+whatever the chunk size. Executors import this module to run chunks: it stays small.
+"""
+import itertools
+import time
+
+from .errors import exception_payload, load_exception
+
+# map without a chunksize aims at this many tasks per core (balance, a live progress bar),
+# each of at most MAX_AUTO_CHUNK calls (bounded memory and latency per task)
+TASKS_PER_CORE = 16
+MAX_AUTO_CHUNK = 4096
+
+
+class CallsRunner:
+    """Runs one function over a chunk of calls given as columns of arguments.
+
+    Returns ``(values, failures)``: ``values[i]`` is call i's result (None where it
+    raised), and ``failures`` maps each such i to its pickled exception, or is None."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *columns):
+        calls = map(self.fn, *columns)  # resumes after a call that raised
+        values = []
+        failures = None
+        while True:
+            try:
+                values.extend(calls)  # keeps what came before an exception
+                return values, failures
+            except Exception as exc:
+                if failures is None:
+                    failures = {}
+                failures[len(values)] = exception_payload(exc)
+                values.append(None)
+
+    def __reduce__(self):
+        return CallsRunner, (self.fn,)
+
+
+class MapResults(itertools.chain):
+    """What ``Client.map`` returns: an iterator over the calls' results, in call order.
+
+    Its items come from C (one chain of per-task iterators), so handing out a result costs
+    no Python frame. ``close()`` stops it, as for a generator, and cancels what is left."""
+
+    __slots__ = ("_tasks", "_futures")
+
+    @classmethod
+    def of(cls, futures, chunked, end_time, submit_next=None, on_end=None):
+        tasks = results_in_order(futures, chunked, end_time, submit_next, on_end)
+        results = cls.from_iterable(tasks)
+        results._tasks, results._futures = tasks, futures
+        return results
+
+    def close(self):
+        self._tasks.close()
+        for future in self._futures:  # also those of a map never iterated
+            future.cancel()
+
+
+def auto_chunk_size(calls, cores):
+    """Calls per task for ``calls`` calls on ``cores`` cores, when the caller gave none."""
+    per_task = calls // (TASKS_PER_CORE * max(1, cores))
+    return max(1, min(MAX_AUTO_CHUNK, per_task))
+
+
+def check_chunk_arguments(chunksize, buffersize):
+    """``ValueError`` or ``TypeError`` for a bad ``chunksize`` or ``buffersize``, as Python's."""
+    if chunksize is not None and chunksize < 1:
+        raise ValueError("chunksize must be >= 1")
+    if buffersize is not None:
+        if not isinstance(buffersize, int) or isinstance(buffersize, bool):
+            raise TypeError("buffersize must be an integer or None")
+        if buffersize < 1:
+            raise ValueError("buffersize must be None or > 0")
+
+
+def chunks(iterables, size):
+    """``(columns, calls)`` for each group of ``size`` calls: one list per iterable."""
+    if len(iterables) == 1:
+        source = iter(iterables[0])
+        while True:
+            column = list(itertools.islice(source, size))
+            if not column:
+                return
+            yield (column,), len(column)
+    rows = zip(*iterables)
+    while True:
+        group = list(itertools.islice(rows, size))
+        if not group:
+            return
+        yield tuple(map(list, zip(*group))), len(group)
+
+
+def handed_out(values):
+    """An iterator over ``values`` that drops each one as it hands it out."""
+    values.reverse()
+    return map(values.pop, itertools.repeat(-1, len(values)))
+
+
+def results_in_order(futures, chunked, end_time, submit_next=None, on_end=None):
+    """Iterators over the results of ``futures`` (a deque, in call order): a chunk's
+    results up to its first exception, or a lone call's result. A call's exception is
+    raised once the results before it have been handed out; a timeout when the next
+    result is not there by ``end_time``. ``submit_next()``, if given, submits one more
+    task as each one ends and returns its future (None once the calls are all out).
+    Futures not waited for are cancelled at the end, also when the caller stops early."""
+    try:
+        while futures:
+            future = futures[0]
+            remaining = None if end_time is None else end_time - time.monotonic()
+            outcome = future.result(remaining)
+            futures.popleft()
+            future = None  # no reference kept to a result once it is handed out
+            if submit_next is not None:
+                following = submit_next()
+                if following is not None:
+                    futures.append(following)
+            error = None
+            if not chunked:
+                values = [outcome]
+            else:
+                values, failures = outcome
+                if failures:
+                    first = min(failures)
+                    error = load_exception(failures[first])
+                    del values[first:]
+            outcome = None
+            yield handed_out(values)
+            if error is not None:
+                raise error
+    finally:
+        for future in futures:
+            future.cancel()
+        if on_end is not None:
+            on_end()
+
+
+def count_calls(future, calls):
+    """(done, failed) calls of an ended chunk, for progress bars."""
+    if future.cancelled() or future.exception() is not None:
+        return 0, calls
+    failures = future.result()[1]
+    failed = len(failures) if failures else 0
+    return calls - failed, failed
+
+
+def tasks_ahead(buffersize, chunksize):
+    """Tasks a map with ``buffersize`` keeps submitted ahead of the caller: at most
+    ``buffersize`` calls, and one task at least."""
+    return max(1, buffersize // chunksize)
