@@ -64,7 +64,7 @@ import time
 import traceback
 
 if importlib.util.find_spec("zsched") is None:
-    # not installed: use this checkout's zsched (built with `python setup.py build_ext --inplace`)
+    # not installed: use this checkout's zsched (`pip install -e .` builds it in place)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

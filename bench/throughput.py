@@ -31,7 +31,7 @@ import time
 import traceback
 
 if importlib.util.find_spec("zsched") is None:
-    # not installed: use this checkout's zsched (built with `python setup.py build_ext --inplace`)
+    # not installed: use this checkout's zsched (`pip install -e .` builds it in place)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -61,6 +61,7 @@ FIGURES = [
     # key in the JSON, table header, format
     ("submit_tasks_per_s", "submit/s", "{:,.0f}"),
     ("map_tasks_per_s", "map/s", "{:,.0f}"),
+    ("map_large_per_s", "map M/s", "{:,.0f}"),
     ("latency_p50_us", "p50 us", "{:,.0f}"),
     ("latency_p99_us", "p99 us", "{:,.0f}"),
     ("efficiency_10ms", "eff 10ms", "{:.2f}"),
@@ -98,6 +99,7 @@ def check_results(results, expected, what):
 class ZschedLocal:
     name = "zsched"
     label = "zsched LocalCluster"
+    large_map = True
 
     def __init__(self, workers):
         import zsched
@@ -268,6 +270,20 @@ class MpPool:
                 pool.terminate()
             else:
                 pool.close()
+
+
+class MpPoolMap(MpPool):
+    name = "mp_pool_map"
+    label = "multiprocessing.Pool.map"
+    large_map = True
+
+    def map(self, fn, xs, timeout):
+        # Pool.map's own chunks: len(xs) / (4 x workers) calls each
+        try:
+            return self.pool.map_async(fn, xs).get(timeout)
+        except multiprocessing.TimeoutError:
+            self.failed = True
+            raise Stall(f"map unfinished after {timeout:.0f} s") from None
             pool.join()
 
 
@@ -365,7 +381,7 @@ class Ray:
 
 
 ZSCHED_SYSTEMS = [ZschedLocal, ZschedEmbedded]
-PEER_SYSTEMS = [ProcessPool, MpPool, DaskDistributed, Ray]
+PEER_SYSTEMS = [ProcessPool, MpPool, MpPoolMap, DaskDistributed, Ray]
 
 
 # ---------------------------------------------------------------- processes
@@ -464,6 +480,16 @@ def run_round(cls, args, n_eff, log, stray):
         check_results(list(results), xs, "map")
         del results
 
+        if getattr(system, "large_map", False) and args.large_map:
+            big = range(args.large_map)
+            gc.collect()
+            log(f"    map x{args.large_map}")
+            t0 = time.perf_counter()
+            results = system.map(noop, big, phase_timeout(args.large_map))
+            figures["map_large_per_s"] = args.large_map / (time.perf_counter() - t0)
+            check_results(list(results), list(big), "large map")
+            del results
+
         gc.collect()
         log(f"    latency x{args.latency_samples}")
         samples = []
@@ -529,6 +555,9 @@ def parse_args(argv=None):
                         help="no-op tasks per throughput phase (default 100000: a phase of about "
                              "1 s for zsched, long enough that one stall of a shared machine does "
                              "not decide it; 2000 with --quick)")
+    parser.add_argument("--large-map", type=int, default=None, metavar="M",
+                        help="calls of the large map phase, run by the systems that chunk a map "
+                             "(zsched, Pool.map) (default 1000000; 20000 with --quick; 0: none)")
     parser.add_argument("--latency-samples", type=int, default=None, metavar="N",
                         help="single-task round trips timed (default 500; 50 with --quick)")
     parser.add_argument("--rounds", type=int, default=None, metavar="R",
@@ -550,6 +579,8 @@ def parse_args(argv=None):
     quick = args.quick
     if args.tasks is None:
         args.tasks = 2000 if quick else 100_000
+    if args.large_map is None:
+        args.large_map = 20_000 if quick else 1_000_000
     if args.latency_samples is None:
         args.latency_samples = 50 if quick else 500
     if args.rounds is None:
@@ -582,7 +613,8 @@ def print_table(order, labels, status, medians, per_round, args, n_eff):
             continue
         print(row + "".join(fmt(medians[name].get(k), f).rjust(10) for k, _, f in FIGURES))
     print("submit/s: N x submit(), then wait for all.  map/s: list(map(fn, range(N))) (Pool: map_async")
-    print("  chunksize=1; Dask: client.map + gather; Ray: f.remote + ray.get).  p50/p99: submit one,")
+    print("  chunksize=1, Pool.map: its own chunks; Dask: client.map + gather; Ray: f.remote + ray.get).")
+    print(f"  map M/s: the same with M = {args.large_map:,} calls, for the systems that chunk a map.  p50/p99: submit one,")
     print("  wait for it, repeat.  eff 10ms: ideal / measured time of the 10 ms tasks (1.00 = perfect).")
     print("  start s: construct until workers registered and a first task returned.  stop s: shutdown.")
     for name in order:
@@ -613,6 +645,23 @@ def print_ratios(order, labels, status, medians):
             ratios[name][key] = r
             cells.append(("-" if r is None else f"{r:.2f}x").rjust(10))
         print(labels[name].ljust(width) + "".join(cells))
+    return ratios
+
+
+def print_map_against_pool(labels, status, medians):
+    """zsched's map against Pool.map's own chunks, at N and M calls."""
+    pool = medians.get("mp_pool_map")
+    if status.get("mp_pool_map") != "ok" or not pool:
+        return {}
+    print()
+    ratios = {}
+    for name in ("zsched", "zsched_embedded"):
+        if status[name] != "ok":
+            continue
+        ratios[name] = {k: medians[name][k] / pool[k] if medians[name].get(k) and pool.get(k) else None
+                        for k in ("map_tasks_per_s", "map_large_per_s")}
+        cells = ", ".join("-" if r is None else f"{r:.2f}x" for r in ratios[name].values())
+        print(f"map: {labels[name]} / multiprocessing.Pool.map (N, M calls): {cells}")
     return ratios
 
 
@@ -680,6 +729,7 @@ def main(argv=None):
 
     print_table(order, labels, status, medians, per_round, args, n_eff)
     ratios = print_ratios(order, labels, status, medians) if args.compare else {}
+    map_ratios = print_map_against_pool(labels, status, medians) if args.compare else {}
 
     with open(log_path, errors="replace") as f:
         log_lines = f.read().splitlines()
@@ -715,7 +765,8 @@ def main(argv=None):
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
-        "params": {"tasks": args.tasks, "latency_samples": args.latency_samples,
+        "params": {"tasks": args.tasks, "large_map": args.large_map,
+                   "latency_samples": args.latency_samples,
                    "rounds": args.rounds, "executors": args.executors,
                    "efficiency_tasks": n_eff, "phase_budget_s": args.phase_budget,
                    "compare": args.compare, "quick": args.quick},
@@ -728,6 +779,7 @@ def main(argv=None):
             for name in order
         },
         "ratios_peer_over_zsched": ratios,
+        "map_over_pool_map": map_ratios,
         "leftover_processes": leftovers,
         "log_warnings": len(notable),
         "log_file": log_path,
