@@ -45,22 +45,17 @@ across runs.
 import argparse
 import collections
 import gc
-import importlib.util
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import time
 
-if importlib.util.find_spec("zsched") is None:
-    # not installed: use this checkout's zsched (`pip install -e .` builds it in place)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _common import about_machine, median, print_json
 
-# A no-op task as an executor measures it (unpickle the arguments, call, pickle the result):
-# about 1 us on the project's VM; anything under prefetch_seconds / 255 (8 us by default)
+# A no-op task's run time as an executor measures it: anything under prefetch_seconds / 255
 # gives the deepest window, tasks_per_core per core.
 TASK_SECONDS = 2e-6
 RESULT = b"\x80\x05N."  # a pickled None, as a no-op task returns it
@@ -78,6 +73,11 @@ RESULT_ROWS = 512      # rows per TaskResults frame (driver._RESULT_ROWS)
 
 
 # ---------------------------------------------------------------- one run (in a subprocess)
+
+def timer_cost_ns(clock):
+    """What reading ``clock`` twice costs, taken off each timed call."""
+    return statistics.median(-clock() + clock() for _ in range(1001))
+
 
 class Faults:
     """Minor page faults taken in the timed calls, by phase (counted outside the clock
@@ -109,7 +109,7 @@ def run_once(n_executors, cores, n_tasks, batch):
         scheduler._apply_window(executor)
         executors.append(executor)
     clock = time.thread_time_ns
-    timer_ns = statistics.median(-clock() + clock() for _ in range(1001))  # off each timed call
+    timer_ns = timer_cost_ns(clock)
     faults = Faults()
     submit_ns = 0
     for first in range(0, n_tasks, SUBMIT_BATCH):
@@ -193,7 +193,7 @@ def run_slot_table(n_executors, cores, n_tasks, batch, window):
     reporting = collections.deque()
     pending, done, elapsed = n_tasks, 0, 0
     clock = time.thread_time_ns
-    timer_ns = statistics.median(-clock() + clock() for _ in range(1001))  # off each timed call
+    timer_ns = timer_cost_ns(clock)
     while done < n_tasks:
         start = clock()
         launches = table.offer(pending)
@@ -261,8 +261,7 @@ def measure(args, ways=tuple(IMPLEMENTATIONS), run=None, figures=FIGURES):
                 print(f"  round {round_ + 1}/{args.rounds} {size:>6,} executors {way:<9} "
                       f"{runs[size][way][-1]['total_ns']:8,.0f} ns/task", file=sys.stderr)
             order.reverse()
-    medians = {size: {way: {key: statistics.median(run[key] for run in rs)
-                            for key in figures}
+    medians = {size: {way: {key: median(rs, key) for key in figures}
                       for way, rs in by_way.items()}
                for size, by_way in runs.items()}
     return medians, runs
@@ -361,11 +360,9 @@ def main(argv=None):
         "targets": {**result, "judged": full_size},
         "zsched": any_run["zsched"],
         "seconds": time.perf_counter() - started,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
+        **about_machine(),
     }
-    print("JSON " + json.dumps(report))
+    print_json(report)
 
 
 if __name__ == "__main__":

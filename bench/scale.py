@@ -46,16 +46,13 @@ shared and noisy: compare ratios from one run, not absolute figures across runs.
 import argparse
 import gc
 import heapq
-import importlib.util
 import json
 import os
 import pickle
-import platform
 import queue
 import select
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,9 +60,8 @@ import threading
 import time
 import traceback
 
-if importlib.util.find_spec("zsched") is None:
-    # not installed: use this checkout's zsched (`pip install -e .` builds it in place)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _common import (PY_SPY_SUFFIXES, PySpy, Stall, about_machine, about_zsched, check_results, fmt,
+                     median, new_log_file, output_to_log, print_json, report_log, require_positive)
 
 
 def noop(x):
@@ -73,12 +69,9 @@ def noop(x):
 
 
 # ================================================================ simulated executors
-# ``bench/scale.py --sim ...``: one process holding ``--count`` executors. It prints
-# "ready", waits for "go" on its standard input, registers them all, prints
-# "registered <count> <seconds>" and serves until its input closes. "vanish" closes
-# every connection without a word (as if the executors were killed).
 
 class SimExecutor:
+    """One simulated executor: its socket and what it knows of its driver."""
     __slots__ = ("executor_id", "socket", "fd", "incarnation", "settings_interval", "last_heard",
                  "functions", "done", "alive")
 
@@ -95,6 +88,10 @@ class SimExecutor:
 
 
 def sim_main(argv):
+    """``bench/scale.py --sim ...``: one process holding ``--count`` executors. It prints
+    "ready", waits for "go" on its standard input, registers them all, prints "registered
+    <count> <seconds>" and serves until its input closes; "stats" prints its message counts,
+    "vanish" closes every connection without a word (as if the executors were killed)."""
     parser = argparse.ArgumentParser(prog="scale.py --sim")
     parser.add_argument("--sim", action="store_true")
     parser.add_argument("--driver-url", required=True)
@@ -111,11 +108,8 @@ def sim_main(argv):
     import zmq
     from zsched import protocol as p
     from zsched.config import Config
+    from zsched.errors import exception_payload
     from zsched.executor import dumps_value
-    try:
-        from zsched.errors import exception_payload
-    except ImportError:  # before it moved
-        from zsched.executor import exception_payload
     from zsched.protocol import MsgType, TaskState
     from zsched.security import load_keys, make_client
 
@@ -137,12 +131,8 @@ def sim_main(argv):
     if line.strip() != "go":
         return 0
 
-    # Each socket's ZMQ_FD waited on with epoll, not zmq.Poller: zmq_poll asks every socket
-    # for its events at each call (about 0.4 us a socket here, 108 us for 250), a cost a
-    # real executor, polling its one socket, does not have. ZMQ_FD is readable while the
-    # socket may have something to read or commands to process; it is cleared by draining
-    # the socket (recv until EAGAIN), and a send may clear it too, so a socket that sent is
-    # asked for its events before the next wait (``check``).
+    # epoll on each socket's ZMQ_FD: zmq.Poller asks every socket at each call, which a real
+    # executor (one socket) does not pay; a send can clear ZMQ_FD, hence ``check``
     poller = select.epoll()
     stdin_fd = sys.stdin.fileno()
     os.set_blocking(stdin_fd, False)
@@ -335,20 +325,16 @@ def sim_main(argv):
 
 # ================================================================ the script
 
-class Stall(Exception):
-    """A phase did not finish within its time limit."""
-
-
 _children = []      # every Child started, so that any exit path stops them
 
 
 class Child:
     """A process of ours with line-based standard output read by a thread."""
 
-    def __init__(self, name, command, env, stderr):
+    def __init__(self, name, command, env):
         self.name = name
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=stderr, env=env, text=True, bufsize=1,
+                                        env=env, text=True, bufsize=1,
                                         start_new_session=True)
         _children.append(self)
         self.pid = self.process.pid
@@ -444,12 +430,6 @@ def rss(pid):
     return psutil.Process(pid).memory_info().rss
 
 
-def check_results(results, expected, what):
-    if results != expected:
-        wrong = sum(1 for a, b in zip(results, expected) if a != b) + abs(len(results) - len(expected))
-        raise AssertionError(f"{what}: {wrong} of {len(expected)} results are wrong or missing")
-
-
 def split(n, parts):
     """``n`` as ``parts`` near-equal positive counts."""
     parts = max(1, min(parts, n))
@@ -459,10 +439,9 @@ def split(n, parts):
 class Cluster:
     """A driver process, a client here, and simulated executor processes."""
 
-    def __init__(self, args, log_file, workdir):
+    def __init__(self, args, workdir):
         from zsched.cluster.local import child_environment, module_command
         self.args = args
-        self.log_file = log_file
         self.env = child_environment()
         self.app_id = f"scale-{os.getpid()}-{time.monotonic_ns() % 10**9}"
         self.secret_file = None
@@ -478,7 +457,7 @@ class Cluster:
             command += ["--secret-file", self.secret_file]
         for pair in args.conf:
             command += ["--conf", pair]
-        self.driver = Child("driver", command, self.env, log_file)
+        self.driver = Child("driver", command, self.env)
         line = self.driver.expect("zsched driver listening on ", 60)
         self.url = line.rsplit(" ", 1)[1]
         self.sims = []
@@ -500,7 +479,7 @@ class Cluster:
                        "--hostname", f"simhost{index}"]
             if self.secret_file:
                 command += ["--secret-file", self.secret_file]
-            self.sims.append(Child(f"executor process {index}", command, self.env, self.log_file))
+            self.sims.append(Child(f"executor process {index}", command, self.env))
             first += count
         for sim in self.sims:
             sim.expect("ready", 120)
@@ -545,25 +524,13 @@ class Cluster:
             time.sleep(0.02)
 
     def start_profile(self, path):
-        if not path:
-            return
-        fmt = self.args.profile_format
-        command = ["py-spy", "record", "--pid", str(self.driver.pid), "--nonblocking", "--idle",
-                   "--rate", "100", "--format", fmt, "--output", path]
-        self.profiler = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log_file,
-                                         stderr=self.log_file, start_new_session=True)
-        time.sleep(0.5)  # attached before the phase starts
+        if path:
+            self.profiler = PySpy(self.driver.pid, path, self.args.profile_format)
 
     def stop_profile(self):
-        if self.profiler is None:
-            return
-        self.profiler.send_signal(signal.SIGINT)  # py-spy writes its output and exits
-        try:
-            self.profiler.wait(30)
-        except subprocess.TimeoutExpired:
-            self.profiler.kill()
-            self.profiler.wait()
-        self.profiler = None
+        if self.profiler is not None:
+            self.profiler.stop()
+            self.profiler = None
 
     def driver_view(self):
         try:
@@ -599,9 +566,6 @@ def wait_futures(cluster, futures, timeout, what):
         _, pending = concurrent.futures.wait(pending, timeout=max(0.0, min(5.0, deadline - time.monotonic())))
         if pending and time.monotonic() >= deadline:
             raise Stall(f"{what}: {len(pending)} unfinished after {timeout:.0f} s{cluster.driver_view()}")
-
-
-PROFILE_SUFFIXES = {"flamegraph": "svg", "raw": "txt", "speedscope": "json"}
 
 
 def phase_timeout(n_tasks):
@@ -672,13 +636,13 @@ def measure_phase(cluster, sim_pids, name, n_tasks, run, profile_path, log):
     return figures
 
 
-def run_config(args, n_executors, round_index, log, log_file, killed):
+def run_config(args, n_executors, round_index, log, killed):
     """One configuration of one round: a fresh driver and ``n_executors`` executors."""
     figures = {"executors": n_executors}
     workdir = tempfile.mkdtemp(prefix="zsched-scale-")
     cluster = None
     try:
-        cluster = Cluster(args, log_file, workdir)
+        cluster = Cluster(args, workdir)
         processes = min(args.processes, n_executors)
         figures["processes"] = processes
         log(f"  {n_executors} executors x {args.cores} core(s) in {processes} process(es)")
@@ -719,7 +683,7 @@ def run_config(args, n_executors, round_index, log, log_file, killed):
         def profile(phase):
             if not args.profile:
                 return None
-            suffix = PROFILE_SUFFIXES[args.profile_format]
+            suffix = PY_SPY_SUFFIXES[args.profile_format]
             return os.path.join(args.profile, f"driver-{n_executors}ex-r{round_index + 1}-{phase}.{suffix}")
 
         def submit_all():
@@ -759,7 +723,6 @@ def run_config(args, n_executors, round_index, log, log_file, killed):
             log(f"    map, default chunking: {n:,} calls in {figures['map_default_tasks']:,} tasks, "
                 f"{figures['map_default_calls_per_s']:,.0f} calls/s")
 
-
         loss_s, left = cluster.vanish(n_executors, 60 + n_executors / 10)
         figures["loss_s"] = loss_s
         if left:
@@ -773,13 +736,13 @@ def run_config(args, n_executors, round_index, log, log_file, killed):
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run_memory(args, log, log_file, killed):
+def run_memory(args, log, killed):
     """Driver RSS with ``args.tasks`` tasks queued and no executors, per task."""
     figures = {}
     workdir = tempfile.mkdtemp(prefix="zsched-scale-")
     cluster = None
     try:
-        cluster = Cluster(args, log_file, workdir)
+        cluster = Cluster(args, workdir)
         client = cluster.connect_client()
         first = [client.submit(noop, x) for x in range(10)]  # the function reaches the driver
         deadline = time.monotonic() + 30
@@ -824,15 +787,6 @@ def run_memory(args, log, log_file, killed):
 
 
 # ---------------------------------------------------------------- output
-
-def median(rounds, key):
-    values = [r[key] for r in rounds if r.get(key) is not None]
-    return statistics.median(values) if values else None
-
-
-def fmt(value, spec):
-    return "-" if value is None else spec.format(value)
-
 
 ROWS = [
     # key, label, format; ratio: whether "big / baseline" is shown
@@ -940,7 +894,7 @@ def parse_args(argv=None):
                         help="driver setting, as bin/driver --conf (repeatable)")
     parser.add_argument("--profile", default=None, metavar="DIR",
                         help="run py-spy on the driver during each throughput phase, output in DIR")
-    parser.add_argument("--profile-format", default="flamegraph", choices=sorted(PROFILE_SUFFIXES),
+    parser.add_argument("--profile-format", default="flamegraph", choices=sorted(PY_SPY_SUFFIXES),
                         help="py-spy's output format (default flamegraph: an SVG)")
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--show-logs", action="store_true",
@@ -955,9 +909,7 @@ def parse_args(argv=None):
     args.phases = [x.strip() for x in args.phases.split(",") if x.strip()]
     if not set(args.phases) <= {"submit", "map"}:
         parser.error("--phases takes submit and map")
-    for name in ("executors", "cores", "tasks", "processes", "rounds"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    require_positive(parser, args, ("executors", "cores", "tasks", "processes", "rounds"))
     if args.baseline < 0:
         parser.error("--baseline must be >= 0")
     if args.profile:
@@ -980,95 +932,63 @@ def main(argv=None):
     errors = {}
     killed = []
     memory = {}
-    log_fd, log_path = tempfile.mkstemp(prefix="zsched-scale-", suffix=".log")
-    log_file = sys.stderr if args.show_logs else os.fdopen(log_fd, "w")
-    if args.show_logs:
-        os.close(log_fd)
-
-    def log(message):
-        print(message, file=sys.stderr, flush=True)
-
-    import logging
-    # the client's log records (this process) go with the driver's and executors' output
-    logging.basicConfig(level=logging.WARNING, stream=log_file,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
+    log_path = None if args.show_logs else new_log_file("zsched-scale-")
     interrupted = False
-    try:
-        for r in range(args.rounds):
-            order = configs[r % len(configs):] + configs[:r % len(configs)]
-            for n in order:
-                if n in errors:
-                    continue
-                log(f"round {r + 1}/{args.rounds}: {n:,} executors")
+    # the driver, the executors and this process's log records all go to the log file
+    with output_to_log(log_path, not args.show_logs) as progress:
+        def log(message):
+            print(message, file=progress, flush=True)
+
+        try:
+            for r in range(args.rounds):
+                order = configs[r % len(configs):] + configs[:r % len(configs)]
+                for n in order:
+                    if n in errors:
+                        continue
+                    log(f"round {r + 1}/{args.rounds}: {n:,} executors")
+                    try:
+                        per_round[n].append(run_config(args, n, r, log, killed))
+                    except KeyboardInterrupt:
+                        raise
+                    except Exception as exc:
+                        errors[n] = f"round {r + 1}: {type(exc).__name__}: {exc}"
+                        log(f"  FAILED: {errors[n]}\n{traceback.format_exc()}")
+            if not args.no_memory:
+                log(f"memory: {args.tasks:,} tasks queued, no executors")
                 try:
-                    per_round[n].append(run_config(args, n, r, log, log_file, killed))
+                    memory = run_memory(args, log, killed)
                 except KeyboardInterrupt:
                     raise
                 except Exception as exc:
-                    errors[n] = f"round {r + 1}: {type(exc).__name__}: {exc}"
-                    log(f"  FAILED: {errors[n]}\n{traceback.format_exc()}")
-        if not args.no_memory:
-            log(f"memory: {args.tasks:,} tasks queued, no executors")
-            try:
-                memory = run_memory(args, log, log_file, killed)
-            except KeyboardInterrupt:
-                raise
-            except Exception as exc:
-                errors["memory"] = f"{type(exc).__name__}: {exc}"
-                log(f"  FAILED: {errors['memory']}\n{traceback.format_exc()}")
-    except KeyboardInterrupt:
-        interrupted = True
-        log("interrupted: stopping every process started here")
-    finally:
-        left = list(_children)
-        stop_all_children()
-        killed.extend(f"left running: {c.name}" for c in left)
-        if not args.show_logs:
-            log_file.close()
+                    errors["memory"] = f"{type(exc).__name__}: {exc}"
+                    log(f"  FAILED: {errors['memory']}\n{traceback.format_exc()}")
+        except KeyboardInterrupt:
+            interrupted = True
+            log("interrupted: stopping every process started here")
+        finally:
+            left = list(_children)
+            stop_all_children()
+            killed.extend(f"left running: {c.name}" for c in left)
     if interrupted:
-        print(f"interrupted; log output kept in {log_path}", file=sys.stderr)
+        kept = f"; log output kept in {log_path}" if log_path else ""
+        print(f"interrupted{kept}", file=sys.stderr)
         return 130
 
-    medians = {n: {} for n in configs}
-    for n in configs:
-        keys = {k for r in per_round[n] for k in r}
-        medians[n] = {k: median(per_round[n], k) for k in keys}
+    medians = {n: {k: median(per_round[n], k) for k in {k for r in per_round[n] for k in r}}
+               for n in configs}
     ratios = print_table(args, configs, medians, memory)
     for name, text in errors.items():
         print(f"error ({name}): {text}")
     if killed:
         print(f"processes that had to be killed: {', '.join(killed)}")
-    with open(log_path, errors="replace") as f:
-        log_lines = f.read().splitlines()
-    notable = [line for line in log_lines if " WARNING " in line or " ERROR " in line
-               or "Traceback" in line]
-    expected = [line for line in notable if "Removed executor" in line]  # the closed connections
-    others = [line for line in notable if line not in expected]
-    if others or errors:
-        print(f"log output: {len(log_lines)} lines, {len(others)} unexpected warnings/errors, "
-              f"kept in {log_path}")
-        for line in others[:10]:
-            print(f"  {line[:200]}")
-    else:
-        print(f"log output: {len(log_lines)} lines, no warnings or errors besides "
-              f"{len(expected)} 'Removed executor' (the closed connections)")
-        os.unlink(log_path)
-        log_path = None
+    if log_path is not None:
+        log_path, _ = report_log(log_path, keep=bool(errors),
+                                 expected=("Removed executor", "the closed connections"))
 
-    try:
-        import zsched
-        from zsched.fastpath import IMPLEMENTATION as fastpath
-        version = zsched.__version__
-    except Exception:
-        version = fastpath = None
     report = {
         "benchmark": "zsched-scale",
-        "zsched_version": version,
-        "fastpath": fastpath,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
+        **about_zsched(),
+        **about_machine(),
         "params": {"executors": args.executors, "baseline": args.baseline, "cores": args.cores,
                    "tasks": args.tasks, "processes": args.processes, "rounds": args.rounds,
                    "phases": args.phases, "insecure": args.insecure, "conf": args.conf,
@@ -1081,7 +1001,7 @@ def main(argv=None):
         "log_file": log_path,
         "elapsed_s": time.perf_counter() - started,
     }
-    print("JSON " + json.dumps(report, default=str))
+    print_json(report)
     return 0 if not errors and not killed else 1
 
 

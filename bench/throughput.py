@@ -15,24 +15,16 @@ absolute numbers across runs.
 """
 import argparse
 import concurrent.futures
-import contextlib
 import gc
-import importlib.util
-import json
-import logging
 import multiprocessing
 import os
-import platform
-import re
-import statistics
 import sys
-import tempfile
 import time
 import traceback
 
-if importlib.util.find_spec("zsched") is None:
-    # not installed: use this checkout's zsched (`pip install -e .` builds it in place)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _common import (Stall, about_machine, about_zsched, check_results, fmt, kill_pids, live_children,
+                     median, new_log_file, output_to_log, percentile, print_json, report_log,
+                     require_positive)
 
 
 # ---------------------------------------------------------------- task functions
@@ -49,12 +41,8 @@ def sleep_10ms(x):
 
 # ---------------------------------------------------------------- helpers
 
-class Stall(Exception):
-    """A phase did not finish within its time limit."""
-
-
 class NotInstalled(Exception):
-    pass
+    """The system's package does not import."""
 
 
 FIGURES = [
@@ -70,31 +58,14 @@ FIGURES = [
 ]
 
 
-def percentile(sorted_values, q):
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not sorted_values:
-        return None
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 def phase_timeout(n_tasks):
     """Generous limit for one phase: a stall is reported, never waited for forever."""
     return 60.0 + n_tasks / 200.0
 
 
-def check_results(results, expected, what):
-    if results != expected:
-        wrong = sum(1 for a, b in zip(results, expected) if a != b) + abs(len(results) - len(expected))
-        raise AssertionError(f"{what}: {wrong} of {len(expected)} results are wrong or missing")
-
-
 # ---------------------------------------------------------------- systems
-# Each adapter: start() (constructs; the caller times it together with a first task),
-# submit(fn, x) -> handle, wait_all(handles, timeout) -> results, map(fn, xs, timeout),
-# one(fn, x, timeout), close(). ``workers`` is the number of task slots.
+# Each adapter: start(), submit(fn, x) -> handle, wait_all(handles, timeout) -> results,
+# map(fn, xs, timeout), one(fn, x, timeout), close(); ``workers``: its task slots.
 
 class ZschedLocal:
     name = "zsched"
@@ -270,6 +241,7 @@ class MpPool:
                 pool.terminate()
             else:
                 pool.close()
+            pool.join()
 
 
 class MpPoolMap(MpPool):
@@ -284,7 +256,6 @@ class MpPoolMap(MpPool):
         except multiprocessing.TimeoutError:
             self.failed = True
             raise Stall(f"map unfinished after {timeout:.0f} s") from None
-            pool.join()
 
 
 class DaskDistributed:
@@ -384,54 +355,6 @@ ZSCHED_SYSTEMS = [ZschedLocal, ZschedEmbedded]
 PEER_SYSTEMS = [ProcessPool, MpPool, MpPoolMap, DaskDistributed, Ray]
 
 
-# ---------------------------------------------------------------- processes
-
-def _psutil():
-    try:
-        import psutil
-        return psutil
-    except ImportError:
-        return None
-
-
-def _is_helper(cmdline):
-    """multiprocessing's resource tracker / fork server: live until this process exits."""
-    return "multiprocessing.resource_tracker" in cmdline or "multiprocessing.forkserver" in cmdline
-
-
-def live_children(grace):
-    """(pid, cmdline) of this process's descendants still running after ``grace`` seconds,
-    multiprocessing helpers left out."""
-    psutil = _psutil()
-    if psutil is None:
-        return []
-    me = psutil.Process()
-    deadline = time.monotonic() + grace
-    while True:
-        alive = []
-        for child in me.children(recursive=True):
-            try:
-                if child.status() == psutil.STATUS_ZOMBIE:
-                    continue
-                cmdline = " ".join(child.cmdline())
-            except psutil.NoSuchProcess:
-                continue
-            if not _is_helper(cmdline):
-                alive.append((child.pid, cmdline))
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        time.sleep(0.1)
-
-
-def kill_pids(pids):
-    psutil = _psutil()
-    for pid in pids:
-        try:
-            psutil.Process(pid).kill()
-        except Exception:
-            pass
-
-
 # ---------------------------------------------------------------- measuring
 
 def run_round(cls, args, n_eff, log, stray):
@@ -525,36 +448,14 @@ def run_round(cls, args, n_eff, log, stray):
                 kill_pids(pid for pid, _ in leftover)
 
 
-@contextlib.contextmanager
-def stderr_to(path, enabled):
-    """Send fd 2 (this process and the children it starts) to ``path``; yield a stream
-    for progress messages that still reaches the terminal."""
-    if not enabled:
-        yield sys.stderr
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    progress = os.fdopen(os.dup(saved), "w", buffering=1)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.dup2(fd, 2)
-        os.close(fd)
-        yield progress
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        progress.close()
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description="Throughput, latency, efficiency and start-up of zsched (and peers, --compare) "
                     "on no-op tasks.")
     parser.add_argument("--tasks", type=int, default=None, metavar="N",
-                        help="no-op tasks per throughput phase (default 100000: a phase of about "
-                             "1 s for zsched, long enough that one stall of a shared machine does "
-                             "not decide it; 2000 with --quick)")
+                        help="no-op tasks per throughput phase (default 100000: long enough that "
+                             "one stall of a shared machine does not decide a phase; 2000 with "
+                             "--quick)")
     parser.add_argument("--large-map", type=int, default=None, metavar="M",
                         help="calls of the large map phase, run by the systems that chunk a map "
                              "(zsched, Pool.map) (default 1000000; 20000 with --quick; 0: none)")
@@ -587,14 +488,8 @@ def parse_args(argv=None):
         args.rounds = 1 if quick else 5 if args.compare else 3
     if args.phase_budget is None:
         args.phase_budget = 2.0 if quick else 10.0
-    for name in ("tasks", "latency_samples", "rounds", "executors"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    require_positive(parser, args, ("tasks", "latency_samples", "rounds", "executors"))
     return args
-
-
-def fmt(value, spec):
-    return "-" if value is None else spec.format(value)
 
 
 def print_table(order, labels, status, medians, per_round, args, n_eff):
@@ -677,13 +572,8 @@ def main(argv=None):
     per_round = {c.name: [] for c in classes}
     leftovers = {}
 
-    log_fd, log_path = tempfile.mkstemp(prefix="zsched-bench-", suffix=".log")
-    os.close(log_fd)
-    with stderr_to(log_path, not args.show_logs) as progress:
-        # in-process log records (clients, peers) get their level and logger name
-        logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
+    log_path = None if args.show_logs else new_log_file("zsched-bench-")
+    with output_to_log(log_path, not args.show_logs) as progress:
         def log(message):
             print(message, file=progress, flush=True)
 
@@ -720,21 +610,13 @@ def main(argv=None):
             leftovers.setdefault("end", []).extend(f"{pid} {cmd[:120]}" for pid, cmd in stray)
             kill_pids(pid for pid, _ in stray)
 
-    medians = {}
-    for name, rounds in per_round.items():
-        medians[name] = {}
-        for key, _, _ in FIGURES:
-            values = [f[key] for f in rounds if f.get(key) is not None]
-            medians[name][key] = statistics.median(values) if values else None
+    medians = {name: {key: median(rounds, key) for key, _, _ in FIGURES}
+               for name, rounds in per_round.items()}
 
     print_table(order, labels, status, medians, per_round, args, n_eff)
     ratios = print_ratios(order, labels, status, medians) if args.compare else {}
     map_ratios = print_map_against_pool(labels, status, medians) if args.compare else {}
 
-    with open(log_path, errors="replace") as f:
-        log_lines = f.read().splitlines()
-    notable = [line for line in log_lines
-               if re.search(r"\b(WARNING|ERROR|CRITICAL|Traceback)\b|Error\b|Exception\b", line)]
     print()
     for name in errors:
         print(f"{labels[name]}: {status[name]}")
@@ -742,29 +624,14 @@ def main(argv=None):
         print(f"processes still running after {labels.get(name, 'the end')} (killed): {len(items)}")
         for item in items[:10]:
             print(f"  {item}")
-    if not args.show_logs:
-        if notable or errors or leftovers:
-            print(f"log output: {len(log_lines)} lines, {len(notable)} warnings/errors, kept in {log_path}")
-            for line in notable[:10]:
-                print(f"  {line[:200]}")
-        else:
-            print(f"log output: {len(log_lines)} lines, no warnings or errors")
-            os.unlink(log_path)
-            log_path = None
+    n_notable = 0
+    if log_path is not None:
+        log_path, n_notable = report_log(log_path, keep=bool(errors or leftovers))
 
-    try:
-        import zsched
-        from zsched.fastpath import IMPLEMENTATION as fastpath
-        version = zsched.__version__
-    except Exception:
-        version = fastpath = None
     report = {
         "benchmark": "zsched-throughput",
-        "zsched_version": version,
-        "fastpath": fastpath,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
+        **about_zsched(),
+        **about_machine(),
         "params": {"tasks": args.tasks, "large_map": args.large_map,
                    "latency_samples": args.latency_samples,
                    "rounds": args.rounds, "executors": args.executors,
@@ -781,11 +648,11 @@ def main(argv=None):
         "ratios_peer_over_zsched": ratios,
         "map_over_pool_map": map_ratios,
         "leftover_processes": leftovers,
-        "log_warnings": len(notable),
+        "log_warnings": n_notable,
         "log_file": log_path,
         "elapsed_s": time.perf_counter() - started,
     }
-    print("JSON " + json.dumps(report, default=str))
+    print_json(report)
     zsched_ok = all(status[n] == "ok" and not leftovers.get(n) for n in ("zsched", "zsched_embedded"))
     return 0 if zsched_ok else 1
 
