@@ -1,8 +1,16 @@
-"""Settings: typed, validated at start-up, errors that name the setting and the value."""
+"""Settings: typed, validated at start-up, errors that name the setting, the value and the
+bounds."""
+import math
+import re
+import tempfile
+from dataclasses import fields
+
 import pytest
 
 from zsched.config import Config
+from zsched.dynamic_allocation import DynamicAllocationPolicy
 from zsched.errors import ConfigError
+from zsched.local_cluster import LocalCluster
 
 
 def test_defaults():
@@ -56,3 +64,130 @@ def test_bool_is_not_an_int():
 def test_a_heartbeat_timeout_must_exceed_its_interval(interval, timeout):
     with pytest.raises(ConfigError, match=f"{timeout}.*{interval}"):
         Config(**{interval: 5, timeout: 5})
+
+
+# The bounds of every setting, as its error message gives them.
+BOUNDS = {
+    "max_message_size": (1, 2 << 30),
+    "revive_interval": (0.001, 3600.0),
+    "min_registered_ratio": (0.0, 1.0),
+    "max_registered_waiting_time": (0.0, 86400.0),
+    "registration_timeout": (0.001, 86400.0),
+    "executor_heartbeat_interval": (0.001, 3600.0),
+    "executor_heartbeat_timeout": (0.01, 86400.0),
+    "zmq_heartbeat_interval": (0.001, 600.0),
+    "zmq_heartbeat_timeout": (0.01, 3600.0),
+    "tasks_per_core": (1, 1 << 20),
+    "prefetch_seconds": (0.0, 3600.0),
+    "max_failures": (1, 1_000_000),
+    "task_kill_timeout": (0.001, 86400.0),
+    "shutdown_timeout": (0.0, 86400.0),
+    "allocation_batch_delay": (0.001, 3600.0),
+    "allocation_batch_size": (1, 100_000),
+    "executor_start_timeout": (0.001, 86400.0),
+    "local_executor_link": ("pipe", "socket"),
+    "driver_memory_cache": (0, 1 << 40),
+}
+HEARTBEATS = {"executor_heartbeat_interval": "executor_heartbeat_timeout",
+              "zmq_heartbeat_interval": "zmq_heartbeat_timeout"}
+SETTINGS = [f.name for f in fields(Config)]
+BAD_VALUES = ["12 parsecs", "", "nan", "inf", "-inf", "1e400", "-1", "1e30",
+              math.nan, math.inf, -math.inf, -1, -0.5, 10 ** 30, 1e30, 10 ** 400, None, True]
+
+
+def test_every_setting_has_its_bounds_listed_here():
+    assert sorted(BOUNDS) == sorted(SETTINGS)
+
+
+@pytest.mark.parametrize("value", BAD_VALUES, ids=repr)
+@pytest.mark.parametrize("name", SETTINGS)
+def test_every_setting_refuses_bad_infinite_negative_and_huge_values(name, value):
+    with pytest.raises(ConfigError, match=rf"^invalid value for setting {name}: .*\(expected .+\)$"):
+        Config(**{name: value})
+    with pytest.raises(ConfigError, match=f"setting {name}: "):
+        Config.from_conf_pairs([f"{name}={value}"])
+
+
+def companions(name, value):
+    """Settings that let ``name`` take ``value``: a heartbeat timeout above its interval."""
+    if name in HEARTBEATS:
+        return {HEARTBEATS[name]: BOUNDS[HEARTBEATS[name]][1]}
+    if name in HEARTBEATS.values():
+        interval = next(i for i, t in HEARTBEATS.items() if t == name)
+        return {interval: BOUNDS[interval][0]}
+    return {}
+
+
+@pytest.mark.parametrize("name", SETTINGS)
+def test_every_setting_takes_its_bounds_and_refuses_beyond(name):
+    low, high = BOUNDS[name]
+    for value in (low, high):
+        assert getattr(Config(**{name: value}, **companions(name, value)), name) == value
+        pairs = [f"{key}={text}" for key, text in {name: value, **companions(name, value)}.items()]
+        assert getattr(Config.from_conf_pairs(pairs), name) == value
+    if isinstance(low, str):
+        return
+    expected = rf"\(expected .* {high if isinstance(high, int) else f'{high:g}'}"
+    beyond = [high + 1, high * 1.01] + ([low - 1] if isinstance(low, int) else [low / 2] if low else [])
+    for value in beyond:
+        with pytest.raises(ConfigError, match=rf"setting {name}: .*{expected}"):
+            Config(**{name: value}, **companions(name, low))
+
+
+@pytest.mark.parametrize("pair, message", [
+    ("zmq_heartbeat_timeout=1e400",
+     "invalid value for setting zmq_heartbeat_timeout: '1e400' "
+     "(expected a duration from 0.01 s to 3600 s)"),
+    ("max_message_size=1e30",
+     "invalid value for setting max_message_size: '1e30' "
+     "(expected a size from 1 to 2147483648 bytes (2 GiB))"),
+    ("revive_interval=0.5ms",
+     "invalid value for setting revive_interval: '0.5ms' "
+     "(expected a duration from 0.001 s to 3600 s)"),
+])
+def test_the_error_gives_the_value_and_the_bounds(pair, message):
+    with pytest.raises(ConfigError) as raised:
+        Config.from_conf_pairs([pair])
+    assert str(raised.value) == message
+
+
+def test_the_defaults_are_within_the_bounds():
+    for name in SETTINGS:
+        low, high = BOUNDS[name]
+        value = getattr(Config(), name)
+        assert value in (low, high) if isinstance(low, str) else low <= value <= high
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(n_executors=-1), "n_executors must be from 0 to 8192, got -1"),
+    (dict(n_executors=10 ** 9), "n_executors"),
+    (dict(n_executors=1.5), "n_executors must be an integer"),
+    (dict(port=70000), "port must be from 0 to 65535"),
+    (dict(max_message_size=1e30), "setting max_message_size"),
+    (dict(zmq_heartbeat_timeout=math.inf), "setting zmq_heartbeat_timeout"),
+    (dict(conf={"zmq_heartbeat_interval": "1e400"}), "setting zmq_heartbeat_interval"),
+    (dict(dynamic_allocation=True, min_executors=3, max_executors=2),
+     "min_executors 3 is above max_executors 2"),
+    (dict(dynamic_allocation=True, initial_executors=-1), "initial_executors"),
+    (dict(dynamic_allocation=True, backlog_timeout=math.nan), "backlog_timeout"),
+    (dict(dynamic_allocation=True, executor_idle_timeout=1e400), "executor_idle_timeout"),
+])
+@pytest.mark.parametrize("in_process", [False, True], ids=["process", "in_process"])
+def test_a_local_cluster_refuses_bad_arguments_before_it_starts(kwargs, named, in_process,
+                                                                 monkeypatch):
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **_: pytest.fail("the cluster started"))
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        LocalCluster(**kwargs, in_process=in_process)
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(min_executors=-1), "min_executors"),
+    (dict(min_executors=3, max_executors=2), "min_executors 3 is above max_executors 2"),
+    (dict(max_executors=10 ** 30), "max_executors"),
+    (dict(backlog_timeout=math.inf), "backlog_timeout"),
+    (dict(idle_timeout=math.nan), "idle_timeout"),
+    (dict(idle_timeout=-1), "idle_timeout"),
+])
+def test_the_dynamic_allocation_policy_refuses_bad_bounds_naming_them(kwargs, named):
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        DynamicAllocationPolicy(**kwargs)

@@ -190,7 +190,7 @@ def test_ipc_path_of_a_live_driver_is_refused(driver_factory, tmp_path):
         assert client.executor_ids() == []
     result = subprocess.run([sys.executable, os.path.join(BIN, "driver"), "--insecure",
                              "--ipc-path", path], capture_output=True, text=True, timeout=30)
-    assert result.returncode == 2, result.stdout
+    assert result.returncode == 1, result.stdout
     assert f"--ipc-path {path!r} is in use by another process" in result.stderr
     with zsched.Client(f"ipc://{path}", timeout=30) as client:  # the first one still serves
         assert client.executor_ids() == []
@@ -307,7 +307,7 @@ def test_bad_conf_exits_nonzero_naming_the_setting(conf, named, tmp_path):
         [sys.executable, os.path.join(BIN, "driver"), "--port", "0",
          "--secret-file", str(tmp_path / "secret"), "--conf", conf],
         capture_output=True, text=True, timeout=30)
-    assert result.returncode != 0, result.stdout
+    assert result.returncode == 1, result.stdout
     assert named in result.stderr, result.stderr
     assert "listening" not in result.stdout
     assert "Traceback" not in result.stderr, result.stderr
@@ -347,7 +347,7 @@ def test_the_driver_says_how_much_freed_memory_it_keeps(started, size, kept):
     (["--ssh-option", "Port=22"], "--ssh-option needs --hosts FILE"),
     (["--hosts", "bad-hosts"], "hosts file bad-hosts, line 2: the number of executors must be"),
     (["--dynamic-allocation"], "needs a cluster manager: --local N, --hosts FILE or --slurm"),
-    (["--dashboard-port", "70000"], "--dashboard-port must be 0 to 65535, got 70000"),
+    (["--dashboard-port", "70000"], "argument --dashboard-port: must be from 0 to 65535, got '70000'"),
     (["--ipc-path", "/tmp/" + "x" * 110], "--ipc-path must be at most 107 bytes long"),
     (["--ipc-path", "no-such-dir/driver.sock"], "--ipc-path: no directory"),
 ])
@@ -356,9 +356,63 @@ def test_bad_option_exits_nonzero(args, named, tmp_path):
     result = subprocess.run(
         [sys.executable, os.path.join(BIN, "driver"), "--insecure", *args],
         cwd=tmp_path, capture_output=True, text=True, timeout=30)
-    assert result.returncode != 0, result.stdout
+    assert result.returncode == 1, result.stdout
     assert named in result.stderr, result.stderr
     assert "listening" not in result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--conf", "zmq_heartbeat_timeout=1e400"],
+     "invalid value for setting zmq_heartbeat_timeout: '1e400' "
+     "(expected a duration from 0.01 s to 3600 s)"),
+    (["--conf", "max_message_size=1e30"], "setting max_message_size: '1e30' (expected a size"),
+    (["--conf", "zmq_heartbeat_interval=nan"], "setting zmq_heartbeat_interval: 'nan'"),
+    (["--conf", "executor_start_timeout=inf"], "setting executor_start_timeout: 'inf'"),
+    (["--conf", "shutdown_timeout=1e9"], "setting shutdown_timeout: '1e9'"),
+    (["--initial-executors", "-1"], "argument --initial-executors: must be from 0 to 100000, got '-1'"),
+    (["--min-executors", "3", "--max-executors", "2"], "--min-executors 3 is above --max-executors 2"),
+    (["--local", "1", "--dynamic-allocation", "--min-executors", "3", "--max-executors", "2"],
+     "--min-executors 3 is above --max-executors 2"),
+    (["--max-executors", "1e400"], "argument --max-executors: must be an integer from 0 to 100000"),
+    (["--port", "-1"], "argument --port: must be from 0 to 65535, got '-1'"),
+    (["--port", "99999999999999999999"], "argument --port: must be from 0 to 65535"),
+    (["--dashboard-port", "1e400"], "argument --dashboard-port: must be an integer from 0 to 65535"),
+    (["--local", "99999999"], "argument --local: must be from 0 to 8192, got '99999999'"),
+    (["--local", "1", "--cores-per-executor", "1e400"], "argument --cores-per-executor: must be an integer"),
+    (["--slurm", "--executors-per-job", "0"], "argument --executors-per-job: must be from 1 to"),
+    (["--backlog-timeout", "nan"], "argument --backlog-timeout: must be from 0.001 s to 604800 s, got 'nan'"),
+    (["--backlog-timeout", "inf"], "argument --backlog-timeout: must be from 0.001 s to 604800 s"),
+    (["--executor-idle-timeout=-inf"], "argument --executor-idle-timeout: must be from 0.001 s"),
+    (["--executor-idle-timeout", "1e400"], "argument --executor-idle-timeout: must be from 0.001 s"),
+    (["--executor-idle-timeout", "-5"], "argument --executor-idle-timeout: must be from 0.001 s"),
+    (["--secret-file", "/dev/null/secret"], "cannot create secret file /dev/null/secret"),
+    (["--hosts", "many-hosts"], "--hosts many-hosts lists 100000000000000000000 executors, more than 100000"),
+])
+def test_bad_input_is_a_usage_error_exit_1_no_traceback(args, named, tmp_path):
+    (tmp_path / "many-hosts").write_text("node1 99999999999999999999\nnode2 1\n")
+    result = subprocess.run([sys.executable, os.path.join(BIN, "driver"), "--port", "0", *args],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1, result.stdout
+    assert named in result.stderr, result.stderr
+    assert result.stderr.startswith("usage: zsched-driver"), result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "listening" not in result.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["--conf", "zmq_heartbeat_interval=1ms", "--conf", "zmq_heartbeat_timeout=3600",
+     "--conf", "max_message_size=2g", "--conf", "driver_memory_cache=0",
+     "--conf", "executor_heartbeat_timeout=86400"],
+    ["--dashboard-port", "0", "--local", "0", "--dynamic-allocation",
+     "--min-executors", "0", "--max-executors", "100000", "--initial-executors", "0",
+     "--backlog-timeout", "604800", "--executor-idle-timeout", "0.001"],
+])
+def test_the_bounds_themselves_are_accepted(started, args):
+    driver = started([sys.executable, os.path.join(BIN, "driver"), "--port", "0", "--insecure", *args])
+    assert driver.first_line is not None and LISTENING.match(driver.first_line.strip())
+    assert driver.stop() == 0, driver.err
+    assert "Traceback" not in driver.err, driver.err
 
 
 # ---------------------------------------------------------------- python -m

@@ -3,8 +3,10 @@
 The driver is configured (``--conf KEY=VALUE`` or keyword arguments) and executors and
 clients receive its settings when they register, so a cluster is configured once.
 Durations are seconds (``30``, ``30s``, ``500ms``, ``2m``); sizes are bytes
-(``134217728``, ``128MiB``, ``128m``, ``1g``).
+(``134217728``, ``128MiB``, ``128m``, ``1g``). Every setting has finite bounds: a value
+outside them is a ConfigError naming the setting, the value and the bounds.
 """
+import math
 import re
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -60,27 +62,93 @@ def parse_float(value):
     return float(value)
 
 
-# name -> (parser, check on the parsed value, what a valid value is)
+# Bounds shared by the settings below, the driver's command line and LocalCluster.
+HOUR, DAY, WEEK = 3600.0, 86400.0, 604800.0
+# Shorter than a millisecond rounds to 0 ms in ZeroMQ's options and poll timeouts (0 is "off").
+MIN_WAIT = 0.001
+MAX_PORT = 65535
+MAX_EXECUTORS = 100_000  # in one cluster
+# executor processes on one host (--local N): each runs threads, and a host's thread ids
+# often stop at 32768 (Linux's default pid_max)
+MAX_EXECUTORS_PER_HOST = 8192
+
+
+def _words(number, unit):
+    return f"{number:g} {unit}" if unit else f"{number}"
+
+
+def _size_words(size):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size and size % scale == 0:
+            return f"{size} bytes ({size // scale} {unit})"
+    return f"{size} bytes"
+
+
+def _duration(low, high):
+    return (parse_duration, lambda v: math.isfinite(v) and low <= v <= high,
+            f"a duration from {low:g} s to {high:g} s")
+
+
+def _size(low, high):
+    return (parse_size, lambda v: low <= v <= high, f"a size from {low} to {_size_words(high)}")
+
+
+def _integer(low, high):
+    return (parse_int, lambda v: low <= v <= high, f"an integer from {low} to {high}")
+
+
+def number_in(value, low, high, integer=False, unit=""):
+    """``value`` (a number or its text) as an int or a finite float from ``low`` to ``high``.
+
+    ValueError saying what is expected otherwise; callers add the name of the option."""
+    try:
+        number = parse_int(value) if integer else parse_float(value)
+        ok = low <= number <= high  # False for nan; inf is above any high
+    except (TypeError, ValueError, OverflowError):
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"must be {kind} from {_words(low, unit)} to {_words(high, unit)}, "
+                         f"got {value!r}") from None
+    if not ok:
+        raise ValueError(f"must be from {_words(low, unit)} to {_words(high, unit)}, got {value!r}")
+    return number
+
+
+def check_number(name, value, low, high, integer=False, unit=""):
+    """``number_in`` for keyword argument ``name``: ConfigError naming it otherwise."""
+    try:
+        return number_in(value, low, high, integer, unit)
+    except ValueError as exc:
+        raise ConfigError(f"{name} {exc}") from None
+
+
+# name -> (parser, check on the parsed value, what a valid value is). Every bound is finite
+# and within what the code reading the setting takes (noted where that binds).
 _RULES = {
-    "max_message_size": (parse_size, lambda v: v > 0, "a positive size in bytes"),
-    "revive_interval": (parse_duration, lambda v: v > 0, "a positive duration"),
+    # payloads are msgpack bins and frames are indexed with 32-bit offsets: under 4 GiB each
+    "max_message_size": _size(1, 2 << 30),
+    "revive_interval": _duration(MIN_WAIT, HOUR),
     "min_registered_ratio": (parse_float, lambda v: 0.0 <= v <= 1.0, "a number from 0 to 1"),
-    "max_registered_waiting_time": (parse_duration, lambda v: v >= 0, "a duration >= 0"),
-    "registration_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
-    "executor_heartbeat_interval": (parse_duration, lambda v: v > 0, "a positive duration"),
-    "executor_heartbeat_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
-    "zmq_heartbeat_interval": (parse_duration, lambda v: v > 0, "a positive duration"),
-    "zmq_heartbeat_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
-    "tasks_per_core": (parse_int, lambda v: 1 <= v <= 1 << 20, "an integer from 1 to 1048576"),
-    "prefetch_seconds": (parse_duration, lambda v: v >= 0, "a duration >= 0"),
-    "max_failures": (parse_int, lambda v: v >= 1, "an integer >= 1"),
-    "task_kill_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
-    "shutdown_timeout": (parse_duration, lambda v: v >= 0, "a duration >= 0"),
-    "allocation_batch_delay": (parse_duration, lambda v: v > 0, "a positive duration"),
-    "allocation_batch_size": (parse_int, lambda v: v >= 1, "an integer >= 1"),
-    "executor_start_timeout": (parse_duration, lambda v: v > 0, "a positive duration"),
+    "max_registered_waiting_time": _duration(0.0, DAY),
+    # executors and clients poll for that long, in milliseconds as a C int (24 days at most)
+    "registration_timeout": _duration(MIN_WAIT, DAY),
+    # each timeout must also exceed its interval (checked below)
+    "executor_heartbeat_interval": _duration(MIN_WAIT, HOUR),
+    "executor_heartbeat_timeout": _duration(0.01, DAY),
+    "zmq_heartbeat_interval": _duration(MIN_WAIT, 600.0),
+    # ZMTP sends the timeout (ZMQ_HEARTBEAT_TTL) in deciseconds in 16 bits: 6553 s at most
+    "zmq_heartbeat_timeout": _duration(0.01, HOUR),
+    # the fast path counts windows of MAX_CORES * tasks_per_core tasks in C longs
+    "tasks_per_core": _integer(1, 1 << 20),
+    "prefetch_seconds": _duration(0.0, HOUR),
+    "max_failures": _integer(1, 1_000_000),
+    "task_kill_timeout": _duration(MIN_WAIT, DAY),
+    "shutdown_timeout": _duration(0.0, DAY),
+    "allocation_batch_delay": _duration(MIN_WAIT, HOUR),
+    "allocation_batch_size": _integer(1, MAX_EXECUTORS),
+    "executor_start_timeout": _duration(MIN_WAIT, DAY),
     "local_executor_link": (str, lambda v: v in ("pipe", "socket"), "'pipe' or 'socket'"),
-    "driver_memory_cache": (parse_size, lambda v: v >= 0, "a size in bytes >= 0"),
+    # a size_t for the allocator's cache; more than a host's memory means nothing
+    "driver_memory_cache": _size(0, 1 << 40),
 }
 
 

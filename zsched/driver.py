@@ -34,7 +34,7 @@ from .arena_cache import stats as memory_cache_stats
 from .cluster import LocalClusterManager, SlurmClusterManager, SSHClusterManager
 from .cluster.hosts_file import read_hosts_file
 from .cluster.local import UNIX_SOCKET_PATH_MAX, fits_a_unix_socket
-from .config import Config
+from .config import MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config, number_in
 from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import ConfigError, ProtocolError
 from .fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
@@ -1247,30 +1247,55 @@ def _natural_key(executor_id):
 
 # ---------------------------------------------------------------- command line
 
+class _Parser(argparse.ArgumentParser):
+    """Bad input is usage and an error line on stderr, exit status 1 (as bin/executor)."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(1, f"{self.prog}: error: {message}\n")
+
+
+def _number(low, high, integer=False, unit=""):
+    """An argparse type: a number from ``low`` to ``high``; else the option's error says so."""
+    def parse(text):
+        try:
+            return number_in(text, low, high, integer, unit)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = "integer" if integer else "number"
+    return parse
+
+
+_PORT = _number(0, MAX_PORT, integer=True)
+_EXECUTORS = _number(0, MAX_EXECUTORS, integer=True)
+_TIMEOUT = _number(MIN_WAIT, WEEK, unit="s")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="zsched-driver", description="Run a zsched driver.")
+    parser = _Parser(prog="zsched-driver", description="Run a zsched driver.")
     parser.add_argument("--host", default=None,
                         help="address to bind (default 127.0.0.1; with --hosts 0.0.0.0, and each "
                              "host's executors get the address that host is reached from)")
-    parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
+    parser.add_argument("--port", type=_PORT, default=0, help="port to bind; 0 picks a free one")
     parser.add_argument("--app-id", default=None)
     parser.add_argument("--secret-file", default=None,
                         help=f"shared secret; created (mode 0600) if missing (default {default_secret_path()})")
     parser.add_argument("--insecure", action="store_true",
                         help="no authentication or encryption (anyone reaching the port can run code)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--dashboard-port", type=int, default=None, metavar="P",
+    parser.add_argument("--dashboard-port", type=_PORT, default=None, metavar="P",
                         help="serve a live dashboard and Prometheus /metrics on this port of "
                              "--host (0 picks a free one); off unless given")
     managers = parser.add_mutually_exclusive_group()
-    managers.add_argument("--local", type=int, default=None, metavar="N",
-                          help="start N executor processes on this host")
+    managers.add_argument("--local", type=_number(0, MAX_EXECUTORS_PER_HOST, integer=True),
+                          default=None, metavar="N", help="start N executor processes on this host")
     managers.add_argument("--hosts", default=None, metavar="FILE",
                           help="start executors over SSH on the hosts in FILE, one "
                                "'[user@]host[:port] [executors]' per line")
     managers.add_argument("--slurm", action="store_true",
                           help="run executors as Slurm jobs (sbatch), watched with squeue")
-    parser.add_argument("--cores-per-executor", type=int, default=1, metavar="C")
+    parser.add_argument("--cores-per-executor", type=_number(1, p.MAX_CORES, integer=True),
+                        default=1, metavar="C")
     ssh = parser.add_argument_group("executors over SSH (with --hosts)")
     ssh.add_argument("--ssh-option", action="append", default=[], metavar="OPT",
                      help="passed to ssh as -o OPT (repeatable)")
@@ -1281,19 +1306,19 @@ def build_parser():
     slurm.add_argument("--partition", default=None, metavar="P", help="Slurm partition (default: Slurm's)")
     slurm.add_argument("--slurm-option", action="append", default=[], metavar="OPT",
                        help="passed to sbatch, e.g. --slurm-option=--time=60 (repeatable)")
-    slurm.add_argument("--executors-per-job", type=int, default=1, metavar="N",
-                       help="executors each job runs (default 1)")
+    slurm.add_argument("--executors-per-job", type=_number(1, MAX_EXECUTORS, integer=True),
+                       default=1, metavar="N", help="executors each job runs (default 1)")
     dynamic = parser.add_argument_group("dynamic allocation (with --local, --hosts or --slurm)")
     dynamic.add_argument("--dynamic-allocation", action="store_true",
                          help="grow the executors with the backlog, shrink them when idle")
-    dynamic.add_argument("--min-executors", type=int, default=0, metavar="N")
-    dynamic.add_argument("--max-executors", type=int, default=None, metavar="N")
-    dynamic.add_argument("--initial-executors", type=int, default=None, metavar="N",
+    dynamic.add_argument("--min-executors", type=_EXECUTORS, default=0, metavar="N")
+    dynamic.add_argument("--max-executors", type=_EXECUTORS, default=None, metavar="N")
+    dynamic.add_argument("--initial-executors", type=_EXECUTORS, default=None, metavar="N",
                          help="executors at start, also without dynamic allocation (default: "
                               "--local N, all the hosts' executors, or one Slurm job)")
-    dynamic.add_argument("--backlog-timeout", type=float, default=1.0, metavar="S",
+    dynamic.add_argument("--backlog-timeout", type=_TIMEOUT, default=1.0, metavar="S",
                          help="add executors while tasks have waited this long (default 1)")
-    dynamic.add_argument("--executor-idle-timeout", type=float, default=60.0, metavar="S",
+    dynamic.add_argument("--executor-idle-timeout", type=_TIMEOUT, default=60.0, metavar="S",
                          help="decommission executors idle this long (default 60)")
     parser.add_argument("--ipc-path", default=None, metavar="PATH",
                         help="also listen at this Unix socket, in a directory private to you: "
@@ -1329,12 +1354,7 @@ def _open_unix_socket(text):
 
 def _cluster_manager(args):
     """The cluster manager the command line asks for, or None; ConfigError if malformed."""
-    if not 1 <= args.cores_per_executor <= p.MAX_CORES:
-        raise ConfigError(f"--cores-per-executor must be from 1 to {p.MAX_CORES}, "
-                          f"got {args.cores_per_executor}")
     if args.local is not None:
-        if args.local < 0:
-            raise ConfigError(f"--local must be >= 0, got {args.local}")
         hostname = args.host if args.host not in ("0.0.0.0", "*") else socket.gethostname()
         return LocalClusterManager(args.cores_per_executor, hostname=hostname,
                                    log_level=args.log_level)
@@ -1346,8 +1366,6 @@ def _cluster_manager(args):
     if args.ssh_option:
         raise ConfigError("--ssh-option needs --hosts FILE")
     if args.slurm:
-        if args.executors_per_job < 1:
-            raise ConfigError(f"--executors-per-job must be >= 1, got {args.executors_per_job}")
         return SlurmClusterManager(args.cores_per_executor, partition=args.partition,
                                    slurm_options=args.slurm_option,
                                    executors_per_job=args.executors_per_job,
@@ -1385,30 +1403,34 @@ def main(argv=None):
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = Config.from_conf_pairs(args.conf)
-        if args.dashboard_port is not None and not 0 <= args.dashboard_port < 65536:
-            raise ConfigError(f"--dashboard-port must be 0 to 65535, got {args.dashboard_port}")
-        if args.initial_executors is not None and args.initial_executors < 0:
-            raise ConfigError(f"--initial-executors must be >= 0, got {args.initial_executors}")
+        if args.max_executors is not None and args.min_executors > args.max_executors:
+            raise ConfigError(f"--min-executors {args.min_executors} is above "
+                              f"--max-executors {args.max_executors}")
+        policy = None
+        if args.dynamic_allocation:
+            policy = DynamicAllocationPolicy(args.min_executors, args.max_executors,
+                                             args.backlog_timeout, args.executor_idle_timeout)
         if args.ipc_path is not None:
             check_ipc_path(args.ipc_path)
         manager = _cluster_manager(args)
+        if manager is not None and (manager.capacity() or 0) > MAX_EXECUTORS:
+            raise ConfigError(f"--hosts {args.hosts} lists {manager.capacity()} executors, "
+                              f"more than {MAX_EXECUTORS}")
         keys = secret_file = None
         if not args.insecure:
             secret_file = args.secret_file or default_secret_path()
-            if create_secret_file(secret_file):
+            try:
+                created = create_secret_file(secret_file)
+            except OSError as exc:
+                raise ConfigError(f"cannot create secret file {secret_file}: {exc}") from None
+            if created:
                 log.info("created secret file %s", secret_file)
             keys = load_keys(secret_file, use_environment=False)
     except ConfigError as exc:
         parser.error(str(exc))
     log.info("freed memory kept for reuse: %s", keep_freed_memory(config.driver_memory_cache))
-    policy = None
     initial = _initial_executors(args, manager)
-    if args.dynamic_allocation:
-        try:
-            policy = DynamicAllocationPolicy(args.min_executors, args.max_executors,
-                                             args.backlog_timeout, args.executor_idle_timeout)
-        except ValueError as exc:
-            parser.error(str(exc))
+    if policy is not None:
         if manager is None:
             parser.error("--dynamic-allocation needs a cluster manager: --local N, --hosts FILE or --slurm")
         initial = policy.clamp(args.initial_executors if args.initial_executors is not None

@@ -12,6 +12,9 @@ driver gives it what it sees and applies what it decides.
 import math
 from dataclasses import dataclass, field
 
+from .config import MAX_EXECUTORS, MIN_WAIT, WEEK, check_number
+from .errors import ConfigError
+
 
 @dataclass
 class Decision:
@@ -21,14 +24,20 @@ class Decision:
 
 
 class DynamicAllocationPolicy:
+    """The policy; bounds out of range are a ConfigError naming the argument."""
+
     def __init__(self, min_executors=0, max_executors=None, backlog_timeout=1.0,
                  idle_timeout=60.0):
-        max_executors = math.inf if max_executors is None else max_executors
-        if min_executors < 0 or max_executors < min_executors:
-            raise ValueError(f"need 0 <= min_executors <= max_executors, got {min_executors} "
-                             f"and {max_executors}")
-        if backlog_timeout <= 0 or idle_timeout <= 0:
-            raise ValueError("backlog_timeout and idle_timeout must be positive")
+        min_executors = check_number("min_executors", min_executors, 0, MAX_EXECUTORS, integer=True)
+        if max_executors is None:
+            max_executors = math.inf
+        else:
+            max_executors = check_number("max_executors", max_executors, 0, MAX_EXECUTORS,
+                                         integer=True)
+            if max_executors < min_executors:
+                raise ConfigError(f"min_executors {min_executors} is above max_executors {max_executors}")
+        backlog_timeout = check_number("backlog_timeout", backlog_timeout, MIN_WAIT, WEEK, unit="s")
+        idle_timeout = check_number("idle_timeout", idle_timeout, MIN_WAIT, WEEK, unit="s")
         self.min_executors = min_executors
         self.max_executors = max_executors
         self.backlog_timeout = backlog_timeout

@@ -942,10 +942,21 @@ def _fd_pair(text):
         read_fd, write_fd = (int(part) for part in text.split(","))
         for fd in (read_fd, write_fd):
             os.fstat(fd)
-    except (ValueError, OSError):
+    except (ValueError, OSError, OverflowError):
         raise argparse.ArgumentTypeError(
             f"--driver-fds must be two open file descriptors READ,WRITE, got {text!r}") from None
     return read_fd, write_fd
+
+
+def _registration_timeout():
+    """``ZSCHED_REGISTRATION_TIMEOUT`` if set, else the default; ConfigError naming it if bad."""
+    value = os.environ.get(REGISTRATION_TIMEOUT_ENV)
+    if not value:
+        return Config().registration_timeout
+    try:
+        return Config(registration_timeout=value).registration_timeout
+    except ConfigError as exc:
+        raise ConfigError(f"{REGISTRATION_TIMEOUT_ENV}: {exc}") from None
 
 
 def parse_args(argv):
@@ -981,8 +992,8 @@ def main(argv=None):
                         format=f"%(asctime)s %(levelname)s executor {args.executor_id}: %(message)s")
     try:
         keys = load_keys(args.secret_file)
-        timeout = float(os.environ.get(REGISTRATION_TIMEOUT_ENV) or Config().registration_timeout)
-    except (ConfigError, ValueError) as exc:
+        timeout = _registration_timeout()
+    except ConfigError as exc:
         sys.stderr.write(f"{exc}\n")
         return 1
     backend = ExecutorBackend(args.driver_url, args.executor_id, args.hostname, args.cores,

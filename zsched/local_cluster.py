@@ -25,9 +25,10 @@ import weakref
 
 from .cluster.local import (LocalClusterManager, child_environment, fits_a_unix_socket,
                             module_command)
-from .config import Config
+from .config import (MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config,
+                     check_number)
 from .dynamic_allocation import DynamicAllocationPolicy
-from .errors import DriverConnectionError
+from .errors import ConfigError, DriverConnectionError
 from .pipe_link import PipeLink, close_fds, pipe_pair
 from .protocol import MAX_CORES, frame_limit
 from .security import create_secret_file, load_keys
@@ -75,12 +76,28 @@ class LocalCluster:
                  log_level="WARNING", dynamic_allocation=False, min_executors=0,
                  max_executors=None, initial_executors=None, backlog_timeout=1.0,
                  executor_idle_timeout=60.0, dashboard=False, in_process=False, **settings):
-        if n_executors < 0:
-            raise ValueError(f"n_executors must be >= 0, got {n_executors}")
-        if not 1 <= cores_per_executor <= MAX_CORES:
-            raise ValueError(f"cores_per_executor must be from 1 to {MAX_CORES}, got {cores_per_executor}")
+        # bad arguments fail here, naming them, rather than in the driver or in ZeroMQ
+        on_this_host = type(self)._manager_arguments is LocalCluster._manager_arguments
+        n_executors = check_number("n_executors", n_executors, 0,
+                                   MAX_EXECUTORS_PER_HOST if on_this_host else MAX_EXECUTORS,
+                                   integer=True)
+        cores_per_executor = check_number("cores_per_executor", cores_per_executor, 1, MAX_CORES,
+                                          integer=True)
+        port = check_number("port", port, 0, MAX_PORT, integer=True)
+        min_executors = check_number("min_executors", min_executors, 0, MAX_EXECUTORS, integer=True)
+        if max_executors is not None:
+            max_executors = check_number("max_executors", max_executors, 0, MAX_EXECUTORS,
+                                         integer=True)
+            if min_executors > max_executors:
+                raise ConfigError(f"min_executors {min_executors} is above max_executors {max_executors}")
+        if initial_executors is not None:
+            initial_executors = check_number("initial_executors", initial_executors, 0,
+                                             MAX_EXECUTORS, integer=True)
+        backlog_timeout = check_number("backlog_timeout", backlog_timeout, MIN_WAIT, WEEK, unit="s")
+        executor_idle_timeout = check_number("executor_idle_timeout", executor_idle_timeout,
+                                             MIN_WAIT, WEEK, unit="s")
         values = {**(conf or {}), **settings}
-        config = Config.from_mapping(values)  # a bad setting fails here, naming it
+        config = Config.from_mapping(values)
         self.n_executors = n_executors
         self.app_id = app_id or f"local-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
         self._closed = False
@@ -114,7 +131,7 @@ class LocalCluster:
             command += ["--dashboard-port", "0"]
         if dynamic_allocation:
             policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
-                                             executor_idle_timeout)  # bad bounds fail here
+                                             executor_idle_timeout)
             command += ["--dynamic-allocation", "--min-executors", str(min_executors),
                         "--backlog-timeout", str(backlog_timeout),
                         "--executor-idle-timeout", str(executor_idle_timeout)]
@@ -185,7 +202,7 @@ class LocalCluster:
         policy = None
         if dynamic_allocation:
             policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
-                                             executor_idle_timeout)  # bad bounds fail here
+                                             executor_idle_timeout)
             n_executors = policy.clamp(n_executors if initial_executors is None else initial_executors)
         keys = None
         if not insecure:
