@@ -96,7 +96,7 @@ def test_the_dashboard_prints_its_url_with_a_token_and_metrics_match_the_work(tm
         assert get(f"{base}?token={token}")[0] == 200
         with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
             wait_for(lambda: len(client.executor_ids()) == 2, 30, message="2 executors")
-            assert sum(client.map(abs, range(-100, 0))) == 5050
+            assert sum(client.map(abs, range(-100, 0), chunksize=1)) == 5050  # 100 tasks
             bad = client.submit(boom, 1)
             assert isinstance(bad.exception(30), ValueError)
 
