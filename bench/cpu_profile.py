@@ -1,154 +1,162 @@
-"""CPU per no-op task of each process of a LocalCluster, and efficiency on 10 ms tasks.
+"""Where a flood's CPU goes in a LocalCluster: CPU time per no-op task of the client, the
+driver and the executors, each split into its main thread and the others; optionally
+recorded with py-spy.
 
-    python bench/executor_cpu.py                      # 100k no-op tasks, 3 rounds
-    python bench/executor_cpu.py --tasks 50000 --rounds 5 --eff-rounds 5
-    python bench/executor_cpu.py --tasks-per-core 64     # a shallower window than the default
+    python bench/cpu_profile.py                      # 3 floods of 100,000 no-op tasks, 2 executors
+    python bench/cpu_profile.py --quick              # a smoke run
+    python bench/cpu_profile.py --py-spy DIR         # also record every process with py-spy
+    python bench/cpu_profile.py --conf tasks_per_core=64
 
-A LocalCluster of ``--executors`` executors x 1 core runs floods of no-op tasks (one
-``submit`` per task, then wait for all); the CPU time (user + system, every thread) that
-the client (this process), the driver and the executors spent during each flood is
-divided by the number of tasks. CPU time, unlike wall-clock time, says what one process
-costs even on a machine shared with other work. Then ``--eff-tasks`` per executor of
-``time.sleep(0.01)`` run: efficiency is ideal / measured time, as bench/throughput.py.
-Figures are medians over rounds; one line ``JSON {...}`` at the end has them all.
+A LocalCluster of ``--executors`` executors x 1 core runs floods of no-op tasks: one
+``submit`` per task, every future kept, then ``result()`` of each. The CPU time (user and
+system) each process spent during a flood, divided by its tasks, says what that process
+costs even on a machine shared with other work. The client is this process; the main
+thread of the driver is its loop, of an executor its loop too (its task threads and
+ZeroMQ's I/O thread are the others). With ``--py-spy DIR``, py-spy records the client, the
+driver and each executor during every flood, into ``DIR/<process>-r<round>.<suffix>``.
+Figures are medians over floods. Output: a table, then one line ``JSON {...}``.
 """
 import argparse
 import gc
-import importlib.util
-import json
 import os
-import statistics
+import shutil
+import subprocess
 import sys
 import time
 
-if importlib.util.find_spec("zsched") is None:
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import psutil  # noqa: E402
-
-import zsched  # noqa: E402
+from _common import (PY_SPY_SUFFIXES, PySpy, about_machine, about_zsched, check_results, median,
+                     print_json, require_positive)
 
 
 def noop(x):
     return x
 
 
-def sleep_10ms(x):
-    time.sleep(0.01)
-    return x
-
-
 def cpu_seconds(process):
-    times = process.cpu_times()
-    return times.user + times.system
+    """(all threads, main thread) CPU seconds of a psutil process; zeros once it is gone."""
+    import psutil
+    try:
+        threads = process.threads()
+    except psutil.Error:
+        return 0.0, 0.0
+    main = sum(t.user_time + t.system_time for t in threads if t.id == process.pid)
+    return sum(t.user_time + t.system_time for t in threads), main
 
 
-def processes(cluster):
-    """(driver, [executors]) as psutil processes."""
-    driver = psutil.Process(cluster._process.pid)
+def cluster_processes(cluster):
+    """{name: psutil process} of the client (this process), the driver and the executors."""
+    import psutil
+    me = psutil.Process()
+    drivers = [p for p in me.children() if "zsched.driver" in " ".join(p.cmdline())]
+    if len(drivers) != 1:
+        raise RuntimeError(f"expected one driver process among this process's children, found {len(drivers)}")
     deadline = time.monotonic() + 30
     while True:
-        executors = [c for c in driver.children()
-                     if "zsched.executor" in " ".join(c.cmdline())]
+        executors = [p for p in drivers[0].children() if "zsched.executor" in " ".join(p.cmdline())]
         if len(executors) >= cluster.n_executors or time.monotonic() > deadline:
-            return driver, executors
+            break
         time.sleep(0.05)
-
-
-def thread_cpu(process):
-    """{thread name (its comm; Python threads are 'python'): [user, system] seconds}."""
-    out = {}
-    for tid in os.listdir(f"/proc/{process.pid}/task"):
-        try:
-            with open(f"/proc/{process.pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{process.pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if name.startswith("python") or name == "MainThread":
-            name = "loop thread" if int(tid) == process.pid else "task threads"
-        ticks = os.sysconf("SC_CLK_TCK")
-        cell = out.setdefault(name, [0.0, 0.0])
-        cell[0] += int(fields[11]) / ticks
-        cell[1] += int(fields[12]) / ticks
-    return out
+    return {"client": me, "driver": drivers[0],
+            **{f"executor {i}": p for i, p in enumerate(sorted(executors, key=lambda p: p.pid))}}
 
 
 def flood(client, n):
-    futures = [client.submit(noop, x) for x in range(n)]
-    results = [f.result(timeout=120) for f in futures]
-    if results != list(range(n)):
-        raise AssertionError("wrong results")
+    xs = list(range(n))
+    futures = [client.submit(noop, x) for x in xs]
+    check_results([f.result(timeout=60 + n / 1000) for f in futures], xs, "flood")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--executors", type=int, default=2)
-    parser.add_argument("--eff-tasks", type=int, default=100, help="10 ms tasks per executor")
-    parser.add_argument("--eff-rounds", type=int, default=3)
-    parser.add_argument("--tasks-per-core", type=int, default=None,
-                        help="the cluster's tasks_per_core (default: zsched's own)")
-    args = parser.parse_args(argv)
-    settings = {} if args.tasks_per_core is None else {"tasks_per_core": args.tasks_per_core}
-
-    me = psutil.Process()
-    figures = {"client_us": [], "driver_us": [], "executors_us": [], "tasks_per_s": [],
-               "efficiency_10ms": []}
-    with zsched.LocalCluster(n_executors=args.executors, cores_per_executor=1, **settings) as cluster:
+def run(args, log):
+    """The floods; {figure: [one value per flood]}."""
+    import zsched
+    conf = dict(pair.split("=", 1) for pair in args.conf)
+    rounds = []
+    with zsched.LocalCluster(n_executors=args.executors, cores_per_executor=1, conf=conf) as cluster:
         client = cluster.client()
-        driver, executors = processes(cluster)
-        flood(client, 2000)  # warm-up: functions shipped, windows adapted
-        for _ in range(args.rounds):
+        processes = cluster_processes(cluster)
+        flood(client, min(args.tasks, 2000))  # warm-up: functions shipped, windows sized
+        for r in range(args.rounds):
             gc.collect()
-            threads_before = [thread_cpu(e) for e in executors]
-            before = [cpu_seconds(me), cpu_seconds(driver), sum(map(cpu_seconds, executors))]
+            profilers = []
+            if args.py_spy:
+                suffix = PY_SPY_SUFFIXES[args.py_spy_format]
+                profilers = [PySpy(p.pid, os.path.join(args.py_spy, f"{name.replace(' ', '')}-r{r + 1}.{suffix}"),
+                                   args.py_spy_format, subprocess.DEVNULL)
+                             for name, p in processes.items()]
+            before = {name: cpu_seconds(p) for name, p in processes.items()}
             t0 = time.perf_counter()
             flood(client, args.tasks)
             elapsed = time.perf_counter() - t0
-            after = [cpu_seconds(me), cpu_seconds(driver), sum(map(cpu_seconds, executors))]
-            for key, a, b in zip(("client_us", "driver_us", "executors_us"), before, after):
-                figures[key].append((b - a) / args.tasks * 1e6)
-            figures["tasks_per_s"].append(args.tasks / elapsed)
-            threads_after = [thread_cpu(e) for e in executors]
-            split = {}
-            for b, a in zip(threads_before, threads_after):
-                for name, (user, system) in a.items():
-                    ub, sb = b.get(name, (0.0, 0.0))
-                    for kind, now, then in (("user", user, ub), ("sys", system, sb)):
-                        split[f"{name} {kind}"] = (split.get(f"{name} {kind}", 0.0)
-                                                   + (now - then) / args.tasks * 1e6)
-            figures.setdefault("executor_threads_us", []).append(split)
-        n_eff = args.eff_tasks * args.executors
-        for _ in range(args.eff_rounds):
-            gc.collect()
-            t0 = time.perf_counter()
-            futures = [client.submit(sleep_10ms, y) for y in range(n_eff)]
-            for f in futures:
-                f.result(timeout=120)
-            elapsed = time.perf_counter() - t0
-            figures["efficiency_10ms"].append(n_eff * 0.01 / args.executors / elapsed)
+            after = {name: cpu_seconds(p) for name, p in processes.items()}
+            for profiler in profilers:
+                profiler.stop()
+            figures = {"tasks_per_s": args.tasks / elapsed}
+            for name in processes:
+                kind = "executors" if name.startswith("executor") else name
+                total, main = (b - a for a, b in zip(before[name], after[name]))
+                figures[f"{kind}_us"] = figures.get(f"{kind}_us", 0.0) + total / args.tasks * 1e6
+                figures[f"{kind}_main_us"] = figures.get(f"{kind}_main_us", 0.0) + main / args.tasks * 1e6
+            figures["all_us"] = sum(figures[f"{k}_us"] for k in ("client", "driver", "executors"))
+            rounds.append(figures)
+            log(f"flood {r + 1}/{args.rounds}: {args.tasks:,} tasks, {figures['tasks_per_s']:,.0f}/s")
         client.shutdown()
+    return rounds
 
-    split = figures.pop("executor_threads_us", [])
-    medians = {k: statistics.median(v) for k, v in figures.items() if v}
-    window = "" if args.tasks_per_core is None else f", tasks_per_core {args.tasks_per_core}"
-    print(f"zsched {os.path.dirname(zsched.__file__)}: {args.executors} executors x 1 core{window}, "
-          f"median of {args.rounds} flood(s) of {args.tasks} no-op tasks")
-    print(f"  CPU per task: client {medians['client_us']:.2f} us, driver "
-          f"{medians['driver_us']:.2f} us, executors (together) {medians['executors_us']:.2f} us")
-    if split:
-        names = sorted(split[0])
-        print("  executors' threads, us per task (summed over executors; median): " + ", ".join(
-            f"{n} {statistics.median(s.get(n, 0.0) for s in split):.2f}" for n in names))
-    print(f"  {medians['tasks_per_s']:,.0f} tasks/s", end="")
-    if "efficiency_10ms" in medians:
-        print(f"; efficiency on 10 ms tasks {medians['efficiency_10ms']:.3f} "
-              f"(median of {args.eff_rounds})", end="")
-    print()
-    print("JSON " + json.dumps({"median": medians, "rounds": figures, "executor_threads_us": split}))
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=None, metavar="N",
+                        help="no-op tasks per flood (default 100000; 20000 with --quick)")
+    parser.add_argument("--rounds", type=int, default=None, metavar="R",
+                        help="floods; figures are medians (default 3; 1 with --quick)")
+    parser.add_argument("--executors", type=int, default=2, metavar="N",
+                        help="executors of one core each (default 2)")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="cluster setting, as bin/driver --conf (repeatable)")
+    parser.add_argument("--py-spy", default=None, metavar="DIR",
+                        help="record every process with py-spy during each flood, output in DIR")
+    parser.add_argument("--py-spy-format", default="flamegraph", choices=sorted(PY_SPY_SUFFIXES),
+                        help="py-spy's output format (default flamegraph: an SVG)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    args = parser.parse_args(argv)
+    if args.tasks is None:
+        args.tasks = 20_000 if args.quick else 100_000
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
+    require_positive(parser, args, ("tasks", "rounds", "executors"))
+    if any("=" not in pair for pair in args.conf):
+        parser.error("--conf takes KEY=VALUE")
+    if args.py_spy:
+        if shutil.which("py-spy") is None:
+            parser.error("--py-spy needs py-spy (pip install py-spy)")
+        os.makedirs(args.py_spy, exist_ok=True)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from zsched.errors import ConfigError
+    try:
+        rounds = run(args, lambda message: print(message, file=sys.stderr, flush=True))
+    except ConfigError as exc:
+        raise SystemExit(f"cpu_profile.py: {exc}") from None
+    medians = {key: median(rounds, key) for key in rounds[0]}
+    conf = f", {', '.join(args.conf)}" if args.conf else ""
+    print(f"zsched CPU per task: LocalCluster of {args.executors} executor(s) x 1 core{conf}, "
+          f"floods of {args.tasks:,} no-op tasks, median of {args.rounds}; {os.cpu_count()} CPUs")
+    header = f"{'process':<22}{'CPU us/task':>12}{'main thread':>13}{'other threads':>15}"
+    print(header)
+    print("-" * len(header))
+    for kind, label in (("client", "client (this process)"), ("driver", "driver"),
+                        ("executors", "executors, together")):
+        total, main = medians[f"{kind}_us"], medians[f"{kind}_main_us"]
+        print(f"{label:<22}{total:>12.2f}{main:>13.2f}{total - main:>15.2f}")
+    print(f"{'all':<22}{medians['all_us']:>12.2f}")
+    print(f"flood rate: {medians['tasks_per_s']:,.0f} tasks/s")
+    print_json({"benchmark": "zsched-cpu-profile", **about_zsched(), **about_machine(),
+                "params": {"tasks": args.tasks, "rounds": args.rounds, "executors": args.executors,
+                           "conf": args.conf, "py_spy": args.py_spy},
+                "median": medians, "rounds": rounds})
 
 
 if __name__ == "__main__":
