@@ -12,6 +12,7 @@ import logging
 import os
 import platform
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -196,12 +197,37 @@ def kill_pids(pids):
 PY_SPY_SUFFIXES = {"flamegraph": "svg", "raw": "txt", "speedscope": "json"}
 
 
+def add_profile_options(parser, what):
+    """``--profile DIR`` (py-spy records ``what`` into DIR) and ``--profile-format``."""
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help=f"run py-spy on {what}, output in DIR")
+    parser.add_argument("--profile-format", default="flamegraph", choices=sorted(PY_SPY_SUFFIXES),
+                        help="py-spy's output format (default flamegraph: an SVG)")
+
+
+def check_profile_options(parser, args):
+    """A usage error for ``--profile`` without py-spy; otherwise its directory is made."""
+    if args.profile:
+        if shutil.which("py-spy") is None:
+            parser.error("--profile needs py-spy (pip install py-spy)")
+        os.makedirs(args.profile, exist_ok=True)
+
+
+def profile_path(args, name):
+    """The file under ``--profile`` for the recording ``name``; None without ``--profile``."""
+    if not args.profile:
+        return None
+    return os.path.join(args.profile, f"{name}.{PY_SPY_SUFFIXES[args.profile_format]}")
+
+
 class PySpy:
-    """``py-spy record`` of one process, from construction until ``stop()``."""
+    """``py-spy record`` of one process into ``path``, from construction until ``stop()``;
+    py-spy's own messages go to ``output`` (default: this process's stderr)."""
 
     def __init__(self, pid, path, fmt="flamegraph", output=None):
         command = ["py-spy", "record", "--pid", str(pid), "--nonblocking", "--idle",
                    "--rate", "100", "--format", fmt, "--output", path]
+        output = sys.stderr if output is None else output
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
                                         stderr=output, start_new_session=True)
         time.sleep(0.5)  # attached before the phase starts

@@ -4,7 +4,7 @@ recorded with py-spy.
 
     python bench/cpu_profile.py                      # 3 floods of 100,000 no-op tasks, 2 executors
     python bench/cpu_profile.py --quick              # a smoke run
-    python bench/cpu_profile.py --py-spy DIR         # also record every process with py-spy
+    python bench/cpu_profile.py --profile DIR        # also record every process with py-spy
     python bench/cpu_profile.py --conf tasks_per_core=64
 
 A LocalCluster of ``--executors`` executors x 1 core runs floods of no-op tasks: one
@@ -12,20 +12,19 @@ A LocalCluster of ``--executors`` executors x 1 core runs floods of no-op tasks:
 system) each process spent during a flood, divided by its tasks, says what that process
 costs even on a machine shared with other work. The client is this process; the main
 thread of the driver is its loop, of an executor its loop too (its task threads and
-ZeroMQ's I/O thread are the others). With ``--py-spy DIR``, py-spy records the client, the
+ZeroMQ's I/O thread are the others). With ``--profile DIR``, py-spy records the client, the
 driver and each executor during every flood, into ``DIR/<process>-r<round>.<suffix>``.
 Figures are medians over floods. Output: a table, then one line ``JSON {...}``.
 """
 import argparse
 import gc
 import os
-import shutil
 import subprocess
 import sys
 import time
 
-from _common import (PY_SPY_SUFFIXES, PySpy, about_machine, about_zsched, check_results, median,
-                     print_json, require_positive)
+from _common import (PySpy, about_machine, about_zsched, add_profile_options, check_profile_options,
+                     check_results, median, print_json, profile_path, require_positive)
 
 
 def noop(x):
@@ -78,10 +77,9 @@ def run(args, log):
         for r in range(args.rounds):
             gc.collect()
             profilers = []
-            if args.py_spy:
-                suffix = PY_SPY_SUFFIXES[args.py_spy_format]
-                profilers = [PySpy(p.pid, os.path.join(args.py_spy, f"{name.replace(' ', '')}-r{r + 1}.{suffix}"),
-                                   args.py_spy_format, subprocess.DEVNULL)
+            if args.profile:
+                profilers = [PySpy(p.pid, profile_path(args, f"{name.replace(' ', '')}-r{r + 1}"),
+                                   args.profile_format, subprocess.DEVNULL)
                              for name, p in processes.items()]
             before = {name: cpu_seconds(p) for name, p in processes.items()}
             t0 = time.perf_counter()
@@ -113,10 +111,7 @@ def parse_args(argv=None):
                         help="executors of one core each (default 2)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="cluster setting, as bin/driver --conf (repeatable)")
-    parser.add_argument("--py-spy", default=None, metavar="DIR",
-                        help="record every process with py-spy during each flood, output in DIR")
-    parser.add_argument("--py-spy-format", default="flamegraph", choices=sorted(PY_SPY_SUFFIXES),
-                        help="py-spy's output format (default flamegraph: an SVG)")
+    add_profile_options(parser, "every process during each flood")
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     args = parser.parse_args(argv)
     if args.tasks is None:
@@ -126,10 +121,7 @@ def parse_args(argv=None):
     require_positive(parser, args, ("tasks", "rounds", "executors"))
     if any("=" not in pair for pair in args.conf):
         parser.error("--conf takes KEY=VALUE")
-    if args.py_spy:
-        if shutil.which("py-spy") is None:
-            parser.error("--py-spy needs py-spy (pip install py-spy)")
-        os.makedirs(args.py_spy, exist_ok=True)
+    check_profile_options(parser, args)
     return args
 
 
@@ -155,7 +147,7 @@ def main(argv=None):
     print(f"flood rate: {medians['tasks_per_s']:,.0f} tasks/s")
     print_json({"benchmark": "zsched-cpu-profile", **about_zsched(), **about_machine(),
                 "params": {"tasks": args.tasks, "rounds": args.rounds, "executors": args.executors,
-                           "conf": args.conf, "py_spy": args.py_spy},
+                           "conf": args.conf, "profile": args.profile},
                 "median": medians, "rounds": rounds})
 
 

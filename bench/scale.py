@@ -60,8 +60,9 @@ import threading
 import time
 import traceback
 
-from _common import (PY_SPY_SUFFIXES, PySpy, Stall, about_machine, about_zsched, check_results, fmt,
-                     median, new_log_file, output_to_log, print_json, report_log, require_positive)
+from _common import (PySpy, Stall, about_machine, about_zsched, add_profile_options, check_profile_options,
+                     check_results, fmt, median, new_log_file, output_to_log, print_json, profile_path,
+                     report_log, require_positive)
 
 
 def noop(x):
@@ -681,10 +682,7 @@ def run_config(args, n_executors, round_index, log, killed):
         timeout = phase_timeout(n)
 
         def profile(phase):
-            if not args.profile:
-                return None
-            suffix = PY_SPY_SUFFIXES[args.profile_format]
-            return os.path.join(args.profile, f"driver-{n_executors}ex-r{round_index + 1}-{phase}.{suffix}")
+            return profile_path(args, f"driver-{n_executors}ex-r{round_index + 1}-{phase}")
 
         def submit_all():
             futures = [client.submit(noop, x) for x in xs]
@@ -892,10 +890,7 @@ def parse_args(argv=None):
     parser.add_argument("--insecure", action="store_true", help="no secret, no CURVE")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="driver setting, as bin/driver --conf (repeatable)")
-    parser.add_argument("--profile", default=None, metavar="DIR",
-                        help="run py-spy on the driver during each throughput phase, output in DIR")
-    parser.add_argument("--profile-format", default="flamegraph", choices=sorted(PY_SPY_SUFFIXES),
-                        help="py-spy's output format (default flamegraph: an SVG)")
+    add_profile_options(parser, "the driver during each throughput phase")
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--show-logs", action="store_true",
                         help="leave the driver's and executors' log output on stderr")
@@ -912,10 +907,7 @@ def parse_args(argv=None):
     require_positive(parser, args, ("executors", "cores", "tasks", "processes", "rounds"))
     if args.baseline < 0:
         parser.error("--baseline must be >= 0")
-    if args.profile:
-        if shutil.which("py-spy") is None:
-            parser.error("--profile needs py-spy (pip install py-spy)")
-        os.makedirs(args.profile, exist_ok=True)
+    check_profile_options(parser, args)
     return args
 
 

@@ -16,6 +16,7 @@ absolute numbers across runs.
 import argparse
 import concurrent.futures
 import gc
+import importlib
 import multiprocessing
 import os
 import sys
@@ -43,6 +44,14 @@ def sleep_10ms(x):
 
 class NotInstalled(Exception):
     """The system's package does not import."""
+
+
+def import_peer(name):
+    """The module ``name``; NotInstalled if it does not import."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise NotInstalled(str(exc)) from None
 
 
 FIGURES = [
@@ -263,11 +272,7 @@ class DaskDistributed:
     label = "Dask distributed"
 
     def __init__(self, workers):
-        try:
-            import distributed
-        except ImportError as exc:
-            raise NotInstalled(str(exc)) from None
-        self.distributed = distributed
+        self.distributed = import_peer("distributed")
         self.workers = workers
         self.cluster = self.client = None
 
@@ -310,11 +315,7 @@ class Ray:
     label = "Ray"
 
     def __init__(self, workers):
-        try:
-            import ray
-        except ImportError as exc:
-            raise NotInstalled(str(exc)) from None
-        self.ray = ray
+        self.ray = import_peer("ray")
         self.workers = workers
         self.remote = {}
         self.started = False
