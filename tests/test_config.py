@@ -1,6 +1,7 @@
 """Settings: typed, validated at start-up, errors that name the setting, the value and the
 bounds."""
 import math
+import os
 import re
 import tempfile
 from dataclasses import fields
@@ -11,6 +12,8 @@ from zsched.config import Config
 from zsched.dynamic_allocation import DynamicAllocationPolicy
 from zsched.errors import ConfigError
 from zsched.local_cluster import LocalCluster
+
+from conftest import REPO
 
 
 def test_defaults():
@@ -191,3 +194,10 @@ def test_a_local_cluster_refuses_bad_arguments_before_it_starts(kwargs, named, i
 def test_the_dynamic_allocation_policy_refuses_bad_bounds_naming_them(kwargs, named):
     with pytest.raises(ConfigError, match=re.escape(named)):
         DynamicAllocationPolicy(**kwargs)
+
+
+def test_the_settings_page_lists_every_setting():
+    with open(os.path.join(REPO, "docs", "settings.md")) as page:
+        text = page.read()
+    missing = [f.name for f in fields(Config) if f"| `{f.name}` |" not in text]
+    assert not missing, f"docs/settings.md does not list {missing}"
