@@ -2,7 +2,7 @@
 driver and the executors, each split into its main thread and the others; optionally
 recorded with py-spy.
 
-    python bench/cpu_profile.py                      # 3 floods of 100,000 no-op tasks, 2 executors
+    python bench/cpu_profile.py                      # 3 floods of 300,000 no-op tasks, 2 executors
     python bench/cpu_profile.py --quick              # a smoke run
     python bench/cpu_profile.py --profile DIR        # also record every process with py-spy
     python bench/cpu_profile.py --conf tasks_per_core=64
@@ -104,7 +104,7 @@ def run(args, log):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=None, metavar="N",
-                        help="no-op tasks per flood (default 100000; 20000 with --quick)")
+                        help="no-op tasks per flood (default 300000; 20000 with --quick)")
     parser.add_argument("--rounds", type=int, default=None, metavar="R",
                         help="floods; figures are medians (default 3; 1 with --quick)")
     parser.add_argument("--executors", type=int, default=2, metavar="N",
@@ -115,7 +115,7 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     args = parser.parse_args(argv)
     if args.tasks is None:
-        args.tasks = 20_000 if args.quick else 100_000
+        args.tasks = 20_000 if args.quick else 300_000
     if args.rounds is None:
         args.rounds = 1 if args.quick else 3
     require_positive(parser, args, ("tasks", "rounds", "executors"))
