@@ -898,7 +898,8 @@ def _read_alike(frame):
             read.append("refused")
         else:
             assert len(rows) == len(list(rows))
-            read.append((incarnation, busy, list(rows)))
+            # a changed byte can make busy a NaN, which equals nothing
+            read.append((incarnation, busy if busy == busy else "nan", list(rows)))
     assert read[0] == read[1]
     return read[0]
 
