@@ -10,16 +10,11 @@ and completes that client's futures itself. Executors that a local cluster manag
 on this host talk to the driver over a pair of pipes each (``pipe_link``) instead of the
 ROUTER: the same frames, with fewer thread wake-ups.
 """
-import argparse
 import itertools
 import logging
 import os
 import secrets
-import shutil
-import signal
 import socket
-import stat
-import sys
 import threading
 import time
 import weakref
@@ -27,23 +22,19 @@ from collections import deque
 
 import zmq
 
-from . import protocol as p
-from .allocation import ExecutorAllocator
-from .arena_cache import keep_freed_memory
-from .arena_cache import stats as memory_cache_stats
-from .cluster import LocalClusterManager, SlurmClusterManager, SSHClusterManager
-from .cluster.hosts_file import read_hosts_file
-from .cluster.local import UNIX_SOCKET_PATH_MAX, fits_a_unix_socket
-from .config import MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config, number_in
-from .dynamic_allocation import DynamicAllocationPolicy
-from .errors import ConfigError, ProtocolError
-from .fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
-from .fastpath import SocketState
-from .pipe_link import PipeLink
-from .protocol import MsgType, TaskState
-from .scheduler import ClientData, TaskScheduler
-from .security import ZapHandler, create_secret_file, default_secret_path, load_keys, make_server
-from .wakeup import WakeupPipe
+from .. import protocol as p
+from ..allocation import ExecutorAllocator
+from ..arena_cache import stats as memory_cache_stats
+from ..cluster.local import UNIX_SOCKET_PATH_MAX, fits_a_unix_socket
+from ..config import Config
+from ..errors import ConfigError, ProtocolError
+from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
+from ..fastpath import SocketState
+from ..pipe_link import PipeLink
+from ..protocol import MsgType, TaskState
+from ..scheduler import ClientData, TaskScheduler
+from ..security import ZapHandler, make_server
+from ..wakeup import WakeupPipe
 
 log = logging.getLogger("zsched.driver")  # also when run as __main__
 
@@ -195,7 +186,7 @@ class Driver:
             advertised = socket.gethostname()
         self.url = f"tcp://{advertised}:{port}"
         if self.dashboard_port is not None:
-            from .dashboard import DashboardServer, dashboard_token
+            from ..dashboard import DashboardServer, dashboard_token
             # with a secure bus the page needs a token, which whoever holds the secret can derive
             token = dashboard_token(self.keys.client_secret) if self.keys is not None else None
             self.dashboard = DashboardServer(self.host, self.dashboard_port, lambda: self._snapshot, token)
@@ -1243,222 +1234,3 @@ def check_ipc_path(path):
 
 def _natural_key(executor_id):
     return (0, int(executor_id), "") if executor_id.isdigit() else (1, 0, executor_id)
-
-
-# ---------------------------------------------------------------- command line
-
-class _Parser(argparse.ArgumentParser):
-    """Bad input is usage and an error line on stderr, exit status 1 (as bin/executor)."""
-
-    def error(self, message):
-        self.print_usage(sys.stderr)
-        self.exit(1, f"{self.prog}: error: {message}\n")
-
-
-def _number(low, high, integer=False, unit=""):
-    """An argparse type: a number from ``low`` to ``high``; else the option's error says so."""
-    def parse(text):
-        try:
-            return number_in(text, low, high, integer, unit)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    parse.__name__ = "integer" if integer else "number"
-    return parse
-
-
-_PORT = _number(0, MAX_PORT, integer=True)
-_EXECUTORS = _number(0, MAX_EXECUTORS, integer=True)
-_TIMEOUT = _number(MIN_WAIT, WEEK, unit="s")
-
-
-def build_parser():
-    parser = _Parser(prog="zsched-driver", description="Run a zsched driver.")
-    parser.add_argument("--host", default=None,
-                        help="address to bind (default 127.0.0.1; with --hosts 0.0.0.0, and each "
-                             "host's executors get the address that host is reached from)")
-    parser.add_argument("--port", type=_PORT, default=0, help="port to bind; 0 picks a free one")
-    parser.add_argument("--app-id", default=None)
-    parser.add_argument("--secret-file", default=None,
-                        help=f"shared secret; created (mode 0600) if missing (default {default_secret_path()})")
-    parser.add_argument("--insecure", action="store_true",
-                        help="no authentication or encryption (anyone reaching the port can run code)")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--dashboard-port", type=_PORT, default=None, metavar="P",
-                        help="serve a live dashboard and Prometheus /metrics on this port of "
-                             "--host (0 picks a free one); off unless given")
-    managers = parser.add_mutually_exclusive_group()
-    managers.add_argument("--local", type=_number(0, MAX_EXECUTORS_PER_HOST, integer=True),
-                          default=None, metavar="N", help="start N executor processes on this host")
-    managers.add_argument("--hosts", default=None, metavar="FILE",
-                          help="start executors over SSH on the hosts in FILE, one "
-                               "'[user@]host[:port] [executors]' per line")
-    managers.add_argument("--slurm", action="store_true",
-                          help="run executors as Slurm jobs (sbatch), watched with squeue")
-    parser.add_argument("--cores-per-executor", type=_number(1, p.MAX_CORES, integer=True),
-                        default=1, metavar="C")
-    ssh = parser.add_argument_group("executors over SSH (with --hosts)")
-    ssh.add_argument("--ssh-option", action="append", default=[], metavar="OPT",
-                     help="passed to ssh as -o OPT (repeatable)")
-    ssh.add_argument("--remote-python", default=None, metavar="PATH",
-                     help="the Python on the hosts, with zsched installed (default python3; "
-                          "with --slurm this driver's own interpreter)")
-    slurm = parser.add_argument_group("executors as Slurm jobs (with --slurm)")
-    slurm.add_argument("--partition", default=None, metavar="P", help="Slurm partition (default: Slurm's)")
-    slurm.add_argument("--slurm-option", action="append", default=[], metavar="OPT",
-                       help="passed to sbatch, e.g. --slurm-option=--time=60 (repeatable)")
-    slurm.add_argument("--executors-per-job", type=_number(1, MAX_EXECUTORS, integer=True),
-                       default=1, metavar="N", help="executors each job runs (default 1)")
-    dynamic = parser.add_argument_group("dynamic allocation (with --local, --hosts or --slurm)")
-    dynamic.add_argument("--dynamic-allocation", action="store_true",
-                         help="grow the executors with the backlog, shrink them when idle")
-    dynamic.add_argument("--min-executors", type=_EXECUTORS, default=0, metavar="N")
-    dynamic.add_argument("--max-executors", type=_EXECUTORS, default=None, metavar="N")
-    dynamic.add_argument("--initial-executors", type=_EXECUTORS, default=None, metavar="N",
-                         help="executors at start, also without dynamic allocation (default: "
-                              "--local N, all the hosts' executors, or one Slurm job)")
-    dynamic.add_argument("--backlog-timeout", type=_TIMEOUT, default=1.0, metavar="S",
-                         help="add executors while tasks have waited this long (default 1)")
-    dynamic.add_argument("--executor-idle-timeout", type=_TIMEOUT, default=60.0, metavar="S",
-                         help="decommission executors idle this long (default 60)")
-    parser.add_argument("--ipc-path", default=None, metavar="PATH",
-                        help="also listen at this Unix socket, in a directory private to you: "
-                             "executors started with --local connect there (lower latency than "
-                             "TCP), and so can clients on this host (ipc://PATH)")
-    parser.add_argument("--private-dir", default=None, metavar="DIR",
-                        help="a directory made for this driver alone by the program that "
-                             "started it (its secret file, its --ipc-path): removed, with "
-                             "what it holds, when the driver stops")
-    parser.add_argument("--client-door", default=None, type=_open_unix_socket, metavar="FD",
-                        help="a Unix socket inherited from the program that started this "
-                             "driver, through which it passes a pipe pair for each of its "
-                             "clients (LocalCluster's client())")
-    parser.add_argument("--exit-on-stdin-close", action="store_true",
-                        help="stop (and stop the executors) when standard input closes: "
-                             "fate-sharing with the program that started the driver")
-    parser.add_argument("--log-level", default="INFO", type=str.upper,
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    return parser
-
-
-def _open_unix_socket(text):
-    """``--client-door FD``: an open Unix socket's descriptor."""
-    try:
-        fd = int(text)
-        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-            raise ValueError
-    except (ValueError, OSError):
-        raise argparse.ArgumentTypeError(
-            f"--client-door must be the descriptor of an open Unix socket, got {text!r}") from None
-    return fd
-
-
-def _cluster_manager(args):
-    """The cluster manager the command line asks for, or None; ConfigError if malformed."""
-    if args.local is not None:
-        hostname = args.host if args.host not in ("0.0.0.0", "*") else socket.gethostname()
-        return LocalClusterManager(args.cores_per_executor, hostname=hostname,
-                                   log_level=args.log_level)
-    if args.hosts is not None:
-        return SSHClusterManager(read_hosts_file(args.hosts), args.cores_per_executor,
-                                 ssh_options=args.ssh_option,
-                                 remote_python=args.remote_python or "python3",
-                                 driver_host=args.host, log_level=args.log_level)
-    if args.ssh_option:
-        raise ConfigError("--ssh-option needs --hosts FILE")
-    if args.slurm:
-        return SlurmClusterManager(args.cores_per_executor, partition=args.partition,
-                                   slurm_options=args.slurm_option,
-                                   executors_per_job=args.executors_per_job,
-                                   python=args.remote_python or sys.executable,
-                                   log_level=args.log_level)
-    for option in ("partition", "slurm_option"):
-        if getattr(args, option):
-            raise ConfigError(f"--{option.replace('_', '-')} needs --slurm")
-    return None
-
-
-def _initial_executors(args, manager):
-    """Executors at start: ``--local N``, else ``--initial-executors``, else all the hosts
-    hold, else one Slurm job."""
-    if manager is None:
-        return 0
-    if args.local is not None:
-        return args.local
-    if args.initial_executors is not None:
-        return args.initial_executors
-    capacity = manager.capacity()
-    return capacity if capacity is not None else args.executors_per_job
-
-
-def _report(text):
-    print(f"zsched: {text}", flush=True)
-
-
-def main(argv=None):
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.host is None:
-        args.host = "0.0.0.0" if args.hosts is not None or args.slurm else "127.0.0.1"
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = Config.from_conf_pairs(args.conf)
-        if args.max_executors is not None and args.min_executors > args.max_executors:
-            raise ConfigError(f"--min-executors {args.min_executors} is above "
-                              f"--max-executors {args.max_executors}")
-        policy = None
-        if args.dynamic_allocation:
-            policy = DynamicAllocationPolicy(args.min_executors, args.max_executors,
-                                             args.backlog_timeout, args.executor_idle_timeout)
-        if args.ipc_path is not None:
-            check_ipc_path(args.ipc_path)
-        manager = _cluster_manager(args)
-        if manager is not None and (manager.capacity() or 0) > MAX_EXECUTORS:
-            raise ConfigError(f"--hosts {args.hosts} lists {manager.capacity()} executors, "
-                              f"more than {MAX_EXECUTORS}")
-        keys = secret_file = None
-        if not args.insecure:
-            secret_file = args.secret_file or default_secret_path()
-            try:
-                created = create_secret_file(secret_file)
-            except OSError as exc:
-                raise ConfigError(f"cannot create secret file {secret_file}: {exc}") from None
-            if created:
-                log.info("created secret file %s", secret_file)
-            keys = load_keys(secret_file, use_environment=False)
-    except ConfigError as exc:
-        parser.error(str(exc))
-    log.info("freed memory kept for reuse: %s", keep_freed_memory(config.driver_memory_cache))
-    initial = _initial_executors(args, manager)
-    if policy is not None:
-        if manager is None:
-            parser.error("--dynamic-allocation needs a cluster manager: --local N, --hosts FILE or --slurm")
-        initial = policy.clamp(args.initial_executors if args.initial_executors is not None
-                               else initial)
-    try:
-        driver = Driver(config, host=args.host, port=args.port, app_id=args.app_id, keys=keys,
-                        cluster_manager=manager, initial_executors=initial,
-                        dynamic_allocation=policy, secret_file=secret_file, report=_report,
-                        dashboard_port=args.dashboard_port, ipc_path=args.ipc_path,
-                        stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None,
-                        client_door=args.client_door)
-    except (OSError, zmq.ZMQError) as exc:
-        parser.exit(1, f"{parser.prog}: cannot listen on {args.host}: {exc}\n")
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: driver.request_stop())
-    print(f"zsched driver listening on {driver.url}", flush=True)
-    if secret_file:
-        print(f"zsched secret file: {secret_file}", flush=True)
-    if driver.dashboard is not None:
-        host = args.host if args.host not in ("0.0.0.0", "*", "") else socket.gethostname()
-        print(f"zsched dashboard at {driver.dashboard.url.replace(args.host, host, 1)}", flush=True)
-    try:
-        driver.run()
-    finally:
-        if args.private_dir is not None:
-            shutil.rmtree(args.private_dir, ignore_errors=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
