@@ -26,7 +26,7 @@ import zmq
 
 from . import protocol as p
 from .config import Config
-from .errors import DriverConnectionError, MessageTooLarge, TaskFailed, exception_payload, load_exception
+from .errors import DriverConnectionError, MessageTooLarge, TaskFailed
 from .fastpath import SocketState, gc_track, gc_untrack
 from .future import DONE_STATES, FuturesCondition, TaskFuture
 from .held_functions import HeldFunctions
