@@ -183,9 +183,21 @@ def start_executor(*args, env=None):
                             env={**os.environ, **(env or {})})
 
 
+# tiers given by where a test lives; a module of unit tests says so itself (pytestmark)
+_TIERS_BY_PATH = {"fault": "tests/fault/", "ssh": "tests/ssh/", "slurm": "tests/slurm/",
+                  "browser": "tests/test_dashboard_browser.py"}
+
+
 def pytest_collection_modifyitems(items):
-    """Test modules are not importable by executors that other processes start: ship
-    their functions by value."""
+    """Mark each test with its tier (``-m`` selects them). Ship the test modules' functions
+    by value: executors that other processes start cannot import them."""
     import cloudpickle
+    for item in items:
+        path = os.path.relpath(str(item.fspath), REPO)
+        tiers = [tier for tier, where in _TIERS_BY_PATH.items() if path.startswith(where)]
+        if not tiers and item.get_closest_marker("unit") is None:
+            tiers = ["integration"]
+        for tier in tiers:
+            item.add_marker(tier)
     for module in {item.module for item in items if getattr(item, "module", None)}:
         cloudpickle.register_pickle_by_value(module)

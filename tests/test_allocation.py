@@ -7,6 +7,8 @@ from zsched.allocation import ExecutorAllocator
 from zsched.cluster import ClusterManager
 from zsched.config import Config
 
+pytestmark = pytest.mark.unit
+
 
 class FakeClock:
     def __init__(self):

@@ -3,6 +3,8 @@ import pytest
 
 from zsched.dynamic_allocation import DynamicAllocationPolicy
 
+pytestmark = pytest.mark.unit
+
 
 def test_backlog_grows_the_target_in_rounds_of_1_2_4_up_to_max():
     policy = DynamicAllocationPolicy(min_executors=0, max_executors=6, backlog_timeout=1)

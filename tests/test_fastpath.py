@@ -12,6 +12,8 @@ from zsched._fastpath_py import NO_TASK_STATE
 from zsched.scheduler import ClientData, ExecutorData
 from zsched.task_state import TaskState
 
+pytestmark = pytest.mark.unit
+
 IMPLEMENTATIONS = [_fastpath_py, _fastpath]
 
 

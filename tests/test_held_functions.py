@@ -1,6 +1,10 @@
 """Which functions a client releases: the least recently used, never a pinned one."""
+import pytest
+
 from zsched import held_functions
 from zsched.held_functions import HeldFunctions
+
+pytestmark = pytest.mark.unit
 
 
 def test_the_least_recently_used_go_first_down_to_half_the_limits():

@@ -5,6 +5,8 @@ from zsched.cluster.hosts_file import Host, parse_hosts, read_hosts_file
 from zsched.cluster.ssh import DEFAULT_SSH_OPTIONS, SSHClusterManager
 from zsched.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 
 def test_every_form_of_a_line():
     hosts = parse_hosts("""

@@ -5,6 +5,8 @@ import pytest
 from zsched import protocol as p
 from zsched.errors import ProtocolError
 
+pytestmark = pytest.mark.unit
+
 SAMPLES = [
     p.RegisterExecutor("1", "host-a", 4, "app-1", 1234),
     p.StatusUpdates(99, 0.5, [[1, 1, p.TaskState.FINISHED, b"x"], [2, 3, p.TaskState.FAILED, b""]]),

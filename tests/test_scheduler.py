@@ -6,6 +6,8 @@ from zsched.config import Config
 from zsched.protocol import TaskState
 from zsched.scheduler import ClientData, ExecutorData, TaskScheduler
 
+pytestmark = pytest.mark.unit
+
 
 def make(**settings):
     scheduler = TaskScheduler(Config(**settings), functions={b"f": b"function blob"})
