@@ -460,6 +460,9 @@ def parse_args(argv=None):
     parser.add_argument("--large-map", type=int, default=None, metavar="M",
                         help="calls of the large map phase, run by the systems that chunk a map "
                              "(zsched, Pool.map) (default 1000000; 20000 with --quick; 0: none)")
+    parser.add_argument("--detection", action="store_true",
+                        help="measure only how long the driver takes to report a SIGKILLed and a "
+                             "SIGSTOPped executor")
     parser.add_argument("--latency-samples", type=int, default=None, metavar="N",
                         help="single-task round trips timed (default 500; 50 with --quick)")
     parser.add_argument("--rounds", type=int, default=None, metavar="R",
@@ -561,8 +564,53 @@ def print_map_against_pool(labels, status, medians):
     return ratios
 
 
+def measure_detection(rounds):
+    """How long a LocalCluster's driver takes to report a lost executor: SIGKILL (its pipes
+    close) and SIGSTOP (found by heartbeats: executor_heartbeat_timeout over pipes)."""
+    import signal
+    import statistics
+
+    import zsched
+
+    def lost(client, executor_id):
+        return [loss for loss in client.status()["losses"] if loss["id"] == executor_id]
+
+    def wait_lost(client, executor_id, limit):
+        deadline = time.monotonic() + limit
+        while not lost(client, executor_id):
+            if time.monotonic() > deadline:
+                raise Stall(f"executor {executor_id} not reported lost within {limit} s")
+            time.sleep(0.005)
+        return lost(client, executor_id)[0]
+
+    figures = {"sigkill_s": [], "sigstop_s": []}
+    for _ in range(rounds):
+        with zsched.LocalCluster(2, executor_heartbeat_interval=1, executor_heartbeat_timeout=5) as cluster:
+            client = cluster.client()
+            while len(client.executor_ids()) < 2:
+                time.sleep(0.01)
+            first, second = client.status()["executors"][:2]
+            for executor, sig, key in ((first, signal.SIGKILL, "sigkill_s"), (second, signal.SIGSTOP, "sigstop_s")):
+                sent = time.time()
+                os.kill(executor["pid"], sig)
+                try:
+                    loss = wait_lost(client, executor["id"], 60)
+                finally:
+                    if sig == signal.SIGSTOP:
+                        os.kill(executor["pid"], signal.SIGCONT)
+                figures[key].append(loss["time"] - sent)
+            client.shutdown()
+    print(f"detection of a lost executor, LocalCluster(2), heartbeat timeout 5 s; median of {rounds}:")
+    print(f"  SIGKILL {statistics.median(figures['sigkill_s']) * 1000:,.1f} ms   "
+          f"SIGSTOP {statistics.median(figures['sigstop_s']):,.2f} s")
+    print_json({"benchmark": "zsched-detection", **about_zsched(), **about_machine(), **figures})
+    return 0
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.detection:
+        return measure_detection(args.rounds)
     started = time.perf_counter()
     n_eff = (20 if args.quick else 100) * args.executors
     classes = list(ZSCHED_SYSTEMS) + (list(PEER_SYSTEMS) if args.compare else [])

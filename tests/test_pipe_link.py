@@ -74,10 +74,8 @@ def test_frames_of_every_size_arrive_whole_and_in_order(link_pair):
 def test_a_peer_that_does_not_read_never_blocks_the_sender(link_pair):
     a, b = link_pair
     frames = [bytes([i]) * 100_000 for i in range(60)]  # 6 MB: more than the pipe holds
-    started = time.monotonic()
     for frame in frames:
-        a.send(frame)
-    assert time.monotonic() - started < 5
+        a.send(frame)  # a blocking send would never return: nobody reads yet
     assert a.wants_write and 0 < a.queued_frames < len(frames)
     received = []
     while len(received) < len(frames):
@@ -178,19 +176,17 @@ def test_an_executor_killed_is_found_at_once_and_its_task_runs_elsewhere(tmp_pat
         time.sleep(seconds)
         return os.getpid()
 
-    # heartbeats are slow here: only the pipe's end of file can tell the driver in time
-    with zsched.LocalCluster(2, executor_heartbeat_interval=20,
-                             executor_heartbeat_timeout=60) as cluster:
+    # heartbeats are too slow to matter here: only the pipe's end of file tells the driver
+    with zsched.LocalCluster(2, executor_heartbeat_interval=600,
+                             executor_heartbeat_timeout=3600) as cluster:
         client = cluster.client()
         future = client.submit(note_and_sleep, str(marker), 3)
         wait_for(lambda: marker.exists() and marker.read_text().strip(), timeout=30,
                  message="the task started")
         victim = int(marker.read_text().split()[0])
-        killed_at = time.monotonic()
         os.kill(victim, signal.SIGKILL)
-        losses = wait_for(lambda: client.status()["losses"], timeout=10,
+        losses = wait_for(lambda: client.status()["losses"], timeout=30,
                           message="the killed executor removed")
-        assert time.monotonic() - killed_at < 5
         assert "killed by signal SIGKILL" in losses[0]["reason"], losses
         assert future.result(60) != victim  # ran again, on another executor
         client.shutdown()
@@ -396,13 +392,13 @@ def a_piped_client_waiting(cluster):
 
 
 def test_a_piped_client_fails_its_futures_at_once_when_its_driver_dies():
-    with zsched.LocalCluster(1) as cluster:
+    # a silent driver is judged after an hour: only the pipe's end of file ends the wait
+    with zsched.LocalCluster(1, executor_heartbeat_interval=600,
+                             executor_heartbeat_timeout=3600) as cluster:
         client, future = a_piped_client_waiting(cluster)
-        started = time.monotonic()
         os.kill(cluster._process.pid, signal.SIGKILL)
         with pytest.raises(zsched.DriverConnectionError, match="lost the connection"):
             future.result(30)
-        assert time.monotonic() - started < 10  # the pipe's end of file, not a heartbeat timeout
         with pytest.raises(zsched.DriverConnectionError):
             client.submit(abs, 1)
         # refused at the door, or (the door taken just before the dying driver closed it)
@@ -598,12 +594,11 @@ def test_a_piped_client_whose_driver_does_not_answer_fails_to_connect(driver):
                 driver_end.close()
             hanging_up = threading.Thread(target=hang_up)
             hanging_up.start()
-        started = time.monotonic()
+        # the message tells what ended the wait: the timeout (silent) or the end of file
         message = ("no answer within 1 s" if driver == "silent"
                    else "it closed its end of the pipes")
         with pytest.raises(zsched.DriverConnectionError, match=message):
-            Client("pipes", _link=PipeLink(*ours, 1 << 30), timeout=1 if driver == "silent" else 30)
-        assert time.monotonic() - started < 10
+            Client("pipes", _link=PipeLink(*ours, 1 << 30), timeout=1 if driver == "silent" else 3600)
     finally:
         if hanging_up is not None:
             hanging_up.join(30)

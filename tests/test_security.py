@@ -9,7 +9,6 @@ import os
 import re
 import secrets
 import stat
-import time
 
 import psutil
 import pytest
@@ -22,8 +21,9 @@ from zsched.security import CurveKeys
 
 pytestmark = pytest.mark.timeout(120)
 
-# Executors give up registering after this long; a refusal must come well before.
-REGISTRATION_TIMEOUT = 15
+# Executors and clients would give up registering only after an hour: one that ends
+# within its test's bounds was refused by the handshake, not by waiting.
+REGISTRATION_TIMEOUT = 3600
 SLOW_REGISTRATION = {"ZSCHED_REGISTRATION_TIMEOUT": str(REGISTRATION_TIMEOUT)}
 
 
@@ -58,14 +58,13 @@ def assert_serves(url, secret_file, executors=()):
             assert client.submit(lambda a, b: a + b, 40, 2).result(timeout=30) == 42
 
 
-def assert_refused_quickly(url, secret_file, timeout=10):
-    start = time.monotonic()
+def assert_refused_quickly(url, secret_file):
+    """The client is refused by the handshake: with an hour to connect, only a refusal ends
+    it within the test's bound, and its message says so."""
     with pytest.raises(zsched.DriverConnectionError) as info:
-        client = zsched.Client(url, secret_file=secret_file, timeout=timeout)
+        client = zsched.Client(url, secret_file=secret_file, timeout=REGISTRATION_TIMEOUT)
         client.shutdown()  # only reached when the test is failing
-    elapsed = time.monotonic() - start
     assert "authentic" in str(info.value).lower(), info.value
-    assert elapsed < 0.9 * timeout, f"refusal took {elapsed:.1f} s: it waited for the timeout"
     return info.value
 
 
@@ -183,13 +182,11 @@ def test_executor_with_wrong_or_no_secret_exits_1_quickly(secure_driver, tmp_pat
     if secret_kind == "wrong":
         secret_file = str(tmp_path / "wrong")
         write_secret(secret_file)
-    start = time.monotonic()
+    # run_executor fails the test if the executor is still registering after 60 s
     status, out, err = run_executor(*executor_args(driver.url, secret_file=secret_file),
                                     env=SLOW_REGISTRATION, timeout=60)
-    elapsed = time.monotonic() - start
     assert status == 1, (out, err)
     assert f"Cannot register with driver: {driver.url}" in err, err
-    assert elapsed < REGISTRATION_TIMEOUT, f"took {elapsed:.1f} s: it waited for the timeout"
     assert driver.proc.poll() is None
     assert_serves(driver.url, secret, executors=["1"])
 

@@ -1,5 +1,5 @@
 """Executors lost for real: processes SIGKILLed, SIGSTOPped (then SIGCONTinued), tasks that
-end their own executor (``os._exit``, a segfault), a chaos run, and how long detection takes.
+end their own executor (``os._exit``, a segfault), a chaos run, and how each loss is told.
 
 Every test kills real processes of a ``zsched.LocalCluster`` with ``os.kill`` and checks
 only what the public API shows: futures, ``Client.map``, ``client.status()`` and
@@ -472,44 +472,25 @@ def test_chaos_random_sigkills_lose_and_duplicate_nothing():
         client.shutdown()
 
 
-# ---------------------------------------------------------------- 6. detection time
+# ---------------------------------------------------------------- 6. how a loss is told
 
-def test_detection_time_of_sigkill_and_sigstop():
-    """Measures (does not assert) how long the driver takes to report a lost executor:
-    SIGKILL (connection closed by the kernel) and SIGSTOP (found by heartbeats, with the
-    default zmq_heartbeat_timeout of 10 s)."""
+def test_sigkill_and_sigstop_are_reported_with_their_reasons():
+    """A SIGKILLed executor is reported killed; a SIGSTOPped one is found by heartbeats and,
+    once woken, exits. (How long each takes: bench/throughput.py --detection.)"""
     with zsched.LocalCluster(2) as cluster:
         client = cluster.client()
         first, second = executors(client)
-
-        t_kill = time.time()
         os.kill(first["pid"], signal.SIGKILL)
         (killed,) = wait_for(lambda: losses_of(client, first["id"]), timeout=60,
-                             interval=0.005, message="the SIGKILLed executor reported lost")
-        seen_kill = time.time() - t_kill
+                             message="the SIGKILLed executor reported lost")
         assert killed["reason"] == "killed by signal SIGKILL"
-
-        t_stop = time.time()
         os.kill(second["pid"], signal.SIGSTOP)
         try:
             (stopped,) = wait_for(lambda: losses_of(client, second["id"]), timeout=90,
-                                  interval=0.01, message="the SIGSTOPped executor reported lost")
-            seen_stop = time.time() - t_stop
+                                  message="the SIGSTOPped executor reported lost")
             assert stopped["reason"].startswith(("disconnected", "heartbeat timeout")), \
                 stopped["reason"]
         finally:
             os.kill(second["pid"], signal.SIGCONT)
         wait_for(lambda: pid_gone(second["pid"]), timeout=60, message="the woken executor to exit")
-
-        figures = {"test": "detection",
-                   "sigkill_seconds": round(killed["time"] - t_kill, 4),
-                   "sigkill_seen_by_polling_seconds": round(seen_kill, 4),
-                   "sigkill_reason": killed["reason"],
-                   "sigstop_seconds": round(stopped["time"] - t_stop, 4),
-                   "sigstop_seen_by_polling_seconds": round(seen_stop, 4),
-                   "sigstop_reason": stopped["reason"],
-                   "zmq_heartbeat_timeout": 10,
-                   "fastpath": fastpath()}
-        print(f"\ndetection: {json.dumps(figures)}")
-        write_report("ZSCHED_DETECTION_REPORT", figures)
         client.shutdown()

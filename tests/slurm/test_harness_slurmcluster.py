@@ -46,12 +46,8 @@ def test_code_under_test_finds_the_cluster_through_the_environment(slurm):
 
 def test_a_job_runs_and_is_cancelled(slurm_empty):
     slurm = slurm_empty
-    started = time.monotonic()
     job = slurm.submit("-o", "/dev/null", "--wrap", "sleep 30")
     wait_for(lambda: state(slurm, job) == "RUNNING", 15, message="the job to run")
-    # 0 to 1 s here: slurmctld looks at new jobs once a second (with batch_sched_delay=0;
-    # 3 s without)
-    assert time.monotonic() - started < 10
     assert slurm.jobs() == [{"id": job, "name": "wrap", "state": "RUNNING", "reason": "None",
                              "node": slurm.node}]
     assert slurm.run("scancel", job).returncode == 0
