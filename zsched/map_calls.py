@@ -12,7 +12,7 @@ from .errors import exception_payload, load_exception
 
 # map without a chunksize aims at this many tasks per core (balance, a live progress bar),
 # each of at most MAX_AUTO_CHUNK calls (bounded memory and latency per task)
-TASKS_PER_CORE = 16
+TASKS_PER_CORE = 8
 MAX_AUTO_CHUNK = 4096
 
 
