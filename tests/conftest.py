@@ -142,7 +142,7 @@ class DriverProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError("driver did not stop on SIGTERM")
+            raise AssertionError("driver did not stop on SIGTERM") from None
         self._stderr_reader.join(10)
         self._stdout_reader.join(10)
         self.stdout, self.stderr = "".join(self._stdout_lines), "".join(self._stderr_lines)

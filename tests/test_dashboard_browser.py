@@ -280,7 +280,9 @@ def test_a_live_cluster_on_the_page(page, tmp_path):
                 "([points, last]) => { const c = document.querySelector('#chart-throughput');"
                 " return c.dataset.points !== points && c.dataset.last !== last; }",
                 arg=[points, last], timeout=WAIT_MS)
-            finished = lambda: int(page.inner_text("#summary-finished").replace(",", "") or 0)
+            def finished():
+                return int(page.inner_text("#summary-finished").replace(",", "") or 0)
+
             first = finished()
             page.wait_for_function(
                 "(first) => Number(document.querySelector('#summary-finished').textContent"

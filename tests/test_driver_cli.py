@@ -85,7 +85,7 @@ class Started:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.out, self.err = self.proc.communicate()
-            raise AssertionError(f"driver did not stop on {sig!r}")
+            raise AssertionError(f"driver did not stop on {sig!r}") from None
         return self.proc.returncode
 
 
@@ -236,7 +236,7 @@ def test_sigterm_with_a_running_task_fails_its_future_and_exits_0(driver_factory
         except zsched.ZschedError:
             pass  # the task failed with the driver: the expected outcome
         except TimeoutError:
-            raise AssertionError("the task's future never completed after the driver stopped")
+            raise AssertionError("the task's future never completed after the driver stopped") from None
         else:
             raise AssertionError("a 120 s task cannot have finished")
     finally:

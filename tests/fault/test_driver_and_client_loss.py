@@ -313,7 +313,7 @@ def test_executor_exits_when_its_worker_dies(driver_factory, tmp_path):
         assert "lost the connection to worker" in err and worker_url in err, err
         # and the driver heard why it left (its last message, read before its closed
         # connection is acted on)
-        losses = wait_for(lambda: [l for l in client.status()["losses"] if l["id"] == "w1"],
+        losses = wait_for(lambda: [loss for loss in client.status()["losses"] if loss["id"] == "w1"],
                           timeout=10, message="the loss of w1 in status()")
         assert "worker" in losses[0]["reason"], losses
         assert "w1" not in client.executor_ids()
@@ -385,5 +385,5 @@ def test_executor_exits_when_its_driver_is_stopped_and_the_driver_recovers(drive
         status = client.status()
         assert [e["id"] for e in status["executors"]] == new
         assert pid not in [e["pid"] for e in status["executors"]]
-        assert {l["id"] for l in status["losses"]} >= set(old_ids), status["losses"]
+        assert {loss["id"] for loss in status["losses"]} >= set(old_ids), status["losses"]
     assert driver.stop() == 0

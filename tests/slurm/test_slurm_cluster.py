@@ -108,7 +108,7 @@ def test_a_failing_job_is_reported_and_retried_with_backoff(slurm, tmp_path):
     try:
         wait_for(lambda: "ended before registering: Slurm job" in driver.stdout_so_far(), 60,
                  message="the failed job reported")
-        line = next(l for l in driver.stdout_so_far().splitlines() if "ended before registering" in l)
+        line = next(text for text in driver.stdout_so_far().splitlines() if "ended before registering" in text)
         assert "FAILED" in line and "exit code 127:0" in line and "next start in 0.5 s" in line
     finally:
         assert driver.stop() == 0

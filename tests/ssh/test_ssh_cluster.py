@@ -90,8 +90,9 @@ def test_allocation_contract_on_ssh_executors(ssh_hosts, remote_python, tmp_path
     try:
         with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
             wait_for_executors(client, 3)
-            on = lambda host: sorted(e["id"] for e in client.status()["executors"]
-                                     if e["host"] == host.name)
+            def on(host):
+                return sorted(e["id"] for e in client.status()["executors"] if e["host"] == host.name)
+
             first_on_h1 = on(h1)
             assert len(first_on_h1) == 2 and len(on(h2)) == 1
             # beyond the hosts' capacity: accepted, waits, reported once
@@ -209,7 +210,8 @@ def test_a_partitioned_host_is_lost_its_tasks_rerun_and_its_executors_exit(ssh_h
             wait_for_executors(client, 2)
 
             def where(i):
-                import os, time
+                import os
+                import time
                 time.sleep(0.05)
                 return i, os.stat("/proc/self/ns/net").st_ino
 
