@@ -31,28 +31,6 @@ def test_compiled_is_used_unless_asked_otherwise():
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
-def test_objects_leave_the_cyclic_gc_and_come_back(impl):
-    import gc
-    row = [1, b"digest", b"args", 0]
-    impl.gc_untrack(row)
-    impl.gc_untrack(row)  # once out, out
-    assert not gc.is_tracked(row)
-    impl.gc_track(row)
-    impl.gc_track(row)  # once in, in: not linked twice
-    assert gc.is_tracked(row)
-    impl.gc_track(1)  # not a container: nothing to do
-    impl.gc_track(int)
-    impl.gc_untrack("text")
-    assert not gc.is_tracked(1) and not gc.is_tracked(int)
-    cycle = [row]
-    row.append(cycle)
-    impl.gc_untrack(cycle)
-    impl.gc_track(cycle)
-    del cycle, row
-    gc.collect()  # the lists' links are whole: a collection walks them
-
-
-@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
 def test_offers_spread_round_robin(impl):
     table = impl.SlotTable()
     a, b, c = table.add(1, 2), table.add(1, 2), table.add(1, 1)
@@ -660,51 +638,6 @@ def test_row_checks(impl):
                 ([1, 2, 3, b"x"],), [[1, 2, 3, b"x"], [1, 2, 3, None]], [[1, 2, 3, b"x"], 7],
                 None, 5, b"rows", {}):
         assert not check(bad, types), bad
-
-
-# -- socket options
-
-def test_the_compiled_path_reads_socket_options_in_c():
-    # pyzmq's extension is linked with libzmq, in which zmq_getsockopt is found; were it
-    # not, SocketState would ask pyzmq (the next test passes either way)
-    assert _fastpath.SOCKET_OPTIONS_IN_C
-
-
-@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
-def test_socket_state_reads_events_and_more_as_pyzmq_does(impl, tmp_path):
-    import time
-
-    import zmq
-    context = zmq.Context()
-    router = context.socket(zmq.ROUTER)
-    router.linger = 0
-    address = f"ipc://{tmp_path}/s"
-    router.bind(address)
-    dealer = context.socket(zmq.DEALER)
-    dealer.linger = 0
-    dealer.connect(address)
-    state = impl.SocketState(router)
-    try:
-        assert state.events() == router.get(zmq.EVENTS) and not state.events() & zmq.POLLIN
-        dealer.send_multipart([b"a", b"b"])
-        deadline = time.monotonic() + 10
-        while not state.events() & zmq.POLLIN:
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
-        assert state.events() == router.get(zmq.EVENTS)
-        parts = [router.recv()]
-        while state.more():
-            parts.append(router.recv())
-        assert parts[1:] == [b"a", b"b"] and state.more() is False
-        assert not state.events() & zmq.POLLIN
-    finally:
-        dealer.close()
-        router.close()
-    with pytest.raises(zmq.ZMQError):  # closed: pyzmq says so, nothing reads freed memory
-        state.events()
-    with pytest.raises(zmq.ZMQError):
-        state.more()
-    context.term()
 
 
 @settings(max_examples=500, deadline=None)

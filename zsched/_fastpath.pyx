@@ -14,8 +14,7 @@ SubmitTasks frame they came in. So a task makes one Python object in the driver,
 ``Task``, and the loops run no interpreter in between. ``RunningTasks`` (an executor's tasks by task id) and ``ClientTasks`` (a client's
 tasks by client task id) keep their tasks in C arrays, so a task joins and leaves them
 without a dict entry made and dropped per task. ``rows_have_types`` compares each item's
-type with the expected one, pointer to pointer. ``SocketState`` reads a socket's
-ZMQ_EVENTS and ZMQ_RCVMORE with libzmq's own ``zmq_getsockopt``.
+type with the expected one, pointer to pointer.
 """
 cimport cython
 from cpython.long cimport PyLong_AsLongAndOverflow, PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
@@ -25,9 +24,6 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(object)
-    void PyObject_GC_Track(object)
-    int PyObject_GC_IsTracked(object)
-    int PyObject_IS_GC(object)
     PyObject *PyList_GET_ITEM(object, Py_ssize_t)
     PyObject *PyTuple_GET_ITEM(object, Py_ssize_t)
     void PyList_SET_ITEM(object, Py_ssize_t, PyObject *)
@@ -61,7 +57,6 @@ from msgpack import unpackb
 
 from ._fastpath_py import BATCH_FRACTION as _BATCH_FRACTION
 from ._fastpath_py import NO_FUNCTION, NO_TASK_STATE
-from ._fastpath_py import ZMQ_EVENTS as _ZMQ_EVENTS, ZMQ_RCVMORE as _ZMQ_RCVMORE
 from .task_state import TaskState
 
 cdef long FINISHED = TaskState.FINISHED
@@ -1462,16 +1457,6 @@ def window(executor, bint clamped, double prefetch_seconds, long tasks_per_core)
     return executor.cores * slots_per_core(task_seconds, prefetch_seconds, tasks_per_core)
 
 
-def gc_untrack(obj):
-    if PyObject_GC_IsTracked(obj):
-        PyObject_GC_UnTrack(obj)
-
-
-def gc_track(obj):
-    if PyObject_IS_GC(obj) and not PyObject_GC_IsTracked(obj):
-        PyObject_GC_Track(obj)
-
-
 def rows_have_types(value, tuple types):
     cdef Py_ssize_t i, j, n = len(types)
     cdef object row
@@ -1542,55 +1527,3 @@ cdef class LatencyHistogram:
             running += n
             buckets.append([bound, running])
         return {"buckets": buckets, "sum": self.sum, "count": self.count}
-
-
-# ---------------------------------------------------------------- socket options, read in C
-
-ctypedef int (*GetSockOpt)(void *, int, void *, size_t *) noexcept nogil
-
-
-def _find_zmq_getsockopt():
-    """The address of libzmq's ``zmq_getsockopt`` as pyzmq loaded it, or 0."""
-    import ctypes
-    import os
-    try:
-        from zmq.backend.cython import _zmq
-        # dlsym with the handle of pyzmq's extension searches the libzmq it was linked with
-        library = ctypes.CDLL(_zmq.__file__, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-        return ctypes.cast(library.zmq_getsockopt, ctypes.c_void_p).value or 0
-    except (ImportError, OSError, AttributeError):
-        return 0
-
-
-cdef GetSockOpt zmq_getsockopt = <GetSockOpt><size_t>_find_zmq_getsockopt()
-cdef int ZMQ_EVENTS = _ZMQ_EVENTS, ZMQ_RCVMORE = _ZMQ_RCVMORE
-
-
-cdef class SocketState:
-    """Read by libzmq's ``zmq_getsockopt`` through the socket's handle, where pyzmq's
-    ``Socket.get`` makes an enum of the option at each call (two microseconds); through
-    ``Socket.get`` where that function was not found, or the socket is closed (pyzmq
-    raises), or the call fails."""
-    cdef void *_handle
-    cdef object _socket
-
-    def __cinit__(self, socket):
-        self._socket = socket
-        self._handle = <void *><size_t>socket.underlying
-
-    cdef int _get(self, int option) except? -1:
-        cdef int value = 0
-        cdef size_t size = sizeof(int)
-        if (zmq_getsockopt == NULL or self._socket.closed
-                or zmq_getsockopt(self._handle, option, &value, &size) != 0):
-            return self._socket.get(option)
-        return value
-
-    cpdef int events(self) except? -1:
-        return self._get(ZMQ_EVENTS)
-
-    cpdef bint more(self) except? -1:
-        return self._get(ZMQ_RCVMORE) != 0
-
-
-SOCKET_OPTIONS_IN_C = zmq_getsockopt != NULL  # for the tests

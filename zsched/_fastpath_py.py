@@ -22,14 +22,9 @@ The fast path is the driver's per-task work:
   window after each of its reports. The rarer turns (suspects after a loss, removal of an
   executor) are the scheduler's, in Python, for both implementations.
 - ``LatencyHistogram`` counts how long tasks waited in the queue.
-- ``gc_untrack`` and ``gc_track`` take an object out of the cyclic garbage collector and put
-  it back: what a process holds by the hundred thousand (the client's futures and rows)
-  would otherwise be traversed by its collections again and again.
 - ``rows_have_types`` is the check ``protocol`` makes of every task row a message carries
   (SubmitTasks, LaunchTasks, StatusUpdates, TaskResults), in every process.
 """
-import ctypes
-import gc
 import math
 from bisect import bisect_left
 from collections import deque
@@ -37,6 +32,7 @@ from itertools import chain
 
 import msgpack
 
+from ._runtime_py import gc_untrack
 from .task_state import TaskState
 
 # An executor whose window is more than BATCH_FRACTION times its cores (its tasks are short)
@@ -517,33 +513,6 @@ def window(executor, clamped, prefetch_seconds, tasks_per_core):
     return executor.cores * slots_per_core(task_seconds, prefetch_seconds, tasks_per_core)
 
 
-def _c_api(name, restype):
-    function = getattr(ctypes.pythonapi, name)  # called holding the GIL
-    function.argtypes = (ctypes.py_object,)
-    function.restype = restype
-    return function
-
-
-_GC_TRACK = _c_api("PyObject_GC_Track", None)
-_GC_UNTRACK = _c_api("PyObject_GC_UnTrack", None)
-_IS_GC = _c_api("PyObject_IS_GC", ctypes.c_int)
-
-
-def gc_untrack(obj):
-    """Take ``obj`` out of the cyclic garbage collector's lists, if it is in them. Only for
-    an object that is in no reference cycle, nor will be while it stays out: a cycle
-    through it would never be collected."""
-    if gc.is_tracked(obj):
-        _GC_UNTRACK(obj)
-
-
-def gc_track(obj):
-    """Put ``obj`` back in the cyclic garbage collector's lists, if it is a container that
-    is not in them."""
-    if _IS_GC(obj) and not gc.is_tracked(obj):
-        _GC_TRACK(obj)
-
-
 def rows_have_types(value, types):
     """Whether ``value`` is a list of lists, each of ``len(types)`` items of exactly these
     types, in order (``type(item) is t``: a bool is not an int, a subclass not its base)."""
@@ -587,23 +556,3 @@ class LatencyHistogram:
             running += n
             buckets.append([bound, running])
         return {"buckets": buckets, "sum": self.sum, "count": self.count}
-
-
-ZMQ_EVENTS, ZMQ_RCVMORE = 15, 13  # libzmq's option numbers (zmq.EVENTS, zmq.RCVMORE)
-
-
-class SocketState:
-    """``events()`` and ``more()`` of a pyzmq socket: its ZMQ_EVENTS (a bit mask) and
-    whether the message being received has more parts (ZMQ_RCVMORE). The compiled module
-    reads them with libzmq's own ``zmq_getsockopt``, which costs a tenth of pyzmq's
-    ``Socket.get`` for RCVMORE. Only the thread that uses the socket calls them, and only
-    while it is open."""
-
-    def __init__(self, socket):
-        self._get = socket.get
-
-    def events(self):
-        return self._get(ZMQ_EVENTS)
-
-    def more(self):
-        return bool(self._get(ZMQ_RCVMORE))

@@ -10,9 +10,10 @@ import time
 from collections import deque
 
 from .fastpath import (ClientTasks, LatencyHistogram, ResultRows, RunningTasks, SlotTable,
-                       apply_status_updates, gc_untrack, launch_tasks, offer_and_launch, queue_tasks,
+                       apply_status_updates, launch_tasks, offer_and_launch, queue_tasks,
                        slots_per_core, window)
 from .protocol import LaunchTasks, TaskState, frame_header
+from .runtime import gc_untrack
 
 log = logging.getLogger(__name__)
 
