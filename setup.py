@@ -2,7 +2,8 @@
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-EXTENSIONS = ("_fastpath", "_runtime", "_socket_state", "_pipe_link", "_arena_cache")  # as zsched.fastpath
+EXTENSIONS = ("_wire", "_scheduling", "_slot_table", "_runtime", "_socket_state", "_pipe_link",
+              "_arena_cache")  # as zsched.fastpath
 
 setup(
     ext_modules=cythonize(

@@ -8,7 +8,8 @@ import os
 
 # The compiled modules, each beside its pure-Python twin (``<name>_py``) but _pipe_link's
 # and _arena_cache's, whose fallbacks live in their callers.
-EXTENSIONS = ("_fastpath", "_runtime", "_socket_state", "_pipe_link", "_arena_cache")
+EXTENSIONS = ("_wire", "_scheduling", "_slot_table", "_runtime", "_socket_state",
+              "_pipe_link", "_arena_cache")
 
 COMPILED = os.environ.get("ZSCHED_PUREPYTHON", "") in ("", "0")
 IMPLEMENTATION = "compiled (Cython)" if COMPILED else "pure-Python reference (ZSCHED_PUREPYTHON is set)"
@@ -25,13 +26,3 @@ def missing_extension():
 
 if COMPILED and not all(importlib.util.find_spec(f"{__package__}.{name}") for name in EXTENSIONS):
     raise missing_extension()
-
-NAMES = ("SlotTable", "Task", "RunningTasks", "ClientTasks", "ResultRows", "queue_tasks", "launch_tasks",
-         "apply_status_updates", "LatencyHistogram", "LATENCY_BUCKETS",
-         "rows_have_types", "slots_per_core", "window", "offer_and_launch",
-         "StatusRows", "read_status_updates", "SubmitRows", "read_submit_tasks")
-if COMPILED:
-    from . import _fastpath as _implementation
-else:
-    from . import _fastpath_py as _implementation
-globals().update({name: getattr(_implementation, name) for name in NAMES})

@@ -1,9 +1,8 @@
 # cython: language_level=3
-# Writing msgpack into a C buffer, for the frames the fast path makes itself (LaunchTasks,
-# TaskResults); reading it in place, for those it reads itself (StatusUpdates).
+# The wire's compiled part: msgpack written into a C buffer and read in place, for the
+# per-task frames (LaunchTasks, TaskResults written; SubmitTasks, StatusUpdates read).
 # Each write is msgpack's shortest form, the one msgpack-python's Packer makes, so a frame
-# written here is byte for byte what ``protocol.encode`` makes of the same message (tests
-# hold the two to it). Inline functions: compiled into the module that cimports them.
+# written here is byte for byte what ``protocol.encode`` makes of the same message.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from libc.stdint cimport INT64_MAX, int8_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -32,6 +31,13 @@ cdef inline int reserve(Buffer *b, Py_ssize_t more) except -1:
     b.data = data
     b.capacity = capacity
     return 0
+
+
+cdef inline void *grow_array(void *array, Py_ssize_t count, size_t size) except NULL:
+    cdef void *p = realloc(array, count * size)
+    if p == NULL:
+        raise MemoryError()
+    return p
 
 
 cdef inline void release(Buffer *b) noexcept:
@@ -149,8 +155,8 @@ cdef inline void write_int(Buffer *b, int64_t value) noexcept:
         b.length += 9
 
 
-# Reading msgpack in place, for the frames the fast path reads itself (StatusUpdates): each
-# read takes one value of the expected kind and raises ValueError on anything else.
+# Reading msgpack in place: each read takes one value of the expected kind and raises
+# ValueError on anything else.
 
 cdef struct Reader:
     const uint8_t *p
@@ -266,3 +272,89 @@ cdef inline object read_number(Reader *r):
         r.p += 5
         return <double>number32
     return read_int_object(r)
+
+
+cdef int int_bits(object value, int64_t *bits, unsigned char *big) except -1
+
+
+cdef inline bytes as_bytes(object value, str what):
+    if type(value) is not bytes:
+        raise TypeError(f"{what} must be bytes, not {type(value).__name__}")
+    return <bytes>value
+
+
+cdef class FrameRows:
+    cdef bytes _frame
+    cdef Py_ssize_t _array  # where the array of rows starts in _frame
+    cdef Py_ssize_t _first  # where its first row starts
+    cdef Py_ssize_t _end    # where it ends
+    cdef Py_ssize_t _count
+
+
+cdef class StatusRows(FrameRows):
+    pass
+
+
+cdef class SubmitRows(FrameRows):
+    pass
+
+
+cdef class ResultRows:
+    cdef Buffer _data
+    cdef Py_ssize_t *_ends      # where each row ends in _data
+    cdef Py_ssize_t *_payloads  # each row's payload size
+    cdef Py_ssize_t _count
+    cdef Py_ssize_t _capacity
+    cdef int _write(self, int64_t client_task_id, bint big, int64_t state, const char *payload,
+                    Py_ssize_t n) except -1
+
+
+cdef class LaunchWriter:
+    cdef bytes _header
+    cdef set _known           # the digests the executor holds
+    cdef dict _needed         # the functions the frame being written carries
+    cdef list _frames
+    cdef object _last_digest  # the digest of the row before: held or in _needed
+    cdef Py_ssize_t _limit
+    cdef Py_ssize_t _size
+    cdef Py_ssize_t _n_rows
+    cdef Buffer _rows
+    cdef int _flush(self) except -1
+    cdef list _take(self)
+
+    # Inline, so that a launch's loop writes each row with no call
+    cdef inline int _add(self, uint64_t task_id, uint64_t attempt, object digest, const char *args,
+                         Py_ssize_t args_len, object blob) except -1:
+        cdef bint new
+        cdef bytes digest_bytes = as_bytes(digest, "a function digest")
+        cdef Py_ssize_t row_size = args_len
+        if digest is self._last_digest:
+            new = False
+        else:
+            new = digest not in self._known and digest not in self._needed
+            self._last_digest = digest
+        if new:
+            row_size += len(blob)
+        if self._n_rows and self._size + row_size > self._limit:  # ``new`` stays: _needed did not hold digest
+            self._flush()
+        if new:
+            self._needed[digest] = blob
+        reserve(&self._rows, 1 + 2 * UINT_ROOM + 2 * HEADER_ROOM + len(digest_bytes) + args_len)
+        self._rows.data[self._rows.length] = 0x94
+        self._rows.length += 1
+        write_uint(&self._rows, task_id)
+        write_uint(&self._rows, attempt)
+        write_bin(&self._rows, PyBytes_AS_STRING(digest_bytes), len(digest_bytes))
+        write_bin(&self._rows, args, args_len)
+        self._n_rows += 1
+        self._size += row_size
+        return 0
+
+
+cdef inline LaunchWriter launch_writer(bytes header, set known, Py_ssize_t limit):
+    """A LaunchWriter of frames under ``header``, to an executor holding ``known``."""
+    cdef LaunchWriter writer = LaunchWriter.__new__(LaunchWriter)
+    writer._header = header
+    writer._known = known
+    writer._limit = limit
+    return writer
