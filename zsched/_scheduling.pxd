@@ -5,12 +5,8 @@ from libc.stdint cimport int64_t, uint32_t
 
 
 cdef class Task:
-    # Outside the garbage collector (``no_gc``): collections would otherwise traverse every
-    # queued task again and again. A task is in a cycle only while its client's ``tasks`` or
-    # its executor's ``running`` holds it, and the scheduler takes it out of both when it
-    # ends, is cancelled, or its client or executor goes.
     # Small, since a million may wait at once: ids and retries as C integers, failures and
-    # loss in one field, the arguments where they lie in their SubmitTasks frame.
+    # loss in one field, the arguments left where they lie in their SubmitTasks frame.
     cdef public object client
     cdef public object function   # its function's digest: one object for a run of tasks of one function
     cdef bytes _frame             # where its arguments lie: _frame[_args_at:_args_at + _args_len]

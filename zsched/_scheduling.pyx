@@ -62,10 +62,8 @@ cdef PyCFunction c_method(type cls, str name, int flags) noexcept:
     return definition.ml_meth if definition.ml_flags == flags else NULL
 
 
-# The queue of tasks waiting for a slot is a deque. Its append and popleft are called
-# through their C functions (one C call) rather than as bound methods (an interpreter call
-# each, about a sixth of a task's scheduling instructions); any other queue, or a deque
-# whose methods take their arguments otherwise, through its methods.
+# The queue's append and popleft through deque's C functions: a bound method call would
+# cost an interpreter call per task. Any other queue through its methods.
 ctypedef object (*MethodCall)(object, PyObject *)  # a PyCFunction, called from Cython: NULL raises
 cdef PyCFunction deque_append = c_method(deque, "append", METH_O)
 cdef PyCFunction deque_popleft = c_method(deque, "popleft", METH_NOARGS)
@@ -87,6 +85,8 @@ cdef inline object queue_popleft(object queue):
     return queue.popleft()
 
 
+# Out of the cyclic GC, which would traverse every queued task; the scheduler takes a task
+# out of its client's and executor's tables, its only cycles, when it ends or they go.
 @cython.no_gc
 cdef class Task:
     """A submitted task as the driver holds it (see the twin)."""
@@ -719,10 +719,8 @@ def apply_status_updates(executor, StatusRows updates, pending, double now, dict
     cdef const char *found
     r.p = <const uint8_t *>PyBytes_AS_STRING(frame) + updates._first
     r.end = <const uint8_t *>PyBytes_AS_STRING(frame) + updates._end
-    # In groups of ROWS_AHEAD rows: with a million tasks in flight, their entries in the
-    # table of running tasks and the tasks themselves are out of the caches. Asking for all
-    # of a group's memory before using any has the waits overlap, where looking up one
-    # task after another would wait for each in turn.
+    # In groups of ROWS_AHEAD rows, all of a group's memory asked for before any is used:
+    # with many tasks in flight it is out of the caches, and the waits then overlap.
     for first in range(0, updates._count, ROWS_AHEAD):
         n = min(ROWS_AHEAD, updates._count - first)
         for j in range(n):  # each row checked by read_status_updates

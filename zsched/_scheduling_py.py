@@ -27,9 +27,8 @@ from collections import deque
 from ._wire_py import launch_frames
 from .task_state import TaskState
 
-# An executor whose window is more than BATCH_FRACTION times its cores (its tasks are short)
-# takes at least 1 / BATCH_FRACTION of its window per offer, when offered that many tasks
-# (see SlotTable._deal). Defined here alone: the compiled module imports it.
+# An executor with a deep window takes at least 1 / BATCH_FRACTION of it per offer, when
+# offered that many (see SlotTable._deal). Defined here alone: the compiled module imports it.
 BATCH_FRACTION = 2
 
 # Plain ints: comparing with an IntEnum member costs an attribute lookup per task.
@@ -173,9 +172,8 @@ class SlotTable:
             raise KeyError(index)
 
 
-# An executor's tasks launched and not yet reported: task id -> Task, in launch order
-# (``executor.running``). The compiled core has a class of its own, with the same
-# reads (len, iteration, ``[]``, ``get``, ``in``, ``keys``, ``values``, ``items``) and ``clear``.
+# An executor's tasks launched and not yet reported, task id -> Task in launch order. The
+# compiled class has a dict's reads (len, ``[]``, ``get``, ``in``, iteration, views) and ``clear``.
 RunningTasks = dict
 
 # A client's tasks in flight: client task id -> Task, in submission order (``client.tasks``).

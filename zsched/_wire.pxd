@@ -1,8 +1,6 @@
 # cython: language_level=3
-# The wire's compiled part: msgpack written into a C buffer and read in place, for the
-# per-task frames (LaunchTasks, TaskResults written; SubmitTasks, StatusUpdates read).
-# Each write is msgpack's shortest form, the one msgpack-python's Packer makes, so a frame
-# written here is byte for byte what ``protocol.encode`` makes of the same message.
+# msgpack written into C buffers and read in place, for the per-task frames. Each write is
+# msgpack-python's shortest form, so a frame is byte for byte what ``protocol.encode`` makes.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from libc.stdint cimport INT64_MAX, int8_t, int64_t, uint8_t, uint32_t, uint64_t
