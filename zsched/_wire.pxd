@@ -273,6 +273,7 @@ cdef inline object read_number(Reader *r):
 
 
 cdef int int_bits(object value, int64_t *bits, unsigned char *big) except -1
+cdef bytes launch_frame(bytes header, dict needed, Buffer *rows, Py_ssize_t n_rows)
 
 
 cdef inline bytes as_bytes(object value, str what):
@@ -307,52 +308,14 @@ cdef class ResultRows:
                     Py_ssize_t n) except -1
 
 
-cdef class LaunchWriter:
-    cdef bytes _header
-    cdef set _known           # the digests the executor holds
-    cdef dict _needed         # the functions the frame being written carries
-    cdef list _frames
-    cdef object _last_digest  # the digest of the row before: held or in _needed
-    cdef Py_ssize_t _limit
-    cdef Py_ssize_t _size
-    cdef Py_ssize_t _n_rows
-    cdef Buffer _rows
-    cdef int _flush(self) except -1
-    cdef list _take(self)
-
-    # Inline, so that a launch's loop writes each row with no call
-    cdef inline int _add(self, uint64_t task_id, uint64_t attempt, object digest, const char *args,
-                         Py_ssize_t args_len, object blob) except -1:
-        cdef bint new
-        cdef bytes digest_bytes = as_bytes(digest, "a function digest")
-        cdef Py_ssize_t row_size = args_len
-        if digest is self._last_digest:
-            new = False
-        else:
-            new = digest not in self._known and digest not in self._needed
-            self._last_digest = digest
-        if new:
-            row_size += len(blob)
-        if self._n_rows and self._size + row_size > self._limit:  # ``new`` stays: _needed did not hold digest
-            self._flush()
-        if new:
-            self._needed[digest] = blob
-        reserve(&self._rows, 1 + 2 * UINT_ROOM + 2 * HEADER_ROOM + len(digest_bytes) + args_len)
-        self._rows.data[self._rows.length] = 0x94
-        self._rows.length += 1
-        write_uint(&self._rows, task_id)
-        write_uint(&self._rows, attempt)
-        write_bin(&self._rows, PyBytes_AS_STRING(digest_bytes), len(digest_bytes))
-        write_bin(&self._rows, args, args_len)
-        self._n_rows += 1
-        self._size += row_size
-        return 0
-
-
-cdef inline LaunchWriter launch_writer(bytes header, set known, Py_ssize_t limit):
-    """A LaunchWriter of frames under ``header``, to an executor holding ``known``."""
-    cdef LaunchWriter writer = LaunchWriter.__new__(LaunchWriter)
-    writer._header = header
-    writer._known = known
-    writer._limit = limit
-    return writer
+cdef inline int write_launch_row(Buffer *rows, uint64_t task_id, uint64_t attempt, bytes digest,
+                                 const char *args, Py_ssize_t args_len) except -1:
+    """The LaunchTasks row ``[task id, attempt, function digest, pickled arguments]``."""
+    reserve(rows, 1 + 2 * UINT_ROOM + 2 * HEADER_ROOM + len(digest) + args_len)
+    rows.data[rows.length] = 0x94
+    rows.length += 1
+    write_uint(rows, task_id)
+    write_uint(rows, attempt)
+    write_bin(rows, PyBytes_AS_STRING(digest), len(digest))
+    write_bin(rows, args, args_len)
+    return 0

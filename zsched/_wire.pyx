@@ -4,8 +4,9 @@ with (see it for what each name does).
 
 SubmitTasks and StatusUpdates frames are checked once (``read_submit_tasks``,
 ``read_status_updates``) and their rows left in the frame, for the scheduling core to read
-in place; ``LaunchWriter`` and ``ResultRows`` write LaunchTasks and TaskResults rows
-straight into the frames' bytes. So the per-task messages make no Python object per task.
+in place; ``ResultRows`` writes TaskResults rows, and ``write_launch_row`` and
+``launch_frame`` (in ``_wire.pxd``) LaunchTasks rows, straight into the frames' bytes. So
+the per-task messages make no Python object per task.
 """
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject
@@ -146,7 +147,7 @@ cdef class ResultRows:
 
 cdef bytes launch_frame(bytes header, dict needed, Buffer *rows, Py_ssize_t n_rows):
     """The LaunchTasks frame ``header + [needed, rows]``, ``rows`` being ``n_rows`` rows
-    written in ``rows``."""
+    written in ``rows`` (``write_launch_row``)."""
     cdef Buffer head
     cdef bytes digest, data
     head.data = NULL
@@ -170,49 +171,6 @@ cdef bytes launch_frame(bytes header, dict needed, Buffer *rows, Py_ssize_t n_ro
         return join(NULL, 0, &head, rows)
     finally:
         release(&head)
-
-
-cdef class LaunchWriter:
-    """One launch's LaunchTasks frames, written row by row (``launch_frames``; the
-    scheduling core's launches write theirs with it too)."""
-
-    def __cinit__(self):
-        self._needed = {}
-        self._frames = []
-
-    def __dealloc__(self):
-        release(&self._rows)
-
-    cdef int _flush(self) except -1:
-        self._frames.append(launch_frame(self._header, self._needed, &self._rows, self._n_rows))
-        self._known.update(self._needed)
-        self._needed = {}
-        self._rows.length = self._n_rows = self._size = 0
-        return 0
-
-    cdef list _take(self):
-        cdef list frames
-        if self._n_rows:
-            self._flush()
-        frames = self._frames
-        self._frames = []
-        return frames
-
-
-def launch_frames(bytes header, rows, functions, set known, Py_ssize_t limit):
-    cdef LaunchWriter writer = launch_writer(header, known, limit)
-    cdef int64_t id_bits, attempt_bits
-    cdef unsigned char id_big, attempt_big
-    cdef bytes data
-    for task_id, attempt, digest, args in rows:
-        int_bits(task_id, &id_bits, &id_big)
-        int_bits(attempt, &attempt_bits, &attempt_big)
-        if (id_bits < 0 and not id_big) or (attempt_bits < 0 and not attempt_big):
-            raise OverflowError("a task id or an attempt below 0")
-        data = as_bytes(args, "arguments")
-        writer._add(<uint64_t>id_bits, <uint64_t>attempt_bits, digest, PyBytes_AS_STRING(data),
-                    len(data), functions.get(digest))
-    return writer._take()
 
 
 cdef class FrameRows:

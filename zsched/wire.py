@@ -4,7 +4,7 @@ user outside the scheduling core."""
 from .fastpath import COMPILED, missing_extension
 
 NAMES = ("StatusRows", "SubmitRows", "read_status_updates", "read_submit_tasks", "rows_have_types",
-         "ResultRows", "launch_frames")
+         "ResultRows")
 __all__ = list(NAMES)
 
 if COMPILED:
