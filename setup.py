@@ -2,11 +2,12 @@
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
+EXTENSIONS = ("_wire", "_scheduling", "_slot_table", "_runtime", "_socket_state", "_pipe_link",
+              "_arena_cache")  # as zsched.fastpath
+
 setup(
     ext_modules=cythonize(
-        [Extension("zsched._fastpath", ["zsched/_fastpath.pyx"]),
-         Extension("zsched._pipe_link", ["zsched/_pipe_link.pyx"]),
-         Extension("zsched._arena_cache", ["zsched/_arena_cache.pyx"])],
+        [Extension(f"zsched.{name}", [f"zsched/{name}.pyx"]) for name in EXTENSIONS],
         compiler_directives={"language_level": "3", "boundscheck": False, "wraparound": False},
     )
 )

@@ -184,7 +184,7 @@ def run_once(n_executors, cores, n_tasks, batch):
 
 def run_slot_table(n_executors, cores, n_tasks, batch, window):
     """The same offers and releases on the SlotTable alone: its ns per task."""
-    from zsched.fastpath import SlotTable
+    from zsched.scheduling import SlotTable
 
     table = SlotTable()
     for i in range(n_executors):

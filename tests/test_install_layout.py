@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 PACKAGE = os.path.join(REPO, "zsched")
-COMPILED_HERE = any(os.path.exists(os.path.join(PACKAGE, "_fastpath" + suffix))
+COMPILED_HERE = any(os.path.exists(os.path.join(PACKAGE, "_wire" + suffix))
                     for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 PROBE = "import zsched.fastpath as f, zsched.driver; print(f.__file__, f.COMPILED)"
 

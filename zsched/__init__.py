@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 
 def _has_compiled(directory):
-    return any(os.path.exists(os.path.join(directory, "_fastpath" + suffix))
+    return any(os.path.exists(os.path.join(directory, "_wire" + suffix))
                for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
 

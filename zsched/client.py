@@ -27,7 +27,8 @@ import zmq
 from . import protocol as p
 from .config import Config
 from .errors import DriverConnectionError, MessageTooLarge, TaskFailed
-from .fastpath import SocketState, gc_track, gc_untrack
+from .runtime import gc_track, gc_untrack
+from .socket_state import SocketState
 from .future import DONE_STATES, FuturesCondition, TaskFuture
 from .held_functions import HeldFunctions
 from .map_calls import (TASKS_PER_CORE, CallsRunner, auto_chunk_size, check_chunk_arguments, chunks,

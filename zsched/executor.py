@@ -40,7 +40,7 @@ from . import fastpath
 from . import protocol as p
 from .config import Config
 from .errors import ConfigError, MessageTooLarge, exception_payload
-from .fastpath import SocketState
+from .socket_state import SocketState
 from .pipe_link import PipeLink
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client

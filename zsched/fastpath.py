@@ -1,34 +1,28 @@
-"""The fast path in use: the compiled ``_fastpath`` unless ``ZSCHED_PUREPYTHON=1``
-selects the pure-Python reference ``_fastpath_py``. Both export ``NAMES``. ``COMPILED``
-says which; ``pipe_link`` chooses its link by it too."""
+"""Which implementation runs: the compiled modules unless ``ZSCHED_PUREPYTHON=1`` selects
+their pure-Python twins. ``COMPILED`` and ``IMPLEMENTATION`` say which; each part's module
+(``wire``, ``scheduling``, ``runtime``, ``socket_state``) picks its own by ``COMPILED``, as
+``pipe_link`` does. Importing this module fails with the install command where the
+compiled modules are missing."""
+import importlib.util
 import os
 
-NAMES = ("SlotTable", "Task", "RunningTasks", "ClientTasks", "ResultRows", "queue_tasks", "launch_tasks",
-         "apply_status_updates", "LatencyHistogram", "LATENCY_BUCKETS", "gc_track", "gc_untrack",
-         "rows_have_types", "SocketState", "slots_per_core", "window", "offer_and_launch",
-         "StatusRows", "read_status_updates", "SubmitRows", "read_submit_tasks")
-__all__ = [*NAMES, "IMPLEMENTATION", "COMPILED"]
+# The compiled modules, each beside its pure-Python twin (``<name>_py``) but _pipe_link's
+# and _arena_cache's, whose fallbacks live in their callers.
+EXTENSIONS = ("_wire", "_scheduling", "_slot_table", "_runtime", "_socket_state",
+              "_pipe_link", "_arena_cache")
 
-if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0"):
-    from ._fastpath_py import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, ResultRows, RunningTasks,
-                               SlotTable, SocketState, Task, apply_status_updates, gc_track,
-                               gc_untrack, launch_tasks, queue_tasks, rows_have_types,
-                               slots_per_core, window, offer_and_launch, StatusRows,
-                               read_status_updates, SubmitRows, read_submit_tasks)
-    IMPLEMENTATION = "pure-Python reference (ZSCHED_PUREPYTHON is set)"
-    COMPILED = False
-else:
-    try:
-        from ._fastpath import (LATENCY_BUCKETS, ClientTasks, LatencyHistogram, ResultRows, RunningTasks,
-                                SlotTable, SocketState, Task, apply_status_updates, gc_track,
-                                gc_untrack, launch_tasks, queue_tasks, rows_have_types,
-                                slots_per_core, window, offer_and_launch, StatusRows,
-                                read_status_updates, SubmitRows, read_submit_tasks)
-    except ImportError as exc:  # pragma: no cover - depends on the build
-        raise ImportError(
-            "zsched's compiled fast path is missing: install zsched with `pip install .` "
-            "(in a checkout you work on: `pip install -e .`, which builds it in place), "
-            "or set ZSCHED_PUREPYTHON=1 to use the pure-Python reference"
-        ) from exc
-    IMPLEMENTATION = "compiled (Cython)"
-    COMPILED = True
+COMPILED = os.environ.get("ZSCHED_PUREPYTHON", "") in ("", "0")
+IMPLEMENTATION = "compiled (Cython)" if COMPILED else "pure-Python reference (ZSCHED_PUREPYTHON is set)"
+
+
+def missing_extension():
+    """The ImportError for a checkout or an install without its compiled modules."""
+    return ImportError(
+        "zsched's compiled fast path is missing: install zsched with `pip install .` "
+        "(in a checkout you work on: `pip install -e .`, which builds it in place), "
+        "or set ZSCHED_PUREPYTHON=1 to use the pure-Python reference"
+    )
+
+
+if COMPILED and not all(importlib.util.find_spec(f"{__package__}.{name}") for name in EXTENSIONS):
+    raise missing_extension()

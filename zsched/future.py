@@ -7,7 +7,7 @@ import time
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 
 from .errors import TaskFailed, load_exception
-from .fastpath import gc_track, gc_untrack
+from .runtime import gc_track, gc_untrack
 
 DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
 

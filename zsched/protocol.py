@@ -5,16 +5,16 @@ The body is a msgpack array holding the message's fields in declaration order.
 Task functions, arguments and results travel as opaque ``bytes`` (cloudpickle made by
 clients and executors); the driver never unpickles them.
 
-Nothing outside this module packs or unpacks frames, but for the driver's per-task
-messages, which the fast path reads and writes itself, its Python objects per task left
-out: it writes LaunchTasks frames (``launch_tasks``) and TaskResults frames
-(``ResultRows.take_frames``), under ``frame_header``, byte for byte what ``encode`` makes of
-the same message (tests hold them to it; the driver sends them as ``Encoded`` messages), and
+Nothing outside the wire packs or unpacks frames. The driver's per-task messages are read
+and written by the wire's compiled part (``wire``: ``_wire``, or its twin ``_wire_py``),
+with no Python object per task: its LaunchTasks writers (``_wire.pxd``; ``launch_frames``
+in the twin) and ``ResultRows`` write frames under ``frame_header``, byte for byte what
+``encode`` makes of the same message (tests hold them to it; the driver sends them as
+``Encoded`` messages), and
 ``decode`` has it read SubmitTasks and StatusUpdates (``read_submit_tasks``,
 ``read_status_updates``: the same checks, the rows left in the frame, in a ``SubmitRows`` or
-a ``StatusRows``). A client in the driver's own process hands the
-driver message objects instead of frames (``check`` applies decode's field checks to
-them).
+a ``StatusRows``). A client in the driver's own process hands the driver message objects
+instead of frames (``check`` applies decode's field checks to them).
 """
 import hashlib
 import math
@@ -25,8 +25,9 @@ from typing import ClassVar
 import msgpack
 
 from .errors import ProtocolError
-from .fastpath import StatusRows, SubmitRows, read_status_updates, read_submit_tasks, rows_have_types
-from .task_state import TaskState  # noqa: F401 (part of the protocol; the fast path uses it too)
+from ._wire_py import batch_tasks  # noqa: F401 (one splitter for LaunchTasks and SubmitTasks)
+from .task_state import TaskState  # noqa: F401 (part of the protocol; the wire's compiled part uses it too)
+from .wire import StatusRows, SubmitRows, read_status_updates, read_submit_tasks, rows_have_types
 
 VERSION = 1
 
@@ -138,10 +139,10 @@ def _dict_of(check_key, check_value):
 
 def _rows(*types, read_as=None):
     """A list of rows (one task each in a batch) whose items have exactly ``types``, in
-    order; or, given ``read_as``, rows the fast path read from a frame and checked then (a
+    order; or, given ``read_as``, rows the wire read from a frame and checked then (a
     ``StatusRows`` or ``SubmitRows``). msgpack decodes to exact int, float, str and bytes, so
     an exact type test is both right (a bool never passes for an int) and cheap: this runs
-    once per task, in the fast path (``rows_have_types``)."""
+    once per task, compiled (``rows_have_types``)."""
     return lambda value: type(value) is read_as or rows_have_types(value, types)
 
 
@@ -353,30 +354,6 @@ def batch_rows(rows, payload_index, limit):
         yield batch
 
 
-def batch_tasks(rows, digest_index, payload_index, functions, known, limit):
-    """Split task rows like ``batch_rows``; each batch comes with the functions
-    (``{digest: blob}`` out of ``functions``) that its tasks need and the receiver does not
-    hold yet. ``known``, the receiver's digests, is updated as batches are yielded."""
-    batch, needed, size = [], {}, 0
-    for row in rows:
-        digest = row[digest_index]
-        new = digest not in known and digest not in needed
-        row_size = len(row[payload_index]) + (len(functions[digest]) if new else 0)
-        if batch and size + row_size > limit:
-            yield needed, batch
-            known.update(needed)
-            batch, needed, size = [], {}, 0
-            new = digest not in known
-            row_size = len(row[payload_index]) + (len(functions[digest]) if new else 0)
-        if new:
-            needed[digest] = functions[digest]
-        batch.append(row)
-        size += row_size
-    if batch:
-        yield needed, batch
-        known.update(needed)
-
-
 # ---------------------------------------------------------------- encode / decode
 
 class FunctionBlob:
@@ -432,7 +409,7 @@ def encode(msg):
     return bytes((VERSION, msg.TYPE)) + _packer.pack(body)
 
 
-# The per-task messages the fast path reads itself, their rows left in the frame.
+# The per-task messages the wire's readers read, their rows left in the frame.
 _READ_BY_FAST_PATH = {StatusUpdates: read_status_updates, SubmitTasks: read_submit_tasks}
 
 

@@ -9,14 +9,15 @@ import math
 import time
 from collections import deque
 
-from .fastpath import (ClientTasks, LatencyHistogram, ResultRows, RunningTasks, SlotTable,
-                       apply_status_updates, gc_untrack, launch_tasks, offer_and_launch, queue_tasks,
-                       slots_per_core, window)
 from .protocol import LaunchTasks, TaskState, frame_header
+from .runtime import gc_untrack
+from .scheduling import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
+                         launch_tasks, offer_and_launch, queue_tasks, slots_per_core, window)
+from .wire import ResultRows
 
 log = logging.getLogger(__name__)
 
-_LAUNCH_HEADER = frame_header(LaunchTasks)  # the fast path writes LaunchTasks frames whole
+_LAUNCH_HEADER = frame_header(LaunchTasks)  # the wire writes LaunchTasks frames whole
 
 
 def untracked(container):

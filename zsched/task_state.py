@@ -1,5 +1,5 @@
 """``TaskState``, part of the wire protocol (``protocol`` exports it), in a module of its own
-so that the fast path, whose row checks ``protocol`` uses, needs nothing else of it."""
+so that the wire's compiled part and the scheduling core need nothing else of it."""
 from enum import IntEnum
 
 

@@ -29,7 +29,7 @@ from ..cluster.local import UNIX_SOCKET_PATH_MAX, fits_a_unix_socket
 from ..config import Config
 from ..errors import ConfigError, ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
-from ..fastpath import SocketState
+from ..socket_state import SocketState
 from ..pipe_link import PipeLink
 from ..protocol import MsgType, TaskState
 from ..scheduler import ClientData, TaskScheduler

@@ -1,9 +1,6 @@
 # cython: language_level=3
-# Writing msgpack into a C buffer, for the frames the fast path makes itself (LaunchTasks,
-# TaskResults); reading it in place, for those it reads itself (StatusUpdates).
-# Each write is msgpack's shortest form, the one msgpack-python's Packer makes, so a frame
-# written here is byte for byte what ``protocol.encode`` makes of the same message (tests
-# hold the two to it). Inline functions: compiled into the module that cimports them.
+# msgpack written into C buffers and read in place, for the per-task frames. Each write is
+# msgpack-python's shortest form, so a frame is byte for byte what ``protocol.encode`` makes.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from libc.stdint cimport INT64_MAX, int8_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -32,6 +29,13 @@ cdef inline int reserve(Buffer *b, Py_ssize_t more) except -1:
     b.data = data
     b.capacity = capacity
     return 0
+
+
+cdef inline void *grow_array(void *array, Py_ssize_t count, size_t size) except NULL:
+    cdef void *p = realloc(array, count * size)
+    if p == NULL:
+        raise MemoryError()
+    return p
 
 
 cdef inline void release(Buffer *b) noexcept:
@@ -149,8 +153,8 @@ cdef inline void write_int(Buffer *b, int64_t value) noexcept:
         b.length += 9
 
 
-# Reading msgpack in place, for the frames the fast path reads itself (StatusUpdates): each
-# read takes one value of the expected kind and raises ValueError on anything else.
+# Reading msgpack in place: each read takes one value of the expected kind and raises
+# ValueError on anything else.
 
 cdef struct Reader:
     const uint8_t *p
@@ -266,3 +270,52 @@ cdef inline object read_number(Reader *r):
         r.p += 5
         return <double>number32
     return read_int_object(r)
+
+
+cdef int int_bits(object value, int64_t *bits, unsigned char *big) except -1
+cdef bytes launch_frame(bytes header, dict needed, Buffer *rows, Py_ssize_t n_rows)
+
+
+cdef inline bytes as_bytes(object value, str what):
+    if type(value) is not bytes:
+        raise TypeError(f"{what} must be bytes, not {type(value).__name__}")
+    return <bytes>value
+
+
+cdef class FrameRows:
+    cdef bytes _frame
+    cdef Py_ssize_t _array  # where the array of rows starts in _frame
+    cdef Py_ssize_t _first  # where its first row starts
+    cdef Py_ssize_t _end    # where it ends
+    cdef Py_ssize_t _count
+
+
+cdef class StatusRows(FrameRows):
+    pass
+
+
+cdef class SubmitRows(FrameRows):
+    pass
+
+
+cdef class ResultRows:
+    cdef Buffer _data
+    cdef Py_ssize_t *_ends      # where each row ends in _data
+    cdef Py_ssize_t *_payloads  # each row's payload size
+    cdef Py_ssize_t _count
+    cdef Py_ssize_t _capacity
+    cdef int _write(self, int64_t client_task_id, bint big, int64_t state, const char *payload,
+                    Py_ssize_t n) except -1
+
+
+cdef inline int write_launch_row(Buffer *rows, uint64_t task_id, uint64_t attempt, bytes digest,
+                                 const char *args, Py_ssize_t args_len) except -1:
+    """The LaunchTasks row ``[task id, attempt, function digest, pickled arguments]``."""
+    reserve(rows, 1 + 2 * UINT_ROOM + 2 * HEADER_ROOM + len(digest) + args_len)
+    rows.data[rows.length] = 0x94
+    rows.length += 1
+    write_uint(rows, task_id)
+    write_uint(rows, attempt)
+    write_bin(rows, PyBytes_AS_STRING(digest), len(digest))
+    write_bin(rows, args, args_len)
+    return 0

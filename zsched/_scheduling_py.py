@@ -1,6 +1,5 @@
-"""Pure-Python reference of the fast path; ``_fastpath.pyx`` must agree with it exactly.
-
-The fast path is the driver's per-task work:
+"""Pure-Python twin of the compiled scheduling core (``_scheduling.pyx``, ``_slot_table.pyx``);
+they must agree exactly. It does no I/O: frames are read and written by the wire.
 
 - ``SlotTable`` holds, for every executor, its cores, its window (the tasks it may hold,
   running and queued: ``slots``) and the tasks it holds, and makes resource offers. Queued
@@ -11,37 +10,25 @@ The fast path is the driver's per-task work:
   the queue, and an executor's share still travels in one launch. Executors that
   may take tasks wait in two rings (idle cores, window room); each task costs O(1) whatever
   the number of executors.
-- ``read_submit_tasks`` and ``read_status_updates`` read and check the frames of the
-  per-task messages the driver receives (``protocol.decode`` calls them);
-  ``queue_tasks`` turns SubmitTasks rows into queued ``Task``s; ``launch_tasks`` takes an
-  executor's share of the queue and makes its LaunchTasks frames; ``offer_and_launch``
-  makes a SlotTable's offer and each executor's launch in one call, when no suspect waits;
-  ``apply_status_updates`` applies a StatusUpdates batch: frees the tasks, finds each one's
-  client and queues its result in the client's ``ResultRows``, which makes the TaskResults
-  frames. ``window`` (with ``slots_per_core``) sizes an executor's
-  window after each of its reports. The rarer turns (suspects after a loss, removal of an
-  executor) are the scheduler's, in Python, for both implementations.
+- ``queue_tasks`` turns SubmitTasks rows into queued ``Task``s; ``launch_tasks`` takes an
+  executor's share of the queue, and the wire writes the launches (``launch_frames``);
+  ``offer_and_launch`` makes a SlotTable's offer and each executor's launch in one call,
+  when no suspect waits; ``apply_status_updates`` applies a StatusUpdates batch: frees the
+  tasks, finds each one's client and queues its result in the client's ``ResultRows``.
+  ``window`` (with ``slots_per_core``) sizes an executor's window after each of its
+  reports. The rarer turns (suspects after a loss, removal of an executor) are the
+  scheduler's, in Python, for both implementations.
 - ``LatencyHistogram`` counts how long tasks waited in the queue.
-- ``gc_untrack`` and ``gc_track`` take an object out of the cyclic garbage collector and put
-  it back: what a process holds by the hundred thousand (the client's futures and rows)
-  would otherwise be traversed by its collections again and again.
-- ``rows_have_types`` is the check ``protocol`` makes of every task row a message carries
-  (SubmitTasks, LaunchTasks, StatusUpdates, TaskResults), in every process.
 """
-import ctypes
-import gc
 import math
 from bisect import bisect_left
 from collections import deque
-from itertools import chain
 
-import msgpack
-
+from ._wire_py import launch_frames
 from .task_state import TaskState
 
-# An executor whose window is more than BATCH_FRACTION times its cores (its tasks are short)
-# takes at least 1 / BATCH_FRACTION of its window per offer, when offered that many tasks
-# (see SlotTable._deal). Defined here alone: the compiled module imports it.
+# An executor with a deep window takes at least 1 / BATCH_FRACTION of it per offer, when
+# offered that many (see SlotTable._deal). Defined here alone: the compiled module imports it.
 BATCH_FRACTION = 2
 
 # Plain ints: comparing with an IntEnum member costs an attribute lookup per task.
@@ -185,13 +172,12 @@ class SlotTable:
             raise KeyError(index)
 
 
-# An executor's tasks launched and not yet reported: task id -> Task, in launch order
-# (``executor.running``). The compiled fast path has a class of its own, with the same
-# reads (len, iteration, ``[]``, ``get``, ``in``, ``keys``, ``values``, ``items``) and ``clear``.
+# An executor's tasks launched and not yet reported, task id -> Task in launch order. The
+# compiled class has a dict's reads (len, ``[]``, ``get``, ``in``, iteration, views) and ``clear``.
 RunningTasks = dict
 
 # A client's tasks in flight: client task id -> Task, in submission order (``client.tasks``).
-# The compiled fast path has a class of its own, with the reads above, ``pop`` and ``clear``.
+# The compiled core has a class of its own, with the reads above, ``pop`` and ``clear``.
 ClientTasks = dict
 
 
@@ -220,57 +206,6 @@ class Task:
         self.loss = None            # id of the latest executor loss charged to it
         self.cancelled = False
         self.queued_at = queued_at  # when it last joined the queue
-
-
-class ResultRows:
-    """A client's results waiting to be sent (``ClientData.results``): TaskResults rows
-    ``[client task id, state, payload]``, in ``rows`` (a list kept out of the cyclic
-    collector: a wake-up may leave a hundred thousand there). The compiled path writes them
-    as msgpack as they come instead; both make the same frames."""
-
-    __slots__ = ("rows",)
-
-    def __init__(self):
-        self.rows = _untracked_list()
-
-    def add(self, client_task_id, state, payload):
-        """Queue the row ``[client task id, state, payload]``."""
-        self.rows.append([client_task_id, state, payload])
-
-    def __len__(self):
-        return len(self.rows)
-
-    def take_frames(self, header, limit, max_rows):
-        """The rows waiting, in order, as TaskResults frames (``header`` then the body
-        ``[rows]``): the payloads of a frame add up to at most ``limit`` bytes (a larger
-        one goes alone), at most ``max_rows`` rows each. None wait afterwards."""
-        if max_rows < 1:
-            raise ValueError("max_rows must be at least 1")
-        rows = self.take_rows()
-        frames = []
-        batch, size = [], 0
-        for row in rows:
-            row_size = len(row[2])
-            if batch and (size + row_size > limit or len(batch) == max_rows):
-                frames.append(header + _pack([batch]))
-                batch, size = [], 0
-            batch.append(row)
-            size += row_size
-        if batch:
-            frames.append(header + _pack([batch]))
-        return frames
-
-    def take_rows(self):
-        """The rows waiting (for a client in the driver's process); none wait afterwards."""
-        rows = self.rows
-        self.rows = _untracked_list()
-        return rows
-
-
-def _untracked_list():
-    rows = []
-    gc_untrack(rows)
-    return rows
 
 
 def queue_tasks(client, rows, next_id, now, pending, functions):
@@ -305,64 +240,13 @@ def queue_tasks(client, rows, next_id, now, pending, functions):
     return next_id, missing
 
 
-class SubmitRows(list):
-    """The rows of a SubmitTasks frame, ``[client task id, function digest, pickled
-    arguments, retries]`` each, as ``read_submit_tasks`` decoded and checked them (the
-    compiled path reads them in place instead)."""
-
-    __slots__ = ()
-
-
-def read_submit_tasks(frame, start):
-    """``(functions, rows)`` of the SubmitTasks body at ``frame[start:]``, every field
-    checked (``functions``: a dict, digest -> blob; ``rows``: a ``SubmitRows``); ValueError
-    says what is wrong."""
-    functions, tasks = _read_body(frame, start, 2)
-    if type(functions) is not dict or not all(
-            type(key) is bytes and type(value) is bytes for key, value in functions.items()):
-        raise ValueError("field functions has the wrong type")
-    if not rows_have_types(tasks, (int, bytes, bytes, int)):
-        raise ValueError("field tasks has the wrong type")
-    return functions, SubmitRows(tasks)
-
-
-def _read_body(frame, start, n_fields):
-    """The fields of the msgpack body at ``frame[start:]``: ValueError unless they are an
-    array of ``n_fields``."""
-    try:
-        body = msgpack.unpackb(memoryview(frame)[start:], raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types on junk
-        raise ValueError(f"undecodable body ({exc})") from None
-    if type(body) is not list or len(body) != n_fields:
-        raise ValueError(f"expected {n_fields} fields")
-    return body
-
-
-def _blob_bytes(blob):
-    """What msgpack packs for a function blob that is not bytes: the bytes it holds in
-    ``data`` (``protocol.FunctionBlob``)."""
-    return blob.data
-
-
-# The packer of ``protocol.encode``: a frame made here is the one it would make.
-_pack = msgpack.Packer(use_bin_type=True, default=_blob_bytes).pack
-
-
 def launch_tasks(tasks, count, executor, limit, latency, now, header):
     """Launch up to ``count`` tasks taken from the front of the deque ``tasks`` (cancelled
-    ones are dropped) on ``executor``: ``(frames, launched)``.
-
-    ``frames`` are its LaunchTasks frames, ``header`` (the frame's version and type bytes)
-    followed by the msgpack body ``[functions, rows]``, each row ``[task id, attempt,
-    function digest, pickled arguments]``. The rows' payloads and the functions of a frame
-    add up to at most ``limit`` bytes (a single larger row goes alone), and each frame
-    carries the functions (``{digest: blob}``, the blobs its tasks hold) that its tasks need
-    and the executor does not hold yet (``executor.functions`` is updated)."""
+    ones are dropped) on ``executor``: ``(frames, launched)``, ``frames`` its LaunchTasks
+    frames, which the wire makes of the launches decided here (``launch_frames``)."""
     running = executor.running
     avoid = executor.suspect_losses
-    known = executor.functions
-    frames = []
-    rows, needed, size = [], {}, 0
+    rows, blobs = [], {}
     launched = 0
     while launched < count and tasks:
         task = tasks.popleft()
@@ -375,21 +259,11 @@ def launch_tasks(tasks, count, executor, limit, latency, now, header):
         running[task.task_id] = task
         latency.observe_one(now - task.queued_at)
         digest = task.function
-        new = digest not in known and digest not in needed
-        row_size = len(task.args) + (len(task.function_blob) if new else 0)
-        if rows and size + row_size > limit:  # ``new`` stays: needed did not hold digest
-            frames.append(header + _pack([needed, rows]))
-            known.update(needed)
-            rows, needed, size = [], {}, 0
-        if new:
-            needed[digest] = task.function_blob
+        if digest not in blobs:
+            blobs[digest] = task.function_blob
         rows.append([task.task_id, task.attempt, digest, task.args])
-        size += row_size
         launched += 1
-    if rows:
-        frames.append(header + _pack([needed, rows]))
-        known.update(needed)
-    return frames, launched
+    return launch_frames(header, rows, blobs, executor.functions, limit), launched
 
 
 def offer_and_launch(slots, executors_by_slot, pending, n_pending, limit, latency, now, header):
@@ -408,31 +282,6 @@ def offer_and_launch(slots, executors_by_slot, pending, n_pending, limit, latenc
         if frames:
             launches.append((executor, frames))
     return launches, total
-
-
-class StatusRows(list):
-    """The rows of a StatusUpdates frame, ``[task id, attempt, state, payload]`` each, as
-    ``read_status_updates`` decoded and checked them (the compiled path reads them in place
-    instead)."""
-
-    __slots__ = ()
-
-
-def _is_int(value):
-    return type(value) is int
-
-
-def read_status_updates(frame, start):
-    """``(incarnation, busy, rows)`` of the StatusUpdates body at ``frame[start:]``, every
-    field checked (``rows``: a ``StatusRows``); ValueError says what is wrong."""
-    incarnation, busy, updates = _read_body(frame, start, 3)
-    if not _is_int(incarnation):
-        raise ValueError("field incarnation has the wrong type")
-    if type(busy) is not float and not _is_int(busy):
-        raise ValueError("field busy has the wrong type")
-    if not rows_have_types(updates, (int, int, int, bytes)):
-        raise ValueError("field updates has the wrong type")
-    return incarnation, busy, StatusRows(updates)
 
 
 def apply_status_updates(executor, updates, pending, now, counts):
@@ -517,48 +366,6 @@ def window(executor, clamped, prefetch_seconds, tasks_per_core):
     return executor.cores * slots_per_core(task_seconds, prefetch_seconds, tasks_per_core)
 
 
-def _c_api(name, restype):
-    function = getattr(ctypes.pythonapi, name)  # called holding the GIL
-    function.argtypes = (ctypes.py_object,)
-    function.restype = restype
-    return function
-
-
-_GC_TRACK = _c_api("PyObject_GC_Track", None)
-_GC_UNTRACK = _c_api("PyObject_GC_UnTrack", None)
-_IS_GC = _c_api("PyObject_IS_GC", ctypes.c_int)
-
-
-def gc_untrack(obj):
-    """Take ``obj`` out of the cyclic garbage collector's lists, if it is in them. Only for
-    an object that is in no reference cycle, nor will be while it stays out: a cycle
-    through it would never be collected."""
-    if gc.is_tracked(obj):
-        _GC_UNTRACK(obj)
-
-
-def gc_track(obj):
-    """Put ``obj`` back in the cyclic garbage collector's lists, if it is a container that
-    is not in them."""
-    if _IS_GC(obj) and not gc.is_tracked(obj):
-        _GC_TRACK(obj)
-
-
-def rows_have_types(value, types):
-    """Whether ``value`` is a list of lists, each of ``len(types)`` items of exactly these
-    types, in order (``type(item) is t``: a bool is not an int, a subclass not its base)."""
-    if type(value) is not list:
-        return False
-    expected = list(types)
-    if len(value) == 1:  # a lone task: a third of the passes below
-        row = value[0]
-        return type(row) is list and list(map(type, row)) == expected
-    # three passes that each loop in C: rows are lists, of length n, of these types
-    return (set(map(type, value)) <= {list}
-            and set(map(len, value)) <= {len(expected)}
-            and list(map(type, chain.from_iterable(value))) == expected * len(value))
-
-
 LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
 
 
@@ -587,23 +394,3 @@ class LatencyHistogram:
             running += n
             buckets.append([bound, running])
         return {"buckets": buckets, "sum": self.sum, "count": self.count}
-
-
-ZMQ_EVENTS, ZMQ_RCVMORE = 15, 13  # libzmq's option numbers (zmq.EVENTS, zmq.RCVMORE)
-
-
-class SocketState:
-    """``events()`` and ``more()`` of a pyzmq socket: its ZMQ_EVENTS (a bit mask) and
-    whether the message being received has more parts (ZMQ_RCVMORE). The compiled module
-    reads them with libzmq's own ``zmq_getsockopt``, which costs a tenth of pyzmq's
-    ``Socket.get`` for RCVMORE. Only the thread that uses the socket calls them, and only
-    while it is open."""
-
-    def __init__(self, socket):
-        self._get = socket.get
-
-    def events(self):
-        return self._get(ZMQ_EVENTS)
-
-    def more(self):
-        return bool(self._get(ZMQ_RCVMORE))
