@@ -36,16 +36,16 @@ import cloudpickle
 import psutil
 import zmq
 
-from . import fastpath
-from . import protocol as p
-from .config import Config
-from .errors import ConfigError, MessageTooLarge, exception_payload
-from .fastpath import SocketState
-from .pipe_link import PipeLink
-from .protocol import MsgType, TaskState
-from .security import HandshakeWatch, load_keys, make_client
-from .socket_events import recv_event
-from .wakeup import WakeupPipe
+from .. import fastpath
+from .. import protocol as p
+from ..config import Config
+from ..errors import ConfigError, MessageTooLarge, exception_payload
+from ..fastpath import SocketState
+from ..pipe_link import PipeLink
+from ..protocol import MsgType, TaskState
+from ..security import HandshakeWatch, load_keys, make_client
+from ..socket_events import recv_event
+from ..wakeup import WakeupPipe
 
 log = logging.getLogger("zsched.executor")  # also when run as __main__
 _POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
@@ -137,7 +137,7 @@ class KernelTimer:
         if fd < 0:
             return None
         if fastpath.COMPILED:
-            from ._pipe_link import set_timer
+            from .._pipe_link import set_timer
         else:
             set_timer = _ctypes_set_timer(timerfd_settime)
         return cls(fd, set_timer, seconds)
@@ -1004,6 +1004,3 @@ def main(argv=None):
             f"received signal {signal.Signals(signum).name}"))
     return backend.run()
 
-
-if __name__ == "__main__":
-    sys.exit(main())
