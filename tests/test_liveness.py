@@ -301,12 +301,12 @@ class StallingBackend(ExecutorBackend):
         self.stalled = threading.Event()
         self.release = threading.Event()
 
-    def _send_heartbeat(self):
+    def send_heartbeat(self):
         if self.stall_next.is_set():
             self.stall_next.clear()
             self.stalled.set()
             assert self.release.wait(30)
-        super()._send_heartbeat()
+        super().send_heartbeat()
 
 
 class FakeDriver:
@@ -369,7 +369,7 @@ class FakeDriver:
         self.clock.set(now)
         start = self.clock.calls
         while self.clock.calls < start + reads and self.thread.is_alive():
-            self.backend._wakeup.wake_always()
+            self.backend.wake()
             time.sleep(0.01)
 
     def close(self):
@@ -401,14 +401,14 @@ def test_executor_leaves_when_its_driver_is_silent_past_the_timeout(fake_driver,
     f = fake_driver()
     f.let_run_at(T0 + 15)
     f.let_run_at(T0 + 30)                   # silent exactly the timeout: it stays
-    assert f.thread.is_alive(), f.backend._stopping
-    assert f.backend._stopping is None
+    assert f.thread.is_alive(), f.backend.stopping
+    assert f.backend.stopping is None
 
     f.let_run_at(T0 + 30.25)
     f.thread.join(10)
     assert not f.thread.is_alive()
     assert f.exit_code == 1
-    assert "driver silent" in f.backend._stopping
+    assert "driver silent" in f.backend.stopping
     assert any("driver silent" in r.getMessage() for r in caplog.records), caplog.text
 
 
@@ -421,7 +421,7 @@ def test_executor_answered_in_time_stays(fake_driver):
             pass
         f.speak()
     f.let_run_at(T0 + 100)                 # last heard at T0 + 80: 20 s of silence only
-    assert f.thread.is_alive(), f.backend._stopping
+    assert f.thread.is_alive(), f.backend.stopping
 
 
 @pytest.mark.parametrize("message_waiting", [True, False], ids=["message waiting", "nothing waiting"])
@@ -445,17 +445,17 @@ def test_executor_stalled_past_the_timeout_stays_if_the_driver_spoke_meanwhile(f
 
     if not message_waiting:
         f.thread.join(10)
-        assert f.exit_code == 1 and "driver silent" in backend._stopping
+        assert f.exit_code == 1 and "driver silent" in backend.stopping
         return
     f.let_run_at(T0 + 31, reads=10)
-    assert f.thread.is_alive(), backend._stopping
-    assert backend._stopping is None
+    assert f.thread.is_alive(), backend.stopping
+    assert backend.stopping is None
     # the message counted as hearing from the driver at T0 + 31: silence is measured from there
     f.let_run_at(T0 + 61)
-    assert f.thread.is_alive(), backend._stopping
+    assert f.thread.is_alive(), backend.stopping
     f.let_run_at(T0 + 61.25)
     f.thread.join(10)
-    assert f.exit_code == 1 and "driver silent" in backend._stopping
+    assert f.exit_code == 1 and "driver silent" in backend.stopping
 
 
 # ================================================================ a real stall
