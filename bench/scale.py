@@ -9,7 +9,7 @@ so is the client (``zsched.Client`` in this process). The executors are simulate
 executors over real sockets, many per process (``--processes`` processes, one thread
 each waiting on all its DEALER sockets with epoll, so that a wake-up costs what the
 sockets that have something to read cost, as a real executor's does), that speak the
-executor protocol as zsched/executor.py does: RegisterExecutor (id, host, cores, app id,
+executor protocol as zsched/executor/ does: RegisterExecutor (id, host, cores, app id,
 pid), Heartbeats at the interval the driver's settings give, and for every task of a
 LaunchTasks the real work of an executor's task thread (unpickle the function once and
 the arguments, call, pickle the result) reported FINISHED in one StatusUpdates per batch

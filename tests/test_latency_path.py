@@ -1,8 +1,8 @@
-"""The short paths one task takes, with real drivers and executor processes on loopback:
-a lone task on an idle one-core executor runs in the executor's loop thread (and still can
-be killed, and heartbeats still flow while it runs), a flood still travels in batches, the
-driver's ZMTP heartbeat settings govern the executors' end of the connection, and a
-``LocalCluster(in_process=True)`` runs its driver in a thread with an inproc:// way in.
+"""The short paths tasks take, with real drivers and executor processes on loopback: a
+flood still travels in batches, the driver's ZMTP heartbeat settings govern the
+executors' end of the connection, and a ``LocalCluster(in_process=True)`` runs its driver
+in a thread with an inproc:// way in. A lone task run in an executor's loop thread is in
+test_executor_inline.py.
 
 Nothing here asserts on timings: waits are generous ``wait_for`` on an outcome.
 """
@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import psutil
@@ -27,144 +26,13 @@ from conftest import start_executor, wait_for
 pytestmark = pytest.mark.timeout(180)
 
 
-# ---------------------------------------------------------------- tasks (shipped by value)
-
-def thread_name():
-    return threading.current_thread().name
-
-
-def say_started(path, text):
-    """Write text to path in one step: a reader that sees the file sees all of it."""
-    partial = f"{path}.partial"
-    with open(partial, "w") as f:
-        f.write(text)
-    os.replace(partial, path)
-
-
-def touch_then_sleep(path, seconds):
-    say_started(path, str(os.getpid()))
-    time.sleep(seconds)
-    return threading.current_thread().name
-
-
-def busy_python(path):
-    """Spin in Python (an interrupt stops it) after saying it runs, in which thread."""
-    say_started(path, threading.current_thread().name)
-    x = 0
-    while True:
-        x += 1
-
-
-def blocked_sleep(path, seconds):
-    """Block in C (time.sleep): an interrupt cannot reach it."""
-    say_started(path, threading.current_thread().name)
-    time.sleep(seconds)
-
+# ---------------------------------------------------------------- helpers
 
 def process_gone(pid):
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
-
-
-# ---------------------------------------------------------------- lone tasks run inline
-
-def test_a_lone_task_on_an_idle_one_core_executor_runs_in_its_loop_thread():
-    with zsched.LocalCluster(n_executors=1, cores_per_executor=1) as cluster:
-        client = cluster.client()
-        # the loop's thread is the executor's main thread; task threads are task-N
-        assert [client.submit(thread_name).result(30) for _ in range(20)] == ["MainThread"] * 20
-        # a batch goes to the task thread as before
-        names = set(client.map(lambda _: threading.current_thread().name, range(2000)))
-        assert "task-0" in names
-        client.shutdown()
-
-
-def test_an_executor_of_two_cores_runs_every_task_in_its_task_threads():
-    with zsched.LocalCluster(n_executors=1, cores_per_executor=2) as cluster:
-        client = cluster.client()
-        assert {client.submit(thread_name).result(30) for _ in range(10)} <= {"task-0", "task-1"}
-        client.shutdown()
-
-
-def test_heartbeats_flow_while_a_lone_task_runs_in_the_loop_thread(tmp_path):
-    """While the loop's own thread runs a long task the relief thread runs the loop: the
-    driver hears heartbeats sent during the task (they count one busy thread)."""
-    with zsched.LocalCluster(n_executors=1, cores_per_executor=1,
-                             executor_heartbeat_interval=0.1) as cluster:
-        client = cluster.client()
-        started = tmp_path / "started"
-        future = client.submit(touch_then_sleep, started, 3)
-        wait_for(started.exists, timeout=30, message="the task running")
-        wait_for(lambda: client.status()["executors"][0].get("busy_threads") == 1, timeout=30,
-                 message="a heartbeat sent while the task runs")
-        assert future.result(30) == "MainThread"
-        wait_for(lambda: client.status()["executors"][0].get("busy_threads") == 0, timeout=30,
-                 message="a heartbeat after the task")
-        status = client.status()
-        assert status["losses"] == [] and status["tasks"]["finished"] == 1
-        client.shutdown()
-
-
-def test_tasks_launched_while_a_lone_task_runs_inline_wait_for_the_one_core(tmp_path):
-    """A one-core executor runs one task at a time, also while its loop's thread runs one:
-    what arrives meanwhile runs after it, in the task thread, and all results arrive."""
-    with zsched.LocalCluster(n_executors=1, cores_per_executor=1, tasks_per_core=4,
-                             prefetch_seconds=10) as cluster:
-        client = cluster.client()
-        # teach the driver the tasks are short, so that it queues several behind a running one
-        assert len(list(client.map(abs, range(200)))) == 200
-        started = tmp_path / "started"
-        first = client.submit(touch_then_sleep, started, 1.5)
-        wait_for(started.exists, timeout=30, message="the first task running")
-        later = [client.submit(os.getpid) for _ in range(3)]
-        wait_for(lambda: client.status()["tasks"]["running"] == 4, timeout=30,
-                 message="three more tasks launched to the busy executor")
-        assert not any(f.done() for f in later)  # the one core is busy
-        assert first.result(30) == "MainThread"
-        pid = int(started.read_text())
-        assert [f.result(30) for f in later] == [pid] * 3
-        client.shutdown()
-
-
-def test_cancel_interrupts_a_python_loop_running_in_the_loop_thread(tmp_path):
-    with zsched.LocalCluster(n_executors=1, cores_per_executor=1) as cluster:
-        client = cluster.client()
-        [before] = client.status()["executors"]
-        started = tmp_path / "started"
-        future = client.submit(busy_python, started)
-        wait_for(started.exists, timeout=30, message="the loop running")
-        assert started.read_text() == "MainThread"
-        assert future.cancel()
-        # the same executor goes on: its loop's thread was interrupted and took the loop back
-        assert client.submit(os.getpid).result(45) == before["pid"]
-        assert client.submit(thread_name).result(45) == "MainThread"
-        status = client.status()
-        [after] = status["executors"]
-        assert (after["id"], after["pid"]) == (before["id"], before["pid"])
-        assert status["losses"] == [] and status["tasks"]["cancelled"] == 1
-        client.shutdown()
-
-
-def test_an_unkillable_task_in_the_loop_thread_is_reaped_and_its_executor_replaced(tmp_path):
-    """Blocked in C, a cancelled task ignores the interrupt: after task_kill_timeout the
-    relief thread ends the executor process, which is replaced."""
-    with zsched.LocalCluster(n_executors=1, cores_per_executor=1, task_kill_timeout=1) as cluster:
-        client = cluster.client()
-        [old] = client.status()["executors"]
-        started = tmp_path / "started"
-        future = client.submit(blocked_sleep, started, 120)
-        wait_for(started.exists, timeout=30, message="the sleep running")
-        assert started.read_text() == "MainThread"
-        assert future.cancel()
-        wait_for(lambda: process_gone(old["pid"]), timeout=45,
-                 message="the executor of the unkillable task exits")
-        losses = wait_for(lambda: client.status()["losses"], timeout=30, message="a loss reported")
-        assert [loss["id"] for loss in losses] == [old["id"]]
-        assert "task_kill_timeout" in losses[0]["reason"]
-        assert client.submit(os.getpid).result(60) not in (old["pid"], None)
-        client.shutdown()
 
 
 # ---------------------------------------------------------------- floods still batch

@@ -1,0 +1,220 @@
+"""The executor's loop (``ExecutorBackend``) against a ROUTER owned by the test, which
+answers registration by hand (``zsched.protocol``) and plays the driver. The clock is
+fake, so thresholds are checked exactly, without waiting.
+
+Contract (DESIGN.md, "Invariants"): an executor leaves when its driver is silent past
+``executor_heartbeat_timeout``, but not when the driver's messages are waiting for it (it
+was the one stalled, by a task holding the GIL). The driver's side of liveness is in
+test_liveness.py, the heartbeat monitor alone in test_liveness_monitor.py.
+"""
+import logging
+import pickle
+import threading
+import time
+
+import cloudpickle
+import pytest
+import zmq
+
+from zsched import protocol as p
+from zsched.config import Config
+from zsched.executor import ExecutorBackend
+
+
+pytestmark = pytest.mark.timeout(120)
+
+T0 = 1000.0
+APP = "liveness"
+
+
+class FakeClock:
+    """A clock that moves only when told; counts how often it is read."""
+
+    def __init__(self, now=T0):
+        self.now = now
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+        return self.now
+
+    def set(self, now):
+        self.now = now
+
+
+INCARNATION = 123456789
+SETTINGS = Config(executor_heartbeat_interval=5.0, executor_heartbeat_timeout=30.0).to_settings()
+
+
+NOOP_DIGEST = b"noop-digest-0001"
+
+
+def noop():
+    return None
+
+
+class StallingBackend(ExecutorBackend):
+    """An executor whose loop can be stalled at its next heartbeat (as by a task holding the
+    GIL): it stops there until released, then carries on as usual."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stall_next = threading.Event()
+        self.stalled = threading.Event()
+        self.release = threading.Event()
+
+    def send_heartbeat(self):
+        if self.stall_next.is_set():
+            self.stall_next.clear()
+            self.stalled.set()
+            assert self.release.wait(30)
+        super().send_heartbeat()
+
+
+class FakeDriver:
+    """A ROUTER owned by the test, that registers one ExecutorBackend (run in a thread)."""
+
+    def __init__(self, backend_class=ExecutorBackend):
+        self.clock = FakeClock()
+        self.context = zmq.Context()
+        self.router = self.context.socket(zmq.ROUTER)
+        self.router.linger = 0
+        port = self.router.bind_to_random_port("tcp://127.0.0.1")
+        self.backend = backend_class(f"tcp://127.0.0.1:{port}", "x1", "host-a", 1, APP,
+                                     registration_timeout=30, clock=self.clock)
+        self.exit_code = None
+        self.task_id = 0
+        self.thread = threading.Thread(target=self._run, name="executor-under-test", daemon=True)
+
+    def start(self):
+        self.thread.start()
+        # first it asks for the settings over a connection of its own, as a client would
+        msg = self.recv()
+        assert isinstance(msg, p.ClientHello), msg
+        self.send(p.ClientWelcome(INCARNATION, APP, SETTINGS))
+        msg = self.recv()
+        if isinstance(msg, p.ClientGoodbye):
+            msg = self.recv()
+        assert isinstance(msg, p.RegisterExecutor) and msg.executor_id == "x1", msg
+        self.send(p.RegisteredExecutor(INCARNATION, SETTINGS))
+        # its loop has started once it sends its first heartbeat (at T0)
+        assert isinstance(self.recv(), p.Heartbeat)
+
+    def _run(self):
+        self.exit_code = self.backend.run()
+
+    def send(self, msg):
+        self.router.send_multipart([self.rid, p.encode(msg)])
+
+    def recv(self, timeout=10000):
+        assert self.router.poll(timeout), "nothing from the executor"
+        self.rid, frame = self.router.recv_multipart()
+        return p.decode(frame)
+
+    def speak(self):
+        """Answer a heartbeat, then launch a no-op task and wait for its result: the
+        executor has taken in both messages (at the current time of its clock)."""
+        self.task_id += 1
+        functions = {} if self.task_id > 1 else {NOOP_DIGEST: cloudpickle.dumps(noop)}
+        self.send(p.HeartbeatAck(INCARNATION))
+        self.send(p.LaunchTasks(functions, [[self.task_id, 1, NOOP_DIGEST, pickle.dumps(((), {}))]]))
+        while True:
+            msg = self.recv()
+            if isinstance(msg, p.StatusUpdates) and any(u[0] == self.task_id for u in msg.updates):
+                (update,) = msg.updates
+                assert update[2] == p.TaskState.FINISHED, update
+                return
+
+    def let_run_at(self, now, reads=6):
+        """Set the clock to ``now`` and let the executor's loop go round several times at
+        it (it reads its clock at least once per turn; each wake-up makes it turn)."""
+        self.clock.set(now)
+        start = self.clock.calls
+        while self.clock.calls < start + reads and self.thread.is_alive():
+            self.backend.wake()
+            time.sleep(0.01)
+
+    def close(self):
+        if isinstance(self.backend, StallingBackend):
+            self.backend.release.set()
+        if self.thread.is_alive():
+            self.backend.request_stop("test over")
+            self.thread.join(10)
+        self.router.close()
+        self.context.term()
+
+
+@pytest.fixture
+def fake_driver():
+    made = []
+
+    def make(backend_class=ExecutorBackend):
+        f = FakeDriver(backend_class)
+        made.append(f)
+        f.start()
+        return f
+    yield make
+    for f in made:
+        f.close()
+
+
+def test_executor_leaves_when_its_driver_is_silent_past_the_timeout(fake_driver, caplog):
+    caplog.set_level(logging.INFO, logger="zsched.executor")
+    f = fake_driver()
+    f.let_run_at(T0 + 15)
+    f.let_run_at(T0 + 30)                   # silent exactly the timeout: it stays
+    assert f.thread.is_alive(), f.backend.stopping
+    assert f.backend.stopping is None
+
+    f.let_run_at(T0 + 30.25)
+    f.thread.join(10)
+    assert not f.thread.is_alive()
+    assert f.exit_code == 1
+    assert "driver silent" in f.backend.stopping
+    assert any("driver silent" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_executor_answered_in_time_stays(fake_driver):
+    f = fake_driver()
+    for now in (T0 + 20, T0 + 40, T0 + 60, T0 + 80):
+        f.let_run_at(now)
+        # it sends a heartbeat at ``now`` (one is due every 5 s); the driver answers it
+        while not isinstance(f.recv(), p.Heartbeat):
+            pass
+        f.speak()
+    f.let_run_at(T0 + 100)                 # last heard at T0 + 80: 20 s of silence only
+    assert f.thread.is_alive(), f.backend.stopping
+
+
+@pytest.mark.parametrize("message_waiting", [True, False], ids=["message waiting", "nothing waiting"])
+def test_executor_stalled_past_the_timeout_stays_if_the_driver_spoke_meanwhile(fake_driver,
+                                                                              message_waiting):
+    """The GIL-stall case: this executor's loop was stalled (a task held the GIL) for longer
+    than the timeout; meanwhile the driver sent something, which is waiting when the loop
+    resumes. The driver was not silent: it was the executor that did not listen."""
+    f = fake_driver(StallingBackend)
+    backend = f.backend
+    backend.stall_next.set()
+    f.let_run_at(T0 + 5, reads=1)          # next heartbeat due: the loop stalls there
+    assert backend.stalled.wait(10)
+
+    f.clock.set(T0 + 31)                   # 31 s without a word from the driver's side...
+    if message_waiting:                    # ... except this one, which arrived during the stall
+        f.send(p.HeartbeatAck(INCARNATION))
+        # delivered to the executor's socket (its own thread is stalled and not using it)
+        assert backend.socket.poll(5000, zmq.POLLIN)
+    backend.release.set()
+
+    if not message_waiting:
+        f.thread.join(10)
+        assert f.exit_code == 1 and "driver silent" in backend.stopping
+        return
+    f.let_run_at(T0 + 31, reads=10)
+    assert f.thread.is_alive(), backend.stopping
+    assert backend.stopping is None
+    # the message counted as hearing from the driver at T0 + 31: silence is measured from there
+    f.let_run_at(T0 + 61)
+    assert f.thread.is_alive(), backend.stopping
+    f.let_run_at(T0 + 61.25)
+    f.thread.join(10)
+    assert f.exit_code == 1 and "driver silent" in backend.stopping

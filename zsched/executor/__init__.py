@@ -1,0 +1,18 @@
+"""The executor: registers with a driver, runs its tasks, reports their results.
+
+``main`` is the command line of ``bin/executor``, ``zsched-executor`` and
+``python -m zsched.executor``; ``ExecutorBackend`` is the process's loop.
+
+- ``cli``: arguments, usage and ``main``.
+- ``backend``: ``ExecutorBackend``, registration and the loop, the driver's messages.
+- ``registration``: registering over a DEALER socket or over pipes.
+- ``tasks``: the task threads, running and killing tasks.
+- ``inline``: a lone task run by the loop's thread, and the relief thread.
+- ``timer``: the kernel timer that wakes the relief thread.
+- ``worker``: the watch of ``--worker-url``.
+"""
+from .backend import ExecutorBackend
+from .cli import main
+from .tasks import dumps_value
+
+__all__ = ["ExecutorBackend", "dumps_value", "main"]

@@ -1,0 +1,113 @@
+"""The command line of ``bin/executor``, ``zsched-executor`` and ``python -m zsched.executor``.
+
+Arguments as Spark's CoarseGrainedExecutorBackend takes them; a missing, unknown or bad
+one prints the usage on stderr and exits 1.
+"""
+import argparse
+import logging
+import os
+import signal
+import sys
+
+from .. import protocol as p
+from ..config import Config
+from ..errors import ConfigError
+from ..security import load_keys
+from .backend import ExecutorBackend
+
+REGISTRATION_TIMEOUT_ENV = "ZSCHED_REGISTRATION_TIMEOUT"
+USAGE = """\
+Usage: zsched-executor [options]
+
+ Options are:
+   --driver-url <driverUrl>
+   --executor-id <executorId>
+   --hostname <hostname>
+   --cores <cores>
+   --app-id <appid>
+   --worker-url <workerUrl>
+   --secret-file <path>
+   --driver-fds <readFd>,<writeFd>
+   --log-level <level>
+"""
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _UsageError(message)
+
+
+def _fd_pair(text):
+    """``--driver-fds READ,WRITE``: two open descriptors inherited from the driver."""
+    try:
+        read_fd, write_fd = (int(part) for part in text.split(","))
+        for fd in (read_fd, write_fd):
+            os.fstat(fd)
+    except (ValueError, OSError, OverflowError):
+        raise argparse.ArgumentTypeError(
+            f"--driver-fds must be two open file descriptors READ,WRITE, got {text!r}") from None
+    return read_fd, write_fd
+
+
+def _registration_timeout():
+    """``ZSCHED_REGISTRATION_TIMEOUT`` if set, else the default; ConfigError naming it if bad."""
+    value = os.environ.get(REGISTRATION_TIMEOUT_ENV)
+    if not value:
+        return Config().registration_timeout
+    try:
+        return Config(registration_timeout=value).registration_timeout
+    except ConfigError as exc:
+        raise ConfigError(f"{REGISTRATION_TIMEOUT_ENV}: {exc}") from None
+
+
+def parse_args(argv):
+    """The parsed arguments; _UsageError says what is wrong with them."""
+    parser = _Parser(prog="zsched-executor", add_help=False)
+    parser.add_argument("--driver-url", required=True)
+    parser.add_argument("--executor-id", required=True)
+    parser.add_argument("--hostname", required=True)
+    parser.add_argument("--cores", required=True, type=int)
+    parser.add_argument("--app-id", required=True)
+    parser.add_argument("--worker-url", default=None)
+    parser.add_argument("--secret-file", default=None)
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--driver-fds", default=None, type=_fd_pair)
+    args = parser.parse_args(argv)
+    if not 1 <= args.cores <= p.MAX_CORES:
+        raise _UsageError(f"--cores must be from 1 to {p.MAX_CORES}, got {args.cores}")
+    if not isinstance(logging.getLevelName(args.log_level.upper()), int):
+        raise _UsageError(f"--log-level must be DEBUG, INFO, WARNING or ERROR, got {args.log_level}")
+    return args
+
+
+def main(argv=None):
+    """Run an executor with these arguments (default: the command line's); its exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv in (["--help"], ["-h"]):
+        sys.stdout.write(USAGE)
+        return 0
+    try:
+        args = parse_args(argv)
+    except _UsageError as exc:
+        sys.stderr.write(f"{exc}\n{USAGE}")
+        return 1
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s executor {args.executor_id}: %(message)s")
+    try:
+        keys = load_keys(args.secret_file)
+        timeout = _registration_timeout()
+    except ConfigError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 1
+    backend = ExecutorBackend(args.driver_url, args.executor_id, args.hostname, args.cores,
+                              args.app_id, keys=keys, worker_url=args.worker_url,
+                              registration_timeout=timeout, driver_fds=args.driver_fds)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: backend.request_stop(
+            f"received signal {signal.Signals(signum).name}"))
+    return backend.run()
+
