@@ -35,6 +35,7 @@ from ..protocol import MsgType, TaskState
 from ..scheduler import ClientData, TaskScheduler
 from ..security import ZapHandler, make_server
 from ..wakeup import WakeupPipe
+from .registry import ExecutorRegistry
 
 log = logging.getLogger("zsched.driver")  # also when run as __main__
 
@@ -91,8 +92,8 @@ class Driver:
         self._unowned = {}            # digest -> weakref to the FunctionBlob no client holds
         self._unused_functions = []   # (digest, weakref) of those no task holds any more
         self.scheduler = TaskScheduler(self.config, self.functions, clock)
-        self.executors = {}           # executor id -> ExecutorData
-        self.executors_by_rid = {}    # routing id -> ExecutorData
+        self.registry = ExecutorRegistry()
+        self.executors = self.registry.by_id  # executor id -> ExecutorData (read-only outside)
         self.clients = {}             # routing id -> ClientData
         # clients in this process, reached without a socket (see connect_local)
         self.local_wakeup = WakeupPipe(keep_gil=True)  # they wake the loop through this
@@ -125,8 +126,6 @@ class Driver:
         self._warned_peers = set()
         self._started_at = clock()
         self._thread = None
-        self._losses = []             # recent (executor id, host, reason, time)
-        self._late = set()            # executors reported late with their heartbeats
         # what the dashboard and /metrics show: traffic, losses, scheduling latency, history
         self.counters = {"bytes_in": 0, "bytes_out": 0, "messages_in": 0, "messages_out": 0,
                          "executors_lost": 0}
@@ -473,7 +472,7 @@ class Driver:
         if link.error is not None:  # cut off by this driver: that is why it goes
             self._warn_peer(rid, link.error)
             self._close_link(rid)
-            executor = self.executors_by_rid.get(rid)
+            executor = self.registry.by_rid.get(rid)
             if executor is not None:
                 self.remove_executor(executor.executor_id, f"broke its link: {link.error}",
                                      notify=False)
@@ -548,7 +547,7 @@ class Driver:
             reason = f"app id {msg.app_id!r} does not match the driver's {self.app_id!r}"
         elif executor_id in self.executors:
             reason = f"Duplicate executor ID: {executor_id}"
-        elif rid in self.executors_by_rid or rid in self.clients:
+        elif rid in self.registry.by_rid or rid in self.clients:
             reason = "this connection is already registered"
         elif msg.cores < 1:
             reason = f"an executor needs at least one core, got {msg.cores}"
@@ -563,8 +562,7 @@ class Driver:
             return
         executor = self.scheduler.add_executor(executor_id, rid, msg.hostname, msg.cores, msg.pid,
                                                self.clock())
-        self.executors[executor_id] = executor
-        self.executors_by_rid[rid] = executor
+        self.registry.add(executor)
         log.info("Registered executor %s on %s (pid %d) with %d core(s)",
                  executor_id, msg.hostname, msg.pid, msg.cores)
         if self.cluster_manager is not None:
@@ -574,7 +572,7 @@ class Driver:
         self._offers_needed = True
 
     def _executor_for(self, rid, incarnation=None):
-        executor = self.executors_by_rid.get(rid)
+        executor = self.registry.by_rid.get(rid)
         if executor is None or (incarnation is not None and incarnation != self.incarnation):
             # an executor declared lost and then woken, or one of an earlier driver: what it
             # says is ignored (its tasks already run elsewhere) and it is told to exit
@@ -591,8 +589,7 @@ class Driver:
                                      notify=False, count_failure=False)
             return None
         executor.last_seen = self.clock()
-        if executor.executor_id in self._late:
-            self._late.discard(executor.executor_id)
+        if self.registry.late and self.registry.heard_from(executor.executor_id):
             log.warning("executor %s is heard from again", executor.executor_id)
         return executor
 
@@ -614,7 +611,7 @@ class Driver:
         self._send(rid, p.HeartbeatAck(self.incarnation))
 
     def _on_remove_executor(self, rid, msg):
-        executor = self.executors_by_rid.get(rid)
+        executor = self.registry.by_rid.get(rid)
         if executor is not None:  # the executor reports its own exit
             self.remove_executor(executor.executor_id, msg.reason, notify=False,
                                  count_failure=msg.charge_tasks)
@@ -627,19 +624,15 @@ class Driver:
     def remove_executor(self, executor_id, reason, notify=True, count_failure=True):
         """Forget an executor (its tasks run elsewhere) for ``reason``; ``notify`` tells it to
         exit; ``count_failure`` is False when the driver caused the loss."""
-        executor = self.executors.pop(executor_id, None)
+        executor = self.registry.remove(executor_id, reason)
         if executor is None:
             return False
-        del self.executors_by_rid[executor.routing_id]
-        self._late.discard(executor_id)
         if executor.decommissioning:
             count_failure = False
         log.log(logging.WARNING if count_failure else logging.INFO,
                 "Removed executor %s on %s: %s (%d task(s) were running)",
                 executor_id, executor.hostname, reason, len(executor.running))
-        self._losses.append((executor_id, executor.hostname, reason, time.time()))
         self.counters["executors_lost"] += 1
-        del self._losses[:-100]
         self.scheduler.remove_executor(executor, reason, count_failure)
         if self.cluster_manager is not None:
             self.cluster_manager.kill([executor_id])  # if it still runs; it is replaced
@@ -652,7 +645,7 @@ class Driver:
     # -- clients
 
     def _on_client_hello(self, rid, msg):
-        if rid in self.executors_by_rid:
+        if rid in self.registry.by_rid:
             self._warn_peer(rid, "ClientHello from a registered executor")
             return
         if rid not in self.clients:
@@ -778,11 +771,11 @@ class Driver:
         self._send(rid, p.AdminReply(msg.request_id, True, value))
 
     def executor_ids(self):
-        return sorted(self.executors, key=_natural_key)
+        return self.registry.ids()
 
     def total_cores(self):
         """Cores of the registered executors that take tasks (``map`` sizes its chunks by it)."""
-        return sum(e.cores for e in self.executors.values() if not e.decommissioning)
+        return self.registry.cores(active_only=True)
 
     def status(self):
         counts = dict(self.scheduler.counts)
@@ -797,8 +790,7 @@ class Driver:
             "executors": [
                 {**e.metrics,  # rss, cpu, busy threads: from its last heartbeat
                  "id": e.executor_id, "host": e.hostname, "cores": e.cores, "pid": e.pid,
-                 "state": "decommissioning" if e.decommissioning else (
-                     "late" if e.executor_id in self._late else "active"),
+                 "state": self.registry.state(e),
                  "running": len(e.running), "slots": e.slots,
                  "free_slots": max(0, self.scheduler.slots.free(e.slot)),
                  "task_seconds": e.task_seconds,
@@ -814,7 +806,7 @@ class Driver:
                 "queued": len(self.cluster_manager.queued_ids()),
                 "backoff": {str(h): s for h, s in self.allocator.backoff().items()},
                 "dynamic": self.dynamic_allocation is not None},
-            "losses": [{"id": i, "host": h, "reason": r, "time": t} for i, h, r, t in self._losses],
+            "losses": [{"id": i, "host": h, "reason": r, "time": t} for i, h, r, t in self.registry.losses],
         }
 
     def _publish_snapshot(self):
@@ -831,8 +823,7 @@ class Driver:
                           "scheduling_latency": self.scheduling_latency.snapshot()}
 
     def is_executor_active(self, executor_id):
-        executor = self.executors.get(executor_id)
-        return executor is not None and not executor.decommissioning
+        return self.registry.is_active(executor_id)
 
     def decommission_executors(self, executor_ids, adjust_target=True):
         """Decommission these executors: no new tasks, their unstarted ones go elsewhere,
@@ -858,7 +849,7 @@ class Driver:
     def decommission_executors_on_host(self, host):
         if not isinstance(host, str):
             raise TypeError("host must be a string")
-        ids = [e.executor_id for e in self.executors.values() if e.hostname == host]
+        ids = self.registry.ids_on_host(host)
         return bool(self.decommission_executors(ids))
 
     # -- the allocation contract (Spark's ExecutorAllocationClient)
@@ -915,7 +906,7 @@ class Driver:
         """Kill every executor on ``host``, busy or not; they are replaced."""
         if not isinstance(host, str):
             raise TypeError("host must be a string")
-        ids = [e.executor_id for e in self.executors.values() if e.hostname == host]
+        ids = self.registry.ids_on_host(host)
         return bool(self.kill_executors(ids, replace=True, force=True))
 
     def _forget_target(self, executor_id):
@@ -966,7 +957,7 @@ class Driver:
         expected = 0
         if self.cluster_manager is not None:
             expected = self.allocator.target * self.cluster_manager.cores_per_executor
-        registered = sum(e.cores for e in self.executors.values())
+        registered = self.registry.cores()
         if expected == 0 or registered >= ratio * expected:
             return True
         return self.clock() - self._started_at >= self.config.max_registered_waiting_time
@@ -1036,7 +1027,7 @@ class Driver:
         return True
 
     def _peer_unreachable(self, rid, problem, msg):
-        executor = self.executors_by_rid.get(rid)
+        executor = self.registry.by_rid.get(rid)
         if executor is not None:
             reason = f"disconnected ({problem})"
             if self.cluster_manager is not None and executor.executor_id in self.cluster_manager.launched_ids():
@@ -1066,8 +1057,7 @@ class Driver:
             if silent > timeout:
                 self.remove_executor(executor.executor_id,
                                      f"heartbeat timeout (no message for {timeout:g} s)")
-            elif silent > late_after and executor.executor_id not in self._late:
-                self._late.add(executor.executor_id)
+            elif silent > late_after and self.registry.mark_late(executor.executor_id):
                 log.warning("executor %s has been silent for %.1f s (a task holding the GIL?); "
                             "it is declared lost after %g s", executor.executor_id, silent, timeout)
 
@@ -1102,13 +1092,8 @@ class Driver:
     def _add_to_loss_reason(self, executor_id, reason):
         """What the cluster manager learned later of a loss already recorded (a batch system
         says why it ended a job after its executors said they got SIGTERM)."""
-        for i in range(len(self._losses) - 1, -1, -1):
-            lost_id, host, known, when = self._losses[i]
-            if lost_id == executor_id:
-                if reason not in known:
-                    self._losses[i] = (lost_id, host, f"{known}; {reason}", when)
-                    log.info("executor %s: %s", executor_id, reason)
-                return
+        if self.registry.add_to_loss_reason(executor_id, reason):
+            log.info("executor %s: %s", executor_id, reason)
 
     def _on_disconnects(self):
         """A connection was lost: find whose by probing every peer now, and again shortly
@@ -1140,7 +1125,7 @@ class Driver:
         local = self._local_clients
         # piped peers need no probe: a pipe's end of file says at once that one is gone
         piped = self._links
-        for rid in ([rid for rid in self.executors_by_rid if rid not in piped]
+        for rid in ([rid for rid in self.registry.by_rid if rid not in piped]
                     + [rid for rid in self.clients if rid not in local and rid not in piped]):
             try:
                 self.router.send_multipart((rid, frame), zmq.NOBLOCK)
@@ -1231,6 +1216,3 @@ def check_ipc_path(path):
         finally:
             probe.close()
 
-
-def _natural_key(executor_id):
-    return (0, int(executor_id), "") if executor_id.isdigit() else (1, 0, executor_id)
