@@ -115,7 +115,7 @@ def test_tasks_launch_after_max_registered_waiting_time():
         client = zsched.Client(driver.url)
         future = client.submit(square, 4)
         assert future.result(30) == 16
-        assert time.monotonic() - driver._started_at >= 2
+        assert time.monotonic() - driver.started_at >= 2
         client.shutdown()
     finally:
         driver.request_stop()

@@ -35,6 +35,7 @@ from ..protocol import MsgType, TaskState
 from ..scheduler import ClientData, TaskScheduler
 from ..security import ZapHandler, make_server
 from ..wakeup import WakeupPipe
+from .loop import POLLOUT, Loop
 from .registry import ExecutorRegistry
 
 log = logging.getLogger("zsched.driver")  # also when run as __main__
@@ -59,7 +60,6 @@ _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
 _HISTORY_POINTS = 1200       # snapshots charted: 10 minutes
 _RECLAIM_INTERVAL = 0.1      # seconds between looks for tasks held behind long ones ...
 _RECLAIM_SILENCE = 0.1       # ... on an executor silent this long while cores idle elsewhere
-_POLLOUT = int(zmq.POLLOUT)
 _LINK_QUEUE_LIMIT = 100_000  # frames queued for a piped executor not reading: the ROUTER's sndhwm
 
 
@@ -104,10 +104,8 @@ class Driver:
         # client_door, over pipes (see _adopt_link): routing id -> PipeLink, and the
         # descriptors the loop polls
         self._links = {}
-        self._link_readers = {}       # read fd -> routing id
         self._link_writers = {}       # write fd -> routing id, while its link has output queued
         self._link_keys = itertools.count(1)
-        self._poller = None
         self.url = None
         # inproc: the ROUTER also listens at ``inproc_url``, for sockets in this process that
         # share ``context`` (zsched's own clients here use connect_local instead)
@@ -121,10 +119,9 @@ class Driver:
         self.context = zmq.Context()
         self.ready_event = threading.Event()
         self._wakeup = WakeupPipe()
-        self._stop_requested = False
         self._offers_needed = False
         self._warned_peers = set()
-        self._started_at = clock()
+        self.started_at = clock()   # by the driver's clock; is_ready waits from it
         self._thread = None
         # what the dashboard and /metrics show: traffic, losses, scheduling latency, history
         self.counters = {"bytes_in": 0, "bytes_out": 0, "messages_in": 0, "messages_out": 0,
@@ -143,6 +140,8 @@ class Driver:
         self.dynamic_allocation = dynamic_allocation  # a DynamicAllocationPolicy, or None
         self._idle_since = {}         # executor id -> when it was first seen idle
         self.bind()
+        self.loop = Loop(clock, after_turn=self._after_turn)
+        self._watch()
 
     # ------------------------------------------------------------ set-up
 
@@ -202,7 +201,7 @@ class Driver:
 
     def request_stop(self):
         """Ask the loop to stop; safe from any thread and from signal handlers."""
-        self._stop_requested = True
+        self.loop.stop()
         self._wakeup.wake_always()
 
     def is_running(self):
@@ -242,7 +241,7 @@ class Driver:
                     self.cluster_manager.adopt_link = self._adopt_executor_link
                 self.allocator.round()
             self.ready_event.set()
-            self._loop()
+            self.loop.run()
             log.info("driver loop ended: stop requested")
         except BaseException:
             log.exception("driver loop ended by an error")
@@ -251,73 +250,59 @@ class Driver:
             self.ready_event.set()
             self._shutdown()
 
-    def _loop(self):
-        poller = self._poller = zmq.Poller()
-        poller.register(self.router, zmq.POLLIN)
-        for fd in self._link_readers:
-            poller.register(fd, zmq.POLLIN)
-        for fd in self._link_writers:
-            poller.register(fd, _POLLOUT)
-        poller.register(self._wakeup.fd, zmq.POLLIN)
-        poller.register(self.local_wakeup.fd, zmq.POLLIN)
-        poller.register(self.monitor, zmq.POLLIN)
+    def _watch(self):
+        """What the loop polls, with the handler of each, and its timers."""
+        loop = self.loop
         if self.zap is not None:
-            poller.register(self.zap.socket, zmq.POLLIN)
+            loop.watch(self.zap.socket, self.zap.handle)
+        loop.watch(self._wakeup.fd, self._wakeup.clear)
         if self.stop_on_eof_fd is not None:
-            poller.register(self.stop_on_eof_fd, zmq.POLLIN)
+            loop.watch(self.stop_on_eof_fd, self._on_stdin)
+        loop.watch(self.router, self._receive)
         if self.client_door is not None:
             self.client_door.setblocking(False)
-            poller.register(self.client_door.fileno(), zmq.POLLIN)
-        timers = [
-            [self.config.revive_interval, self._revive_offers],
-            [min(1.0, self.config.executor_heartbeat_timeout / 4), self._check_heartbeats],
-            [0.2, self._check_executor_exits],
-            [0.1, self._probe_again],
-            [_RECLAIM_INTERVAL, self._reclaim_hoarded_tasks],
-        ]
+            loop.watch(self.client_door.fileno(), self._open_client_door)
+        loop.watch(self.local_wakeup.fd, self._on_local_wakeup)
+        loop.watch(self.monitor, self._on_disconnects)
+        loop.every(self.config.revive_interval, self._revive_offers)
+        loop.every(min(1.0, self.config.executor_heartbeat_timeout / 4), self._check_heartbeats)
+        loop.every(0.2, self._check_executor_exits)
+        loop.every(0.1, self._probe_again)
+        loop.every(_RECLAIM_INTERVAL, self._reclaim_hoarded_tasks)
         if self.dynamic_allocation is not None and self.allocator is not None:
-            timers.append([0.25, self._allocate_dynamically])
+            loop.every(0.25, self._allocate_dynamically)
         if self.dashboard is not None:
-            timers.append([_HISTORY_INTERVAL, self._publish_snapshot])
-        now = self.clock()
-        for timer in timers:
-            timer.append(now + timer[0])
-        next_due = min(timer[2] for timer in timers)
-        while not self._stop_requested:
-            timeout = max(0.0, next_due - self.clock())
-            events = dict(poller.poll(timeout * 1000))
-            if self.zap is not None and self.zap.socket in events:
-                self.zap.handle()
-            if self._wakeup.fd in events:
-                self._wakeup.clear()
-            if self.stop_on_eof_fd in events and not os.read(self.stop_on_eof_fd, 4096):
-                log.info("stopping: the process that started this driver is gone (stdin closed)")
-                break
-            if self.router in events:
-                self._receive()
-            if self.client_door is not None and self.client_door.fileno() in events:
-                self._open_client_door()
-            if self._links:
-                self._serve_links(events)
-            if self.local_wakeup.fd in events:
-                # a client in this process queued something: it writes the pipe unless a
-                # wake-up is pending, and one is until this clear, so none is missed
-                self.local_wakeup.clear()
-                self._receive_local()
-            if self.monitor in events:
-                self._on_disconnects()
-            now = self.clock()
-            if now >= next_due:
-                for timer in timers:
-                    if now >= timer[2]:
-                        timer[1]()
-                        timer[2] = now + timer[0]
-                next_due = min(timer[2] for timer in timers)
-            if self._offers_needed:
-                self._make_offers()
-            if self._unused_functions:
-                self._forget_unused_functions()
-            self._send_results()
+            loop.every(_HISTORY_INTERVAL, self._publish_snapshot)
+
+    def step(self, timeout=0.0, all_timers=False):
+        """One turn of the loop in the caller's thread, for a driver whose loop does not
+        run: handle the input ready within ``timeout`` seconds, run the timers due by the
+        driver's clock (every timer with ``all_timers``), then make offers and send
+        results."""
+        self.loop.run_once(timeout, all_timers)
+
+    def close(self):
+        """Stop a driver whose loop does not run (``run`` does this when it ends): its
+        executors are told to shut down, its sockets closed."""
+        self._shutdown()
+
+    def _on_stdin(self):
+        if not os.read(self.stop_on_eof_fd, 4096):
+            log.info("stopping: the process that started this driver is gone (stdin closed)")
+            self.loop.stop()
+
+    def _on_local_wakeup(self):
+        # a client in this process queued something: it writes the pipe unless a wake-up
+        # is pending, and one is until this clear, so none is missed
+        self.local_wakeup.clear()
+        self._receive_local()
+
+    def _after_turn(self):
+        if self._offers_needed:
+            self._make_offers()
+        if self._unused_functions:
+            self._forget_unused_functions()
+        self._send_results()
 
     # ------------------------------------------------------------ receiving
 
@@ -421,7 +406,7 @@ class Driver:
             if data:
                 log.warning("ignored a message on the client door without a pipe pair")
                 continue
-            self._poller.unregister(door.fileno())  # its end: no more clients come this way
+            self.loop.unwatch(door.fileno())  # its end: no more clients come this way
             door.close()
             self.client_door = None
             return
@@ -436,23 +421,18 @@ class Driver:
             os.set_inheritable(fd, False)  # no process this driver starts holds them
         link = PipeLink(read_fd, write_fd, p.frame_limit(self.config.max_message_size))
         self._links[rid] = link
-        self._link_readers[read_fd] = rid
-        if self._poller is not None:
-            self._poller.register(read_fd, zmq.POLLIN)
+        self.loop.watch(read_fd, lambda: self._on_link_readable(rid))
         log.debug("%s talks to this driver over pipes (peer %s)", peer, rid.hex())
 
-    def _serve_links(self, events):
-        """Read the links that have input, and write those that had output queued."""
-        # what polled ready, a few descriptors; a handler may close any link meanwhile
-        writers, readers, links = self._link_writers, self._link_readers, self._links
-        for key in events:
-            rid = writers.get(key)
-            if rid is not None and rid in links:
-                self._flush_link(rid, links[rid])
-        for key in events:
-            rid = readers.get(key)
-            if rid is not None and rid in links:
-                self._receive_link(rid, links[rid])
+    def _on_link_readable(self, rid):
+        link = self._links.get(rid)
+        if link is not None:
+            self._receive_link(rid, link)
+
+    def _on_link_writable(self, rid):
+        link = self._links.get(rid)
+        if link is not None:
+            self._flush_link(rid, link)
 
     def _receive_link(self, rid, link):
         frames = link.receive()
@@ -491,8 +471,7 @@ class Driver:
             if link.queued_frames <= _LINK_QUEUE_LIMIT:
                 if link.wants_write and link.write_fd not in self._link_writers:
                     self._link_writers[link.write_fd] = rid  # polled until written
-                    if self._poller is not None:
-                        self._poller.register(link.write_fd, _POLLOUT)
+                    self.loop.watch(link.write_fd, lambda: self._on_link_writable(rid), POLLOUT)
                 self.counters["messages_out"] += 1
                 self.counters["bytes_out"] += len(frame)
                 return True
@@ -509,8 +488,7 @@ class Driver:
             return
         if done:
             del self._link_writers[link.write_fd]
-            if self._poller is not None:
-                self._poller.unregister(link.write_fd)
+            self.loop.unwatch(link.write_fd)
 
     def _link_lost(self, rid, problem, msg=None):
         """The piped peer ``rid`` is gone (or broke the link): forget the link, then the
@@ -522,11 +500,9 @@ class Driver:
         link = self._links.pop(rid, None)
         if link is None:
             return
-        del self._link_readers[link.read_fd]
-        if self._poller is not None:
-            self._poller.unregister(link.read_fd)
-            if self._link_writers.pop(link.write_fd, None) is not None:
-                self._poller.unregister(link.write_fd)
+        self.loop.unwatch(link.read_fd)
+        if self._link_writers.pop(link.write_fd, None) is not None:
+            self.loop.unwatch(link.write_fd)
         link.close()
 
     def _warn_peer(self, rid, what):
@@ -960,7 +936,7 @@ class Driver:
         registered = self.registry.cores()
         if expected == 0 or registered >= ratio * expected:
             return True
-        return self.clock() - self._started_at >= self.config.max_registered_waiting_time
+        return self.clock() - self.started_at >= self.config.max_registered_waiting_time
 
     def _reclaim_hoarded_tasks(self):
         for executor, count in self.scheduler.reclaim_hoarded_tasks(_RECLAIM_SILENCE):
