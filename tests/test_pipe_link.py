@@ -553,7 +553,7 @@ def test_the_client_door_ignores_junk_and_its_end_stops_no_client(caplog):
         wait_for(lambda: len(client.driver.clients) == 2, timeout=30, message="two clients")
         client.door.close()  # no more clients: the driver stops watching the door
         wait_for(lambda: client.driver.client_door is None, timeout=30, message="the door closed")
-        client.link.send(p.encode(p.AdminRequest(1, "executor_ids", [])))
+        client.link.send(p.encode(p.AdminExecutorIds(1)))
         wait_for(lambda: any(isinstance(p.decode(frame), p.AdminReply)
                              for frame in client.link.receive()), timeout=30,
                  message="the driver still serves its clients")

@@ -24,17 +24,17 @@ import zmq
 
 from .. import protocol as p
 from ..allocation import ExecutorAllocator
-from ..arena_cache import stats as memory_cache_stats
 from ..cluster.local import UNIX_SOCKET_PATH_MAX, fits_a_unix_socket
 from ..config import Config
 from ..errors import ConfigError, ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from ..fastpath import SocketState
 from ..pipe_link import PipeLink
-from ..protocol import MsgType, TaskState
+from ..protocol import AdminOp, MsgType, TaskState
 from ..scheduler import ClientData, TaskScheduler
 from ..security import ZapHandler, make_server
 from ..wakeup import WakeupPipe
+from .admin import Admin
 from .loop import POLLOUT, Loop
 from .registry import ExecutorRegistry
 
@@ -139,6 +139,7 @@ class Driver:
                                                initial_executors, report=report)
         self.dynamic_allocation = dynamic_allocation  # a DynamicAllocationPolicy, or None
         self._idle_since = {}         # executor id -> when it was first seen idle
+        self.admin = Admin(self, self._send)
         self.bind()
         self.loop = Loop(clock, after_turn=self._after_turn)
         self._watch()
@@ -726,64 +727,17 @@ class Driver:
 
     def _on_stop_executors(self, rid, msg):
         if self._client_for(rid) is not None:
-            for executor_id in list(self.executors):
-                self._forget_target(executor_id)
-                self.remove_executor(executor_id, "killed by the driver (StopExecutors from a client)",
-                                     count_failure=False)
+            self.admin.stop_all_executors()
 
-    def _on_admin_request(self, rid, msg):
-        if self._client_for(rid) is None:
-            self._send(rid, p.AdminReply(msg.request_id, False, p.UNKNOWN_CLIENT), quiet=True)
-            return
-        operation = self._admin_operations.get(msg.operation)
-        if operation is None:
-            self._send(rid, p.AdminReply(msg.request_id, False, f"unknown operation {msg.operation!r}"))
-            return
-        try:
-            value = operation(self, *msg.args)
-        except (TypeError, ValueError) as exc:
-            self._send(rid, p.AdminReply(msg.request_id, False, f"{type(exc).__name__}: {exc}"))
-            return
-        self._send(rid, p.AdminReply(msg.request_id, True, value))
-
-    def executor_ids(self):
-        return self.registry.ids()
-
-    def total_cores(self):
-        """Cores of the registered executors that take tasks (``map`` sizes its chunks by it)."""
-        return self.registry.cores(active_only=True)
+    def _on_admin(self, rid, msg):
+        self.admin.handle(rid, msg, self._client_for(rid) is not None)
 
     def status(self):
-        counts = dict(self.scheduler.counts)
-        counts["queued"] = self.scheduler.n_pending
-        counts["running"] = self.scheduler.running_count()
-        return {
-            "app_id": self.app_id,
-            "url": self.url,
-            "fast_path": FASTPATH_IMPLEMENTATION,
-            "memory_cache": memory_cache_stats(),
-            "ready": self.is_ready(),
-            "executors": [
-                {**e.metrics,  # rss, cpu, busy threads: from its last heartbeat
-                 "id": e.executor_id, "host": e.hostname, "cores": e.cores, "pid": e.pid,
-                 "state": self.registry.state(e),
-                 "running": len(e.running), "slots": e.slots,
-                 "free_slots": max(0, self.scheduler.slots.free(e.slot)),
-                 "task_seconds": e.task_seconds,
-                 "tasks_done": e.tasks_done, "tasks_failed": e.tasks_failed,
-                 "last_heartbeat_age": self.clock() - e.last_seen}
-                for e in (self.executors[i] for i in self.executor_ids())
-            ],
-            "tasks": counts,
-            "functions": len(self.functions),
-            "allocation": None if self.allocator is None else {
-                "target": self.allocator.target, "starting": self.allocator.pending(),
-                "capacity": self.cluster_manager.capacity(),
-                "queued": len(self.cluster_manager.queued_ids()),
-                "backoff": {str(h): s for h, s in self.allocator.backoff().items()},
-                "dynamic": self.dynamic_allocation is not None},
-            "losses": [{"id": i, "host": h, "reason": r, "time": t} for i, h, r, t in self.registry.losses],
-        }
+        """What ``client.status()`` returns: executors, task counts, recent losses."""
+        return self.admin.status()
+
+    def executor_ids(self):
+        return self.admin.executor_ids()
 
     def _publish_snapshot(self):
         """What the dashboard shows: ``status()`` with the history of the figures charted,
@@ -798,117 +752,6 @@ class Driver:
                           "counters": dict(self.counters),
                           "scheduling_latency": self.scheduling_latency.snapshot()}
 
-    def is_executor_active(self, executor_id):
-        return self.registry.is_active(executor_id)
-
-    def decommission_executors(self, executor_ids, adjust_target=True):
-        """Decommission these executors: no new tasks, their unstarted ones go elsewhere,
-        their running ones finish, then they exit. Returns the ids acknowledged."""
-        if not isinstance(executor_ids, list) or not all(isinstance(i, str) for i in executor_ids):
-            raise TypeError("executor_ids must be a list of executor id strings")
-        acknowledged = []
-        for executor_id in executor_ids:
-            executor = self.executors.get(executor_id)
-            if executor is None:
-                log.warning("decommission: unknown executor %r skipped", executor_id)
-                continue
-            if executor.decommissioning:
-                continue
-            log.info("decommissioning executor %s (%d task(s) held)", executor_id, len(executor.running))
-            self.scheduler.decommission(executor)
-            if adjust_target:
-                self._forget_target(executor_id)
-            self._send(executor.routing_id, p.DecommissionExecutor("decommissioned by the driver"))
-            acknowledged.append(executor_id)
-        return acknowledged
-
-    def decommission_executors_on_host(self, host):
-        if not isinstance(host, str):
-            raise TypeError("host must be a string")
-        ids = self.registry.ids_on_host(host)
-        return bool(self.decommission_executors(ids))
-
-    # -- the allocation contract (Spark's ExecutorAllocationClient)
-
-    def _require_allocator(self):
-        if self.allocator is None:
-            raise ValueError("this driver has no cluster manager: start it with --local N")
-        return self.allocator
-
-    def request_total_executors(self, n, locality_aware_tasks=0, host_to_local_task_count=None):
-        """Have ``n`` executors: a later request overrides this one; never kills by itself."""
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise TypeError("the number of executors must be an integer")
-        if n < 0:
-            raise ValueError(f"cannot request a negative number of executors ({n})")
-        self._require_allocator().set_target(n, "requested total")
-        return True
-
-    def request_executors(self, n):
-        """``n`` executors more than the current target."""
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise TypeError("the number of executors must be an integer")
-        if n < 0:
-            raise ValueError(f"cannot request a negative number of additional executors ({n})")
-        allocator = self._require_allocator()
-        allocator.set_target(allocator.target + n, f"requested {n} more")
-        return True
-
-    def kill_executors(self, executor_ids, replace=False, force=False):
-        """Kill these executors; busy ones only with ``force``; unknown ids are skipped with
-        a warning. Without ``replace`` the target drops so that none replaces them (and
-        their tasks are not charged); with it, the loss counts as a failure of their tasks.
-        Returns the ids acknowledged."""
-        if not isinstance(executor_ids, list) or not all(isinstance(i, str) for i in executor_ids):
-            raise TypeError("executor_ids must be a list of executor id strings")
-        killed = []
-        for executor_id in executor_ids:
-            executor = self.executors.get(executor_id)
-            if executor is None:
-                log.warning("kill: unknown executor %r skipped", executor_id)
-                continue
-            if executor.running and not force:
-                log.info("kill: executor %s is busy (%d task(s)); not killed without force",
-                         executor_id, len(executor.running))
-                continue
-            if not replace:
-                self._forget_target(executor_id)
-            self.remove_executor(executor_id, "killed by the driver" + (" (replaced)" if replace else ""),
-                                 count_failure=replace)
-            killed.append(executor_id)
-        return killed
-
-    def kill_executors_on_host(self, host):
-        """Kill every executor on ``host``, busy or not; they are replaced."""
-        if not isinstance(host, str):
-            raise TypeError("host must be a string")
-        ids = self.registry.ids_on_host(host)
-        return bool(self.kill_executors(ids, replace=True, force=True))
-
-    def _forget_target(self, executor_id):
-        """An executor the cluster manager started leaves on purpose: not replaced."""
-        if self.cluster_manager is not None and executor_id in self.cluster_manager.launched_ids():
-            self.allocator.set_target(max(0, self.allocator.target - 1),
-                                      f"executor {executor_id} leaves on purpose")
-
-    def ping(self):
-        """Answered by the loop: a client over pipes asks it when the driver is silent."""
-        return True
-
-    _admin_operations = {
-        "ping": ping,
-        "executor_ids": executor_ids,
-        "total_cores": total_cores,
-        "status": status,
-        "is_executor_active": is_executor_active,
-        "decommission_executors": decommission_executors,
-        "decommission_executors_on_host": decommission_executors_on_host,
-        "request_total_executors": request_total_executors,
-        "request_executors": request_executors,
-        "kill_executors": kill_executors,
-        "kill_executors_on_host": kill_executors_on_host,
-    }
-
     _handlers = {
         MsgType.REGISTER_EXECUTOR: _on_register_executor,
         MsgType.STATUS_UPDATES: _on_status_updates,
@@ -917,7 +760,7 @@ class Driver:
         MsgType.CLIENT_HELLO: _on_client_hello,
         MsgType.SUBMIT_TASKS: _on_submit_tasks,
         MsgType.CANCEL_TASKS: _on_cancel_tasks,
-        MsgType.ADMIN_REQUEST: _on_admin_request,
+        **dict.fromkeys(map(MsgType, AdminOp), _on_admin),
         MsgType.STOP_EXECUTORS: _on_stop_executors,
         MsgType.CLIENT_GOODBYE: _on_client_goodbye,
         MsgType.FORGET_FUNCTIONS: _on_forget_functions,
@@ -1049,7 +892,7 @@ class Driver:
         for reason in decision.reasons:
             log.info("dynamic allocation: %s", reason)
         if decision.decommission:
-            self.decommission_executors(decision.decommission, adjust_target=False)
+            self.admin.decommission_executors(decision.decommission, adjust_target=False)
         self.allocator.set_target(decision.target, "dynamic allocation")
 
     def _check_executor_exits(self):
