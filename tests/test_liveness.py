@@ -33,7 +33,7 @@ import zsched
 from zsched import protocol as p
 from zsched.config import Config
 from zsched.errors import ConfigError
-from zsched.driver import Driver
+from zsched.driver import Driver, DriverOptions
 from zsched.executor import ExecutorBackend
 
 
@@ -65,9 +65,9 @@ class DriverUnderTest:
 
     def __init__(self, interval, timeout, executor_id="e1"):
         self.clock = FakeClock()
-        self.driver = Driver(Config(executor_heartbeat_interval=interval,
-                                    executor_heartbeat_timeout=timeout),
-                             host="127.0.0.1", port=0, app_id=APP, clock=self.clock)
+        self.driver = Driver(DriverOptions(Config(executor_heartbeat_interval=interval,
+                                                  executor_heartbeat_timeout=timeout),
+                                           host="127.0.0.1", port=0, app_id=APP, clock=self.clock))
         self.context = zmq.Context()
         self.sockets = []
         self.executor = self.context.socket(zmq.DEALER)

@@ -230,10 +230,10 @@ while not link.closed_by_peer:  # until the driver closes its end or says to sto
 
 
 def run_driver_with(script, caplog):
-    from zsched.driver import Driver
+    from zsched.driver import Driver, DriverOptions
     manager = JunkExecutors()
     manager.script = script
-    driver = Driver(Config(), cluster_manager=manager, initial_executors=1, keys=None)
+    driver = Driver(DriverOptions(Config(), cluster_manager=manager, initial_executors=1))
     with caplog.at_level(logging.INFO, logger="zsched.driver"):
         driver.start_thread()
         return driver
@@ -455,9 +455,9 @@ class FakeClient:
 
     def __init__(self, caplog):
         import socket
-        from zsched.driver import Driver
+        from zsched.driver import Driver, DriverOptions
         self.door, driver_door = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.driver = Driver(Config(), keys=None, client_door=driver_door.detach())
+        self.driver = Driver(DriverOptions(Config(), client_door=driver_door.detach()))
         with caplog.at_level(logging.INFO, logger="zsched.driver"):
             self.driver.start_thread()
         self.link = self.connect()

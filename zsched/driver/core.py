@@ -24,9 +24,7 @@ import zmq
 
 from .. import protocol as p
 from ..allocation import ExecutorAllocator
-from ..cluster.local import UNIX_SOCKET_PATH_MAX, fits_a_unix_socket
-from ..config import Config
-from ..errors import ConfigError, ProtocolError
+from ..errors import ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from ..fastpath import SocketState
 from ..pipe_link import PipeLink
@@ -66,20 +64,20 @@ _LINK_QUEUE_LIMIT = 100_000  # frames queued for a piped executor not reading: t
 class Driver:
     """Spark's DriverEndpoint with its backend: registration, offers, launches, results."""
 
-    def __init__(self, config=None, *, host="127.0.0.1", port=0, app_id=None, keys=None,
-                 cluster_manager=None, initial_executors=0, dynamic_allocation=None,
-                 secret_file=None, stop_on_eof_fd=None, report=None, dashboard_port=None,
-                 inproc=False, ipc_path=None, client_door=None, clock=time.monotonic):
-        self.config = config or Config()
-        self.host = host
-        self.port = port
-        self.app_id = app_id or f"app-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
-        self.keys = keys
-        self.secret_file = secret_file
-        self.cluster_manager = cluster_manager
-        self.initial_executors = initial_executors
-        self.clock = clock
-        self.stop_on_eof_fd = stop_on_eof_fd  # the driver stops when this fd reaches end of file
+    def __init__(self, options):
+        """A driver listening as ``options`` (a ``DriverOptions``) say; ``run`` serves."""
+        self.options = options
+        self.config = options.config
+        self.host = options.host
+        self.port = options.port
+        self.app_id = options.app_id or f"app-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+        self.keys = options.keys
+        self.secret_file = options.secret_file
+        self.cluster_manager = cluster_manager = options.cluster_manager
+        self.initial_executors = options.initial_executors
+        self.clock = clock = options.clock
+        self.stop_on_eof_fd = options.stop_on_eof_fd  # the driver stops at its end of file
+        client_door = options.client_door
         # a Unix socket (its fd) from the program that started this driver: each message on
         # it carries the driver's end of a pipe pair to a client of that program
         # (LocalCluster's client()), adopted as a link (see _open_client_door)
@@ -109,12 +107,12 @@ class Driver:
         self.url = None
         # inproc: the ROUTER also listens at ``inproc_url``, for sockets in this process that
         # share ``context`` (zsched's own clients here use connect_local instead)
-        self.inproc = inproc
+        self.inproc = options.inproc
         self.inproc_url = None
         # ipc_path: the ROUTER also listens at this Unix socket (``ipc_url``), which executors
         # on this host reach with less latency than loopback TCP: the path's directory
         # should be private to the user (ZeroMQ creates the socket with the umask's mode)
-        self.ipc_path = ipc_path
+        self.ipc_path = options.ipc_path
         self.ipc_url = None
         self.context = zmq.Context()
         self.ready_event = threading.Event()
@@ -127,7 +125,7 @@ class Driver:
         self.counters = {"bytes_in": 0, "bytes_out": 0, "messages_in": 0, "messages_out": 0,
                          "executors_lost": 0}
         self.scheduling_latency = self.scheduler.latency
-        self.dashboard_port = dashboard_port  # None: no dashboard
+        self.dashboard_port = options.dashboard_port  # None: no dashboard
         self.dashboard = None
         self._history = deque(maxlen=_HISTORY_POINTS)
         self._snapshot = None
@@ -136,8 +134,8 @@ class Driver:
         if cluster_manager is not None:
             # report: given the text of each allocation warning (bin/driver prints them)
             self.allocator = ExecutorAllocator(cluster_manager, self.config, clock,
-                                               initial_executors, report=report)
-        self.dynamic_allocation = dynamic_allocation  # a DynamicAllocationPolicy, or None
+                                               options.initial_executors, report=options.report)
+        self.dynamic_allocation = options.dynamic_allocation  # a DynamicAllocationPolicy, or None
         self._idle_since = {}         # executor id -> when it was first seen idle
         self.admin = Admin(self, self._send)
         self.bind()
@@ -1016,22 +1014,3 @@ class Driver:
                 client._driver_stopped()
             except Exception:
                 log.exception("error telling a client in this process that the driver stopped")
-
-
-def check_ipc_path(path):
-    """ConfigError unless a driver can listen at Unix socket ``path``."""
-    if not fits_a_unix_socket(path):
-        raise ConfigError(f"--ipc-path must be at most {UNIX_SOCKET_PATH_MAX} bytes long, got {path!r}")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise ConfigError(f"--ipc-path: no directory {os.path.dirname(os.path.abspath(path))!r}")
-    if os.path.exists(path):  # ZeroMQ would replace it: refuse to take a live one over
-        probe = socket.socket(socket.AF_UNIX)
-        try:
-            probe.connect(path)
-        except OSError:
-            pass  # left behind by a process that is gone
-        else:
-            raise ConfigError(f"--ipc-path {path!r} is in use by another process")
-        finally:
-            probe.close()
-
