@@ -17,7 +17,6 @@ import secrets
 import socket
 import threading
 import time
-import weakref
 from collections import deque
 
 import zmq
@@ -29,10 +28,11 @@ from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from ..fastpath import SocketState
 from ..pipe_link import PipeLink
 from ..protocol import AdminOp, MsgType, TaskState
-from ..scheduler import ClientData, TaskScheduler
+from ..scheduler import TaskScheduler
 from ..security import ZapHandler, make_server
 from ..wakeup import WakeupPipe
 from .admin import Admin
+from .clients import ClientSessions
 from .loop import POLLOUT, Loop
 from .registry import ExecutorRegistry
 
@@ -86,13 +86,12 @@ class Driver:
             os.set_inheritable(client_door, False)  # no process this driver starts holds it
             self.client_door = socket.socket(fileno=client_door)
         self.incarnation = secrets.randbits(62)
-        self.functions = {}           # digest -> FunctionBlob, held by a connected client
-        self._unowned = {}            # digest -> weakref to the FunctionBlob no client holds
-        self._unused_functions = []   # (digest, weakref) of those no task holds any more
+        self.sessions = ClientSessions()
+        self.functions = self.sessions.functions  # digest -> FunctionBlob a client holds
         self.scheduler = TaskScheduler(self.config, self.functions, clock)
         self.registry = ExecutorRegistry()
         self.executors = self.registry.by_id  # executor id -> ExecutorData (read-only outside)
-        self.clients = {}             # routing id -> ClientData
+        self.clients = self.sessions.by_rid  # routing id -> ClientData (read-only outside)
         # clients in this process, reached without a socket (see connect_local)
         self.local_wakeup = WakeupPipe(keep_gil=True)  # they wake the loop through this
         self._local_clients = {}      # key (their routing id here) -> Client
@@ -299,7 +298,7 @@ class Driver:
     def _after_turn(self):
         if self._offers_needed:
             self._make_offers()
-        if self._unused_functions:
+        if self.sessions.has_unused():
             self._forget_unused_functions()
         self._send_results()
 
@@ -623,9 +622,7 @@ class Driver:
         if rid in self.registry.by_rid:
             self._warn_peer(rid, "ClientHello from a registered executor")
             return
-        if rid not in self.clients:
-            self.clients[rid] = ClientData(rid, msg.pid)
-            log.info("client %s (pid %d) connected", rid.hex(), msg.pid)
+        self.sessions.connect(rid, msg.pid)
         self._send(rid, p.ClientWelcome(self.incarnation, self.app_id, self.config.to_settings()))
 
     def _client_for(self, rid):
@@ -642,16 +639,9 @@ class Driver:
                                          for row in msg.tasks]),
                        quiet=True)
             return
-        known = self.functions
-        for digest, blob in msg.functions.items():
-            if digest not in known:  # one held is kept: no client replaces another's
-                if p.function_digest(blob) != digest:
-                    self._warn_peer(rid, "a function sent under a digest that is not its "
-                                         "BLAKE2b: refused (its tasks fail)")
-                    continue
-                known[digest] = p.FunctionBlob(blob)
-                self._unowned.pop(digest, None)
-            client.functions.add(digest)
+        if msg.functions and self.sessions.add_functions(client, msg.functions):
+            self._warn_peer(rid, "a function sent under a digest that is not its "
+                                 "BLAKE2b: refused (its tasks fail)")
         refused = self.scheduler.submit(client, msg.tasks)  # tasks of a function not held fail
         if refused:
             self._warn_peer(rid, f"{refused} task(s) under the id of a task of the client's in "
@@ -668,7 +658,7 @@ class Driver:
             self._send(executor.routing_id, p.KillTask(task.task_id, task.attempt, reason))
 
     def _on_client_goodbye(self, rid, msg):
-        client = self.clients.pop(rid, None)
+        client = self.sessions.disconnect(rid)
         if client is not None:
             self._drop_client(client, "its client left")
             log.info("client %s left", rid.hex())
@@ -677,46 +667,18 @@ class Driver:
         """A client no longer needs these functions (it sends one again with the next
         task that does)."""
         client = self._client_for(rid)
-        if client is None:
-            return
-        released = [digest for digest in msg.digests if digest in client.functions]
-        client.functions.difference_update(released)
-        self._release_functions(released)
+        if client is not None:
+            self.sessions.forget_functions(client, msg.digests)
 
     def _drop_client(self, client, reason):
-        """Forget a client that left: its tasks, and the functions it sent (see
-        ``_release_functions``)."""
+        """Forget a client that left: its tasks, and the functions it sent."""
         self._kill(self.scheduler.drop_client(client), reason)
-        self._release_functions(client.functions)
-
-    # A function's life here: a client sends it (``functions``, as a FunctionBlob); once no
-    # connected client holds it, it leaves ``functions`` (a new task of it brings it again)
-    # but the tasks of it still queued or running hold it (``Task.function_blob``), and the
-    # executors keep their copy for them; once no task holds it, the executors are told to
-    # drop it. Without this an executor would keep every function it was ever sent, with the
-    # data it captured, for as long as it lives.
-
-    def _release_functions(self, digests):
-        """No connected client holds these functions (unless another client sent it too)."""
-        clients = self.clients.values()
-        for digest in list(digests):
-            if any(digest in client.functions for client in clients):
-                continue
-            blob = self.functions.pop(digest, None)
-            if blob is not None:
-                self._unowned[digest] = weakref.ref(
-                    blob, lambda ref, digest=digest: self._unused_functions.append((digest, ref)))
-            blob = None  # with no task holding it, the callback runs here
+        self.sessions.release(client.functions)
 
     def _forget_unused_functions(self):
         """Tell the executors to drop the functions that neither a client nor a task holds
         any more (not those a client has sent again meanwhile)."""
-        unused, self._unused_functions = self._unused_functions, []
-        gone = set()
-        for digest, ref in unused:
-            if self._unowned.get(digest) is ref:
-                del self._unowned[digest]
-                gone.add(digest)
+        gone = self.sessions.take_unused()
         for executor in list(self.executors.values()):  # a send may find one gone: removed
             held = executor.functions & gone
             if held:
@@ -853,7 +815,7 @@ class Driver:
                           or f"disconnected ({problem}; the process still runs: stopped or cut off?)")
             self.remove_executor(executor.executor_id, reason, notify=False)
             return
-        client = self.clients.pop(rid, None)
+        client = self.sessions.disconnect(rid)
         if client is not None:
             log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
             self._drop_client(client, "its client is gone")
