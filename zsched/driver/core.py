@@ -25,15 +25,14 @@ from .. import protocol as p
 from ..allocation import ExecutorAllocator
 from ..errors import ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
-from ..fastpath import SocketState
 from ..pipe_link import PipeLink
 from ..protocol import AdminOp, MsgType, TaskState
 from ..scheduler import TaskScheduler
-from ..security import ZapHandler, make_server
 from ..wakeup import WakeupPipe
 from .admin import Admin
 from .clients import ClientSessions
-from .loop import POLLOUT, Loop
+from .loop import Loop
+from .peers import InProcessPeer, LinkPeer, Role, RouterPeer, open_router
 from .registry import ExecutorRegistry
 
 log = logging.getLogger("zsched.driver")  # also when run as __main__
@@ -49,16 +48,12 @@ _RECV_BATCH = 1024          # messages handled per wake-up before timers and sen
 _RESULT_ROWS = 512
 _RESULTS_HEADER = p.frame_header(p.TaskResults)
 _POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
-# send flags as plain ints too: send_multipart's ``flags | SNDMORE`` on zmq's Flag makes an
-# enum member per message (about a microsecond)
-_NOBLOCK = int(zmq.NOBLOCK)
-_NOBLOCK_SNDMORE = int(zmq.NOBLOCK) | int(zmq.SNDMORE)
+_NOBLOCK = int(zmq.NOBLOCK)  # a plain int too (see peers.py)
 _WARNED_PEERS_LIMIT = 10000
 _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
 _HISTORY_POINTS = 1200       # snapshots charted: 10 minutes
 _RECLAIM_INTERVAL = 0.1      # seconds between looks for tasks held behind long ones ...
 _RECLAIM_SILENCE = 0.1       # ... on an executor silent this long while cores idle elsewhere
-_LINK_QUEUE_LIMIT = 100_000  # frames queued for a piped executor not reading: the ROUTER's sndhwm
 
 
 class Driver:
@@ -94,14 +89,13 @@ class Driver:
         self.clients = self.sessions.by_rid  # routing id -> ClientData (read-only outside)
         # clients in this process, reached without a socket (see connect_local)
         self.local_wakeup = WakeupPipe(keep_gil=True)  # they wake the loop through this
-        self._local_clients = {}      # key (their routing id here) -> Client
+        self._in_process = {}         # key (their routing id here) -> InProcessPeer
         self._local_arrivals = deque()  # (key, Client) that asked to connect, for the loop
         self._local_keys = itertools.count(1)
-        # executors this driver's cluster manager started on this host, and the clients of
-        # client_door, over pipes (see _adopt_link): routing id -> PipeLink, and the
-        # descriptors the loop polls
-        self._links = {}
-        self._link_writers = {}       # write fd -> routing id, while its link has output queued
+        # every peer that is more than a routing id to the driver, by routing id: the
+        # executors and clients of the ROUTER once they register or say hello, the piped
+        # ones and those in this process from the start
+        self._peers = {}
         self._link_keys = itertools.count(1)
         self.url = None
         # inproc: the ROUTER also listens at ``inproc_url``, for sockets in this process that
@@ -144,38 +138,13 @@ class Driver:
     # ------------------------------------------------------------ set-up
 
     def bind(self):
-        router = self.context.socket(zmq.ROUTER)
-        router.router_mandatory = 1
-        router.linger = 1000
-        router.sndhwm = 100_000
-        router.rcvhwm = 100_000
-        router.maxmsgsize = p.frame_limit(self.config.max_message_size)
-        router.heartbeat_ivl = int(self.config.zmq_heartbeat_interval * 1000)
-        router.heartbeat_timeout = int(self.config.zmq_heartbeat_timeout * 1000)
-        router.heartbeat_ttl = int(self.config.zmq_heartbeat_timeout * 1000)
-        self.zap = None
-        if self.keys is not None:
-            self.zap = ZapHandler(self.context, self.keys)
-            make_server(router, self.keys)
-        else:
-            log.warning("the bus is NOT authenticated or encrypted (insecure mode): "
-                        "anyone who can reach the port can run code on the executors")
-        if self.port == 0:
-            port = router.bind_to_random_port(f"tcp://{self.host}")
-        else:
-            router.bind(f"tcp://{self.host}:{self.port}")
-            port = self.port
         if self.inproc:
             self.inproc_url = f"inproc://zsched-driver-{self.incarnation:x}"
-            router.bind(self.inproc_url)
         if self.ipc_path is not None:
             self.ipc_url = f"ipc://{self.ipc_path}"
-            router.bind(self.ipc_url)
-        self.router = router
-        self._router_state = SocketState(router)  # its ZMQ_EVENTS and ZMQ_RCVMORE, read cheaply
-        # a lost connection (peer process gone, or silent past the ZMTP heartbeat timeout)
-        # is an event here; which peer it was is found by probing (see _probe_peers)
-        self.monitor = router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        extra_urls = [url for url in (self.inproc_url, self.ipc_url) if url is not None]
+        self.router, self._router_state, self.zap, self.monitor, port = open_router(
+            self.context, self.config, self.keys, self.host, self.port, extra_urls)
         self.port = port
         advertised = self.host
         if advertised in ("0.0.0.0", "*", ""):
@@ -308,7 +277,7 @@ class Driver:
         """Handle up to ``_RECV_BATCH`` waiting messages; True if more may wait."""
         router = self.router
         state = self._router_state
-        handle = self._handle
+        take = self._take
         counters = self.counters
         for _ in range(_RECV_BATCH):
             try:
@@ -324,16 +293,21 @@ class Driver:
             if len(frames) != 2:
                 self._warn_peer(rid, f"message of {len(frames) - 1} frames, expected 1")
             else:
-                try:
-                    msg = p.decode(frames[1])
-                except ProtocolError as exc:
-                    self._warn_peer(rid, str(exc))
-                else:
-                    handle(rid, msg)
+                take(rid, frames[1])
             # whether more waits: a recv that raises zmq.Again would cost five times as much
             if not state.events() & _POLLIN:
                 return False
         return True  # more may wait
+
+    def _take(self, rid, frame):
+        """Handle ``frame`` from peer ``rid``, whatever carried it: decoded, checked, then
+        given to the handler of its type."""
+        try:
+            msg = p.decode(frame)
+        except ProtocolError as exc:
+            self._warn_peer(rid, str(exc))
+        else:
+            self._handle(rid, msg)
 
     def _handle(self, rid, msg):
         """Handle a well-formed message from peer ``rid`` (of the ROUTER, or a client in this
@@ -354,12 +328,14 @@ class Driver:
         arrivals = self._local_arrivals
         while arrivals:
             key, client = arrivals.popleft()
-            self._local_clients[key] = client
+            peer = InProcessPeer(key, self.counters, client._from_driver,
+                                 client._messages_for_driver, client._driver_stopped)
+            self._in_process[key] = self._peers[key] = peer
         handle = self._handle
         counters = self.counters
-        for key, client in list(self._local_clients.items()):
+        for key, peer in list(self._in_process.items()):
             try:
-                messages = client._messages_for_driver()
+                messages = peer.receive()
             except Exception:
                 log.exception("error taking the messages of client %s", key.hex())
                 continue
@@ -374,7 +350,8 @@ class Driver:
                     continue
                 handle(key, msg)
                 if msg.TYPE == MsgType.CLIENT_GOODBYE:
-                    del self._local_clients[key]  # it sends nothing after its goodbye
+                    # it sends nothing after its goodbye
+                    del self._in_process[key], self._peers[key]
                     break
 
     # -- executors over pipes
@@ -418,75 +395,40 @@ class Driver:
         for fd in (read_fd, write_fd):
             os.set_inheritable(fd, False)  # no process this driver starts holds them
         link = PipeLink(read_fd, write_fd, p.frame_limit(self.config.max_message_size))
-        self._links[rid] = link
-        self.loop.watch(read_fd, lambda: self._on_link_readable(rid))
+        self._peers[rid] = LinkPeer(rid, self.counters, link, self.loop,
+                                    lambda: self._on_link_readable(rid),
+                                    lambda: self._on_link_writable(rid))
         log.debug("%s talks to this driver over pipes (peer %s)", peer, rid.hex())
 
     def _on_link_readable(self, rid):
-        link = self._links.get(rid)
-        if link is not None:
-            self._receive_link(rid, link)
-
-    def _on_link_writable(self, rid):
-        link = self._links.get(rid)
-        if link is not None:
-            self._flush_link(rid, link)
-
-    def _receive_link(self, rid, link):
-        frames = link.receive()
-        handle = self._handle
-        counters = self.counters
-        for frame in frames:
-            counters["messages_in"] += 1
-            counters["bytes_in"] += len(frame)
-            try:
-                msg = p.decode(frame)
-            except ProtocolError as exc:
-                self._warn_peer(rid, str(exc))
-            else:
-                handle(rid, msg)
-        if rid not in self._links:  # a handler closed it
+        peer = self._peers.get(rid)
+        if type(peer) is not LinkPeer:
             return
-        if link.error is not None:  # cut off by this driver: that is why it goes
-            self._warn_peer(rid, link.error)
+        take = self._take
+        for frame in peer.receive():
+            take(rid, frame)
+        if self._peers.get(rid) is not peer:  # a handler closed it
+            return
+        error = peer.link.error
+        if error is not None:  # cut off by this driver: that is why it goes
+            self._warn_peer(rid, error)
             self._close_link(rid)
             executor = self.registry.by_rid.get(rid)
             if executor is not None:
-                self.remove_executor(executor.executor_id, f"broke its link: {link.error}",
+                self.remove_executor(executor.executor_id, f"broke its link: {error}",
                                      notify=False)
             else:  # a client's link
-                self._peer_unreachable(rid, f"cut off (it broke its link: {link.error})", None)
-        elif link.closed_by_peer:
+                self._peer_unreachable(rid, f"cut off (it broke its link: {error})", None)
+        elif peer.link.closed_by_peer:
             self._link_lost(rid, "gone")
 
-    def _send_link(self, rid, link, msg, quiet):
-        frame = p.encode(msg)
-        try:
-            link.send(frame)
-        except BrokenPipeError:
-            problem = "gone"
-        else:
-            if link.queued_frames <= _LINK_QUEUE_LIMIT:
-                if link.wants_write and link.write_fd not in self._link_writers:
-                    self._link_writers[link.write_fd] = rid  # polled until written
-                    self.loop.watch(link.write_fd, lambda: self._on_link_writable(rid), POLLOUT)
-                self.counters["messages_out"] += 1
-                self.counters["bytes_out"] += len(frame)
-                return True
-            problem = "not reading (its queue is full)"
-        if not quiet:  # else its end of file, or its exit, will tell
-            self._link_lost(rid, problem, msg)
-        return False
-
-    def _flush_link(self, rid, link):
-        try:
-            done = link.flush()
-        except BrokenPipeError:
-            self._link_lost(rid, "gone")
-            return
-        if done:
-            del self._link_writers[link.write_fd]
-            self.loop.unwatch(link.write_fd)
+    def _on_link_writable(self, rid):
+        peer = self._peers.get(rid)
+        if type(peer) is LinkPeer:
+            try:
+                peer.flush()
+            except BrokenPipeError:
+                self._link_lost(rid, "gone")
 
     def _link_lost(self, rid, problem, msg=None):
         """The piped peer ``rid`` is gone (or broke the link): forget the link, then the
@@ -495,13 +437,23 @@ class Driver:
         self._peer_unreachable(rid, problem, msg)
 
     def _close_link(self, rid):
-        link = self._links.pop(rid, None)
-        if link is None:
-            return
-        self.loop.unwatch(link.read_fd)
-        if self._link_writers.pop(link.write_fd, None) is not None:
-            self.loop.unwatch(link.write_fd)
-        link.close()
+        if type(self._peers.get(rid)) is LinkPeer:
+            self._peers.pop(rid).close()
+
+    def _peer_for(self, rid):
+        """The peer ``rid`` is, kept from now on (a ROUTER peer is kept once it registers or
+        says hello)."""
+        peer = self._peers.get(rid)
+        if peer is None:
+            peer = self._peers[rid] = RouterPeer(rid, self.counters, self.router)
+        return peer
+
+    def _forget_peer(self, rid):
+        """Forget peer ``rid`` (an executor removed, a client gone); a link is closed."""
+        peer = self._peers.pop(rid, None)
+        if peer is not None:
+            self._in_process.pop(rid, None)
+            peer.close()
 
     def _warn_peer(self, rid, what):
         if rid in self._warned_peers:
@@ -537,6 +489,7 @@ class Driver:
         executor = self.scheduler.add_executor(executor_id, rid, msg.hostname, msg.cores, msg.pid,
                                                self.clock())
         self.registry.add(executor)
+        self._peer_for(rid).role = Role.EXECUTOR
         log.info("Registered executor %s on %s (pid %d) with %d core(s)",
                  executor_id, msg.hostname, msg.pid, msg.cores)
         if self.cluster_manager is not None:
@@ -612,7 +565,7 @@ class Driver:
             self.cluster_manager.kill([executor_id])  # if it still runs; it is replaced
         if notify:
             self._send(executor.routing_id, p.StopExecutor(reason), quiet=True)
-        self._close_link(executor.routing_id)  # if piped: it stops at the end of its input
+        self._forget_peer(executor.routing_id)  # if piped: it stops at the end of its input
         self._offers_needed = True
         return True
 
@@ -623,6 +576,7 @@ class Driver:
             self._warn_peer(rid, "ClientHello from a registered executor")
             return
         self.sessions.connect(rid, msg.pid)
+        self._peer_for(rid).role = Role.CLIENT  # an administrator too: the secret is theirs
         self._send(rid, p.ClientWelcome(self.incarnation, self.app_id, self.config.to_settings()))
 
     def _client_for(self, rid):
@@ -660,6 +614,8 @@ class Driver:
     def _on_client_goodbye(self, rid, msg):
         client = self.sessions.disconnect(rid)
         if client is not None:
+            if type(self._peers.get(rid)) is RouterPeer:  # a link goes at its end of file
+                del self._peers[rid]
             self._drop_client(client, "its client left")
             log.info("client %s left", rid.hex())
 
@@ -764,46 +720,24 @@ class Driver:
         for client in list(self.clients.values()):
             if not client.results:
                 continue
-            if client.routing_id in self._local_clients:  # no frame: one message
+            if client.routing_id in self._in_process:  # no frame: one message
                 self._send(client.routing_id, p.TaskResults(client.results.take_rows()))
                 continue
             for frame in client.results.take_frames(_RESULTS_HEADER, limit, _RESULT_ROWS):
                 self._send(client.routing_id, p.Encoded(p.TaskResults, frame))
 
     def _send(self, rid, msg, quiet=False):
-        """Send without blocking; a peer that is gone or not reading is dealt with here."""
-        if rid in self._local_clients:
-            return self._send_local(rid, msg)
-        link = self._links.get(rid)
-        if link is not None:
-            return self._send_link(rid, link, msg, quiet)
-        frame = p.encode(msg)
-        try:
-            router = self.router
-            # ROUTER: the routing id frame alone decides whether the peer takes the message
-            router.send(rid, _NOBLOCK_SNDMORE)
-            router.send(frame, _NOBLOCK)
-            self.counters["messages_out"] += 1
-            self.counters["bytes_out"] += len(rid) + len(frame)
+        """Send without blocking; a peer that is gone or not reading is dealt with here
+        (unless ``quiet``: its end of file, or its exit, will tell)."""
+        peer = self._peers.get(rid)
+        if peer is None:  # a ROUTER peer that did not register or say hello
+            peer = RouterPeer(rid, self.counters, self.router)
+        problem = peer.send(msg)
+        if problem is None:
             return True
-        except zmq.Again:
-            problem = "not reading (its queue is full)"
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            problem = "gone"
         if not quiet:
-            self._peer_unreachable(rid, problem, msg)
+            self._link_lost(rid, problem, msg)
         return False
-
-    def _send_local(self, key, msg):
-        """Hand ``msg`` to a client in this process: it acts on it in this thread."""
-        self.counters["messages_out"] += 1
-        try:
-            self._local_clients[key]._from_driver(msg)
-        except Exception:
-            log.exception("error handing %s to client %s", type(msg).__name__, key.hex())
-        return True
 
     def _peer_unreachable(self, rid, problem, msg):
         executor = self.registry.by_rid.get(rid)
@@ -817,6 +751,7 @@ class Driver:
             return
         client = self.sessions.disconnect(rid)
         if client is not None:
+            self._forget_peer(rid)
             log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
             self._drop_client(client, "its client is gone")
             return
@@ -900,20 +835,10 @@ class Driver:
 
     def _probe_peers(self):
         self._drain()
-        frame = p.encode(p.Probe())
-        local = self._local_clients
         # piped peers need no probe: a pipe's end of file says at once that one is gone
-        piped = self._links
-        for rid in ([rid for rid in self.registry.by_rid if rid not in piped]
-                    + [rid for rid in self.clients if rid not in local and rid not in piped]):
-            try:
-                self.router.send_multipart((rid, frame), zmq.NOBLOCK)
-            except zmq.Again:
-                pass  # busy, not gone
-            except zmq.ZMQError as exc:
-                if exc.errno != zmq.EHOSTUNREACH:
-                    raise
-                self._peer_unreachable(rid, "connection lost", None)
+        for peer in [peer for peer in self._peers.values() if type(peer) is RouterPeer]:
+            if not peer.probe():
+                self._peer_unreachable(peer.rid, "connection lost", None)
 
     # ------------------------------------------------------------ stopping
 
@@ -932,7 +857,7 @@ class Driver:
                                        if executor_id not in self.executors])
             self._flush_links(1.0)
             self.cluster_manager.stop(self.config.shutdown_timeout)
-        for rid in list(self._links):
+        for rid in list(self._peers):
             self._close_link(rid)
         if self.client_door is not None:
             self.client_door.close()
@@ -955,23 +880,22 @@ class Driver:
     def _flush_links(self, seconds):
         """Write what the links still hold (Shutdown), ``seconds`` at most in all."""
         deadline = self.clock() + seconds
-        for rid in list(self._link_writers.values()):
-            link = self._links.get(rid)
-            if link is None:
-                continue
-            try:
-                link.flush_within(max(0.0, deadline - self.clock()))
-            except BrokenPipeError:
-                self._link_lost(rid, "gone")
+        for peer in [peer for peer in self._peers.values() if type(peer) is LinkPeer]:
+            if peer.writing:
+                try:
+                    peer.flush(max(0.0, deadline - self.clock()))
+                except BrokenPipeError:
+                    self._link_lost(peer.rid, "gone")
 
     def _stop_local_clients(self):
         """Tell the clients in this process that the driver is gone; none connects later."""
         self.local_wakeup.close()  # their wake-ups write no more
-        clients = list(self._local_clients.values())
-        self._local_clients.clear()
+        peers = list(self._in_process.values())
+        self._in_process.clear()
+        for peer in peers:
+            peer.close()
         while self._local_arrivals:
-            clients.append(self._local_arrivals.popleft()[1])
-        for client in clients:
+            client = self._local_arrivals.popleft()[1]
             try:
                 client._driver_stopped()
             except Exception:

@@ -5,10 +5,15 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
-from ..cluster.local import UNIX_SOCKET_PATH_MAX, LocalClusterManager, fits_a_unix_socket
+from ..cluster.local import (
+    UNIX_SOCKET_PATH_MAX,
+    LocalClusterManager,
+    fits_a_unix_socket,
+)
 from ..config import Config
 from ..errors import ConfigError
 from ..security import create_secret_file, load_keys
@@ -32,18 +37,18 @@ class DriverOptions:
     config: Config = field(default_factory=Config)
     host: str = "127.0.0.1"
     port: int = 0
-    app_id: Optional[str] = None
+    app_id: str | None = None
     keys: Any = None
-    secret_file: Optional[str] = None
+    secret_file: str | None = None
     cluster_manager: Any = None
     initial_executors: int = 0
     dynamic_allocation: Any = None
-    stop_on_eof_fd: Optional[int] = None
-    client_door: Optional[int] = None
-    report: Optional[Callable[[str], None]] = None
-    dashboard_port: Optional[int] = None
+    stop_on_eof_fd: int | None = None
+    client_door: int | None = None
+    report: Callable[[str], None] | None = None
+    dashboard_port: int | None = None
     inproc: bool = False
-    ipc_path: Optional[str] = None
+    ipc_path: str | None = None
     clock: Callable[[], float] = time.monotonic
 
     @classmethod
