@@ -11,7 +11,7 @@ import zsched
 from conftest import wait_for
 from zsched.cluster import LocalClusterManager
 from zsched.config import Config
-from zsched.driver import Driver
+from zsched.driver import Driver, DriverOptions
 
 
 def ids(client):
@@ -116,8 +116,8 @@ class NeverRegistering(LocalClusterManager):
 
 def test_executors_that_never_register_are_given_up_and_retried_with_backoff_not_in_a_loop():
     manager = NeverRegistering()
-    driver = Driver(Config(executor_start_timeout=1, allocation_batch_delay=0.2),
-                    cluster_manager=manager, initial_executors=1)
+    driver = Driver(DriverOptions(Config(executor_start_timeout=1, allocation_batch_delay=0.2),
+                                  cluster_manager=manager, initial_executors=1))
     driver.start_thread()
     try:
         time.sleep(8)

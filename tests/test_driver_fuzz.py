@@ -235,7 +235,7 @@ class FakeExecutor(Peer):
         which does not say which heartbeat it answers, it cannot be owed to an earlier
         message."""
         request_id = next(self.pings)
-        self.send(p.AdminRequest(request_id, "ping", []))
+        self.send(p.AdminPing(request_id))
         self.receive_until(lambda: request_id in self.pongs, what=what)
         self.pongs.discard(request_id)
 
@@ -288,8 +288,9 @@ class RawClient(Peer):
             self.registered_as = self.registering
 
     def request(self, operation, *args, request_id=None):
+        """Send admin ``operation`` (an ``AdminOp`` name in lower case) and return the reply."""
         request_id = next(self.request_ids) if request_id is None else request_id
-        self.send(p.AdminRequest(request_id, operation, list(args)))
+        self.send(p.ADMIN_MESSAGES[p.AdminOp[operation.upper()]](request_id, *args))
         self.receive_until(lambda: request_id in self.replies, what=f"an answer to {operation}")
         return self.replies.pop(request_id)[0]
 
@@ -571,7 +572,17 @@ def wrongly_typed_frames():
         p.ClientHello: [1],
         p.SubmitTasks: [{}, []],
         p.CancelTasks: [[]],
-        p.AdminRequest: [1, "ping", []],
+        p.AdminPing: [1],
+        p.AdminExecutorIds: [1],
+        p.AdminTotalCores: [1],
+        p.AdminStatus: [1],
+        p.AdminIsExecutorActive: [1, "nobody"],
+        p.AdminDecommissionExecutors: [1, ["nobody"]],
+        p.AdminDecommissionExecutorsOnHost: [1, "no-such-host"],
+        p.AdminRequestTotalExecutors: [1, 0, 0, None],
+        p.AdminRequestExecutors: [1, 0],
+        p.AdminKillExecutors: [1, ["nobody"], False, False],
+        p.AdminKillExecutorsOnHost: [1, "no-such-host"],
         p.StopExecutors: [],
         p.ClientGoodbye: [],
         p.ClientWelcome: [1, "a", {}],
@@ -633,10 +644,10 @@ JUNK_FRAMES = [
     [bytes((p.VERSION, MsgType.HEARTBEAT)) + b"\x93\x01\xa1x\x81\xa1k\xd9\x05ab"],  # truncated str
     [bytes((p.VERSION, MsgType.HEARTBEAT)) + b"\x93\x01\xa2\xff\xfe\x80"],         # invalid utf-8
     [bytes((p.VERSION, MsgType.CLIENT_HELLO)) + msgpack.packb([1]) + b"\x00"],     # trailing byte
-    [bytes((p.VERSION, MsgType.ADMIN_REQUEST)) + b"\x93\x01\xa4ping\x91" + b"\x91" * 5000],  # deep
+    [bytes((p.VERSION, MsgType.ADMIN_DECOMMISSION_EXECUTORS)) + b"\x92\x01\x91" + b"\x91" * 5000],  # deep
     [bytes((p.VERSION, MsgType.HEARTBEAT)) + b"\x93\x01\xa1x\x81\x90\xc0"],        # list as a key
-    [bytes((p.VERSION, MsgType.ADMIN_REQUEST)) + b"\x93\x01\xa4ping\x91\xd4\x05\x00"],  # ext type
-    [bytes((p.VERSION, MsgType.ADMIN_REQUEST)) + b"\x93\x01\xa4ping\x91\xd6\xff\x00\x00"],  # bad timestamp
+    [bytes((p.VERSION, MsgType.ADMIN_DECOMMISSION_EXECUTORS)) + b"\x92\x01\x91\xd4\x05\x00"],  # ext type
+    [bytes((p.VERSION, MsgType.ADMIN_DECOMMISSION_EXECUTORS)) + b"\x92\x01\x91\xd6\xff\x00\x00"],  # bad timestamp
     [bytes((p.VERSION, 0)) + msgpack.packb([])],
     [bytes((p.VERSION, 9)) + msgpack.packb([])],
     [bytes((p.VERSION, 255)) + msgpack.packb([1, 2, 3])],
@@ -668,7 +679,7 @@ def test_messages_meant_for_executors_or_clients_are_refused(bus):
         bus.hostile.send(msg)
     # the fake executor speaks as a client, the client as an executor
     for msg in [p.ClientHello(1), p.SubmitTasks({}, [[1, UNKNOWN_DIGEST, b"a", 0]]),
-                p.CancelTasks([1]), p.AdminRequest(99, "status", []), p.StopExecutors(),
+                p.CancelTasks([1]), p.AdminStatus(99), p.StopExecutors(),
                 p.ClientGoodbye()]:
         bus.fake.send(msg)
     bus.fake.sync()
@@ -905,36 +916,45 @@ def test_a_task_retried_for_ever_stops_when_cancelled(bus):
     bus.assert_still_serving()
 
 
-ADMIN_OPERATIONS = ["ping", "executor_ids", "status", "is_executor_active", "decommission_executors",
-                    "decommission_executors_on_host", "request_total_executors", "request_executors",
-                    "kill_executors", "kill_executors_on_host"]
 ODD_ADMIN_ARGS = [[], [1], ["x", 2], [U64_MAX], [I64_MIN], [-1], [[1]], [{"a": 1}], [{1: 2}], [None],
                   [True], [1.5], [math.nan], [b"\xff"], [["nobody"], 1, 2, 3, 4], [[1, 2, 3]],
-                  [[None]], [{}], [["nobody"], {"x": 1}, [1]], [0, -1, {"h": "x"}]]
+                  [[None]], [{}], [["nobody"], {"x": 1}, [1]], [0, -1, {"h": "x"}], ["nobody"],
+                  [["nobody", ""]], ["no-such-host"], [-1, 0, None], [0, U64_MAX, {"h": I64_MIN}],
+                  [["nobody"], False, True], [["nobody"], 1, 0]]
 
 
 def test_admin_requests_with_odd_arguments_are_each_answered_once(bus):
-    """Every request gets exactly one answer with its own id: a result, or an error saying
-    what is wrong (no request may go unanswered: its client would wait for ever)."""
-    operations = ADMIN_OPERATIONS + ["", "__init__", "_send", "remove_executor", "x" * 1000]
-    sent = {}
+    """Every admin request of a well-formed message gets exactly one answer with its own
+    id: a result, or an error saying what is wrong (no request may go unanswered: its
+    client would wait for ever). One with arguments of the wrong types, or of a message
+    type no operation has, is malformed: dropped, never answered, and the driver serves on."""
+    sent, malformed = {}, set()
     request_ids = itertools.chain([U64_MAX, I64_MIN, 0, -1], itertools.count(10))
-    for operation in operations:
+    types = [int(op) for op in p.AdminOp] + [51, 63]  # and two types no message has
+    for msg_type in types:
         for args in ODD_ADMIN_ARGS:
             request_id = next(request_ids)
-            sent[request_id] = (operation, args)
-            bus.hostile.send(p.AdminRequest(request_id, operation, args))
+            frame_ = frame(msg_type, [request_id, *args])
+            try:
+                p.decode(frame_)
+            except p.ProtocolError:
+                malformed.add(request_id)
+            else:
+                sent[request_id] = (p.AdminOp(msg_type), args)
+            bus.hostile.send_frames([frame_])
+    assert len(sent) > len(p.AdminOp), "too few well-formed requests"
+    assert {op for op, _ in sent.values()} == set(p.AdminOp)
     bus.hostile.receive_until(lambda: set(sent) <= set(bus.hostile.replies),
                               what="an answer to every admin request")
     bus.hostile.sync()
     replies = {request_id: bus.hostile.replies.pop(request_id) for request_id in sent}
     assert all(len(r) == 1 for r in replies.values()), "a request answered twice"
-    for request_id, (operation, args) in sent.items():
+    assert not malformed & set(bus.hostile.replies), "a malformed request was answered"
+    for request_id, (op, args) in sent.items():
         reply = replies[request_id][0]
-        if operation not in ADMIN_OPERATIONS:
-            assert not reply.ok and "unknown operation" in reply.value, (operation, reply)
-        elif not reply.ok:
-            assert isinstance(reply.value, str) and reply.value, (operation, args, reply)
+        if not reply.ok:
+            assert isinstance(reply.value, str) and reply.value, (op, args, reply)
+    assert "dropped malformed input" in bus.driver_log()
     assert sorted(bus.client.executor_ids()) == sorted(["real", bus.fake.executor_id])
     bus.assert_still_serving()
 
@@ -1104,9 +1124,8 @@ def typed_messages():
                   st.lists(st.tuples(wire_ints, digests, st.binary(max_size=8), wire_ints).map(list),
                            max_size=4, unique_by=lambda r: r[0])),
         st.builds(p.CancelTasks, st.lists(wire_ints, max_size=5)),
-        st.builds(p.AdminRequest, wire_ints, st.one_of(st.sampled_from(["ping", "status", "executor_ids",
-                                                                         "is_executor_active"]), long_text),
-                  st.lists(values, max_size=3)),
+        st.builds(p.AdminPing, wire_ints), st.builds(p.AdminStatus, wire_ints),
+        st.builds(p.AdminExecutorIds, wire_ints), st.builds(p.AdminIsExecutorActive, wire_ints, long_text),
         st.builds(p.ClientGoodbye),
         st.builds(p.ForgetFunctions, st.lists(digests, max_size=4)),
         st.builds(p.Probe), st.builds(p.HeartbeatAck, wire_ints), st.builds(p.ReturnTasks, wire_ints),
@@ -1258,7 +1277,7 @@ def test_an_executor_gone_when_told_to_forget_a_function_does_not_kill_the_drive
     time.sleep(0.2)  # the driver is handling the submissions
     bus.fake.close()
     for request_id in (1, 2):  # the second one is read after the goodbye's turn of the loop
-        bus.hostile.send(p.AdminRequest(request_id, "ping", []))
+        bus.hostile.send(p.AdminPing(request_id))
         bus.hostile.receive_until(lambda: request_id in bus.hostile.replies, what="a ping's answer")
     bus.fake = FakeExecutor(bus, "after")
     bus.hostile.hello()

@@ -12,7 +12,7 @@ import zsched
 from zsched.cluster import ClusterManager
 from zsched import protocol as p
 from zsched.config import Config
-from zsched.driver import Driver
+from zsched.driver import Driver, DriverOptions
 
 from conftest import start_executor, wait_for
 
@@ -77,8 +77,8 @@ class ExternalExecutors(ClusterManager):
 
 
 def _start_driver(config, expected):
-    driver = Driver(config, app_id="ready-test", cluster_manager=ExternalExecutors(),
-                    initial_executors=expected)
+    driver = Driver(DriverOptions(config, app_id="ready-test", cluster_manager=ExternalExecutors(),
+                                  initial_executors=expected))
     driver.start_thread()
     return driver
 
@@ -115,7 +115,7 @@ def test_tasks_launch_after_max_registered_waiting_time():
         client = zsched.Client(driver.url)
         future = client.submit(square, 4)
         assert future.result(30) == 16
-        assert time.monotonic() - driver._started_at >= 2
+        assert time.monotonic() - driver.started_at >= 2
         client.shutdown()
     finally:
         driver.request_stop()

@@ -1,12 +1,13 @@
 """Liveness: heartbeats and timeouts on the driver's side, with a fake clock, and one real
 stall.
 
-An in-process ``Driver`` whose loop does not run in a thread of its own: the test plays an
-executor (and a client) on real DEALER sockets over loopback and calls
-``driver._receive()`` and ``driver._check_heartbeats()`` by hand, or runs the loop itself,
-in the test's thread, for one scenario. Clocks are fake, so thresholds are checked
-exactly, without waiting. The executor's side is in test_executor_backend.py, the
-heartbeat monitor alone in test_liveness_monitor.py.
+The driver side runs an in-process ``Driver`` whose loop does not run in a thread of its
+own: the test plays an executor (and a client) on real DEALER sockets over loopback and
+steps the driver's loop by hand (``driver.step()``; with every timer, at the fake clock's
+time, to check heartbeats), or runs the loop itself, in the test's thread, for one
+scenario. Clocks are fake, so thresholds are checked exactly, without waiting. The
+executor's side is in test_executor_backend.py, the heartbeat monitor alone in
+test_liveness_monitor.py.
 
 Contract (DESIGN.md, "Invariants"): an executor silent longer than
 ``executor_heartbeat_timeout`` is lost; one silent for max(timeout/3, 2*interval) is
@@ -30,7 +31,7 @@ import zsched
 from zsched import protocol as p
 from zsched.config import Config
 from zsched.errors import ConfigError
-from zsched.driver import Driver
+from zsched.driver import Driver, DriverOptions
 
 
 pytestmark = pytest.mark.timeout(120)
@@ -61,9 +62,9 @@ class DriverUnderTest:
 
     def __init__(self, interval, timeout, executor_id="e1"):
         self.clock = FakeClock()
-        self.driver = Driver(Config(executor_heartbeat_interval=interval,
-                                    executor_heartbeat_timeout=timeout),
-                             host="127.0.0.1", port=0, app_id=APP, clock=self.clock)
+        self.driver = Driver(DriverOptions(Config(executor_heartbeat_interval=interval,
+                                                  executor_heartbeat_timeout=timeout),
+                                           host="127.0.0.1", port=0, app_id=APP, clock=self.clock))
         self.context = zmq.Context()
         self.sockets = []
         self.executor = self.context.socket(zmq.DEALER)
@@ -81,7 +82,7 @@ class DriverUnderTest:
         """The executor sends ``msg``; the driver handles it (in this thread)."""
         self.executor.send(p.encode(msg))
         assert self.driver.router.poll(5000), "the driver did not receive the message"
-        self.driver._receive()
+        self.driver.step()
 
     def recv(self, timeout=5000):
         assert self.executor.poll(timeout), "nothing from the driver"
@@ -95,7 +96,7 @@ class DriverUnderTest:
 
     def check_at(self, now):
         self.clock.set(now)
-        self.driver._check_heartbeats()
+        self.driver.step(all_timers=True)
 
     def state(self):
         status = self.driver.status()
@@ -118,7 +119,7 @@ class DriverUnderTest:
             sock.close(linger=0)
         self.context.term()
         if not getattr(self, "shut_down", False):
-            self.driver._shutdown()
+            self.driver.close()
 
 
 @pytest.fixture
@@ -226,13 +227,12 @@ def test_what_an_executor_said_before_it_disconnected_counts(make_driver):
     client.connect(d.driver.url)
     client.send(p.encode(p.ClientHello(os.getpid())))
     assert d.driver.router.poll(5000)
-    d.driver._receive()
+    d.driver.step()
     assert client.poll(5000) and isinstance(p.decode(client.recv()), p.ClientWelcome)
     digest = p.function_digest(b"opaque function")
     client.send(p.encode(p.SubmitTasks({digest: b"opaque function"}, [[1, digest, b"opaque args", 0]])))
     assert d.driver.router.poll(5000)
-    d.driver._receive()
-    d.driver._make_offers()
+    d.driver.step()  # takes the task in, then offers it
     launch = d.recv()
     assert isinstance(launch, p.LaunchTasks), launch
     [[task_id, attempt, _, _]] = launch.tasks

@@ -226,10 +226,10 @@ while not link.closed_by_peer:  # until the driver closes its end or says to sto
 
 
 def run_driver_with(script, caplog):
-    from zsched.driver import Driver
+    from zsched.driver import Driver, DriverOptions
     manager = JunkExecutors()
     manager.script = script
-    driver = Driver(Config(), cluster_manager=manager, initial_executors=1, keys=None)
+    driver = Driver(DriverOptions(Config(), cluster_manager=manager, initial_executors=1))
     with caplog.at_level(logging.INFO, logger="zsched.driver"):
         driver.start_thread()
         return driver
@@ -451,9 +451,9 @@ class FakeClient:
 
     def __init__(self, caplog):
         import socket
-        from zsched.driver import Driver
+        from zsched.driver import Driver, DriverOptions
         self.door, driver_door = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.driver = Driver(Config(), keys=None, client_door=driver_door.detach())
+        self.driver = Driver(DriverOptions(Config(), client_door=driver_door.detach()))
         with caplog.at_level(logging.INFO, logger="zsched.driver"):
             self.driver.start_thread()
         self.link = self.connect()
@@ -549,7 +549,7 @@ def test_the_client_door_ignores_junk_and_its_end_stops_no_client(caplog):
         wait_for(lambda: len(client.driver.clients) == 2, timeout=30, message="two clients")
         client.door.close()  # no more clients: the driver stops watching the door
         wait_for(lambda: client.driver.client_door is None, timeout=30, message="the door closed")
-        client.link.send(p.encode(p.AdminRequest(1, "executor_ids", [])))
+        client.link.send(p.encode(p.AdminExecutorIds(1)))
         wait_for(lambda: any(isinstance(p.decode(frame), p.AdminReply)
                              for frame in client.link.receive()), timeout=30,
                  message="the driver still serves its clients")

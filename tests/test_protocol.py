@@ -26,7 +26,18 @@ SAMPLES = [
     p.ClientHello(42),
     p.SubmitTasks({b"k": b"fn"}, [[1, b"k", b"a", 0], [2, b"k", b"b", 3]]),
     p.CancelTasks([1, 2, 3]),
-    p.AdminRequest(1, "executor_ids", []),
+    p.AdminPing(1),
+    p.AdminExecutorIds(2),
+    p.AdminTotalCores(3),
+    p.AdminStatus(4),
+    p.AdminIsExecutorActive(5, "1"),
+    p.AdminDecommissionExecutors(6, ["1", "2"]),
+    p.AdminDecommissionExecutorsOnHost(7, "host-a"),
+    p.AdminRequestTotalExecutors(8, 3, 0, None),
+    p.AdminRequestTotalExecutors(9, 3, 2, {"host-a": 2}),
+    p.AdminRequestExecutors(10, 1),
+    p.AdminKillExecutors(11, ["1"], False, True),
+    p.AdminKillExecutorsOnHost(12, "host-a"),
     p.StopExecutors(),
     p.ClientGoodbye(),
     p.ClientWelcome(99, "app", {"max_message_size": 10}),
@@ -37,6 +48,12 @@ SAMPLES = [
 
 def test_every_message_type_has_a_sample():
     assert {type(m).TYPE for m in SAMPLES} == set(p.MsgType)
+
+
+def test_every_admin_operation_has_its_own_message_type():
+    assert set(p.ADMIN_MESSAGES) == set(p.AdminOp)
+    for op, cls in p.ADMIN_MESSAGES.items():
+        assert cls.TYPE == op == cls.OP and cls.FIELDS[0] == "request_id"
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
@@ -82,7 +99,7 @@ def test_check_accepts_what_decode_accepts(msg):
     # check: for a client's message handed over in the driver's process, without a frame
     p.check(p.decode(p.encode(msg)))
     if type(msg).TYPE in (p.MsgType.CLIENT_HELLO, p.MsgType.SUBMIT_TASKS, p.MsgType.CANCEL_TASKS,
-                          p.MsgType.ADMIN_REQUEST, p.MsgType.CLIENT_GOODBYE):
+                          p.MsgType.CLIENT_GOODBYE, *p.AdminOp):
         p.check(msg)
 
 
@@ -92,7 +109,15 @@ def test_check_accepts_what_decode_accepts(msg):
     (p.SubmitTasks({}, [[1, b"d", b"a", 0], [2, b"d", b"a"]]), "tasks"),
     (p.SubmitTasks({"f": b"x"}, []), "functions"),
     (p.CancelTasks([1, "2"]), "task_ids"),
-    (p.AdminRequest(1, 2, []), "operation"),
+    (p.AdminIsExecutorActive(1, 2), "executor_id"),
+    (p.AdminDecommissionExecutors(1, "1"), "executor_ids"),   # a list, not a string
+    (p.AdminDecommissionExecutors(1, [1]), "executor_ids"),
+    (p.AdminRequestExecutors(1, True), "n"),                    # a bool is no int
+    (p.AdminRequestExecutors(1, 1.0), "n"),
+    (p.AdminRequestTotalExecutors(1, 1, 0, {"h": "2"}), "host_to_local_task_count"),
+    (p.AdminKillExecutors(1, ["1"], 1, False), "replace"),
+    (p.AdminKillExecutorsOnHost(1, None), "host"),
+    (p.AdminStatus("1"), "request_id"),
 ])
 def test_check_refuses_what_decode_refuses(msg, words):
     with pytest.raises(ProtocolError, match=words):

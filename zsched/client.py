@@ -53,7 +53,7 @@ _FRAME_TASKS = 8192  # tasks per SubmitTasks frame at most: the driver starts on
 
 # What a client over pipes sends a silent driver while it waits on it: a request with no
 # future (ids of requests start at 1), which the driver's loop answers.
-_PING = p.encode(p.AdminRequest(0, "ping", []))
+_PING = p.encode(p.AdminPing(0))
 
 
 def _heartbeat_options(config):
@@ -447,7 +447,7 @@ class Client(concurrent.futures.Executor):
 
     def _total_cores(self):
         """Cores of the registered executors, as the driver counts them now."""
-        return self._admin("total_cores")
+        return self._admin(p.AdminTotalCores)
 
     def _cancel_task(self, task_id):
         if self._futures.pop(task_id, None) is not None and not self._io_stopped:
@@ -461,16 +461,22 @@ class Client(concurrent.futures.Executor):
 
     # ------------------------------------------------------------ administration
 
-    def _admin(self, operation, *args, timeout=None):
+    def _admin(self, message_type, *args, timeout=None):
+        """Send admin message ``message_type`` with these arguments; what the driver
+        answers (a ValueError when it refused; ``ProtocolError``, a ValueError, for
+        arguments of the wrong types)."""
         with self._submit_lock:
             if self._lost is not None:
                 raise self._lost
             if self._io_stopped:
                 raise RuntimeError("the client is shut down")
             request_id = next(self._admin_ids)
+            msg = message_type(request_id, *args)
+            p.check(msg)  # what the driver's decode would refuse fails here, not there
             future = concurrent.futures.Future()
             self._admin_futures[request_id] = future
-            self._queue_control(("admin", request_id, operation, list(args)))
+            self._queue_control(("admin", msg))
+        operation = message_type.OP.name.lower()
         try:
             return future.result(self.timeout if timeout is None else timeout)
         except concurrent.futures.TimeoutError:
@@ -481,47 +487,47 @@ class Client(concurrent.futures.Executor):
 
     def executor_ids(self):
         """Ids of the registered executors."""
-        return self._admin("executor_ids")
+        return self._admin(p.AdminExecutorIds)
 
     def is_executor_active(self, executor_id):
-        return self._admin("is_executor_active", executor_id)
+        return self._admin(p.AdminIsExecutorActive, executor_id)
 
     def status(self):
         """Executors, task counts and recent executor losses, as the driver sees them."""
-        return self._admin("status")
+        return self._admin(p.AdminStatus)
 
     def decommission_executors(self, executor_ids):
         """Decommission executors: they take no new tasks, finish their running ones
         (whose results arrive as usual), then exit; not counted as failures, not replaced.
         Their unstarted tasks run elsewhere. Returns the ids the driver acknowledged."""
-        return self._admin("decommission_executors", list(executor_ids))
+        return self._admin(p.AdminDecommissionExecutors, list(executor_ids))
 
     def request_total_executors(self, n, locality_aware_tasks=0, host_to_local_task_count=None):
         """Have ``n`` executors (a later request overrides this one; running executors are
         never killed to reach a lower number). True when the driver acknowledged it."""
         if n < 0:
             raise ValueError(f"cannot request a negative number of executors ({n})")
-        return self._admin("request_total_executors", n, locality_aware_tasks,
+        return self._admin(p.AdminRequestTotalExecutors, n, locality_aware_tasks,
                            host_to_local_task_count)
 
     def request_executors(self, n):
         """``n`` executors more than requested so far."""
         if n < 0:
             raise ValueError(f"cannot request a negative number of additional executors ({n})")
-        return self._admin("request_executors", n)
+        return self._admin(p.AdminRequestExecutors, n)
 
     def kill_executors(self, executor_ids, *, replace=False, force=False):
         """Kill executors (busy ones only with ``force``); without ``replace`` none replaces
         them. Returns the ids the driver acknowledged."""
-        return self._admin("kill_executors", list(executor_ids), replace, force)
+        return self._admin(p.AdminKillExecutors, list(executor_ids), bool(replace), bool(force))
 
     def kill_executors_on_host(self, host):
         """Kill every executor on ``host`` (they are replaced); True if there was one."""
-        return self._admin("kill_executors_on_host", host)
+        return self._admin(p.AdminKillExecutorsOnHost, host)
 
     def decommission_executors_on_host(self, host):
         """Decommission every executor on ``host``; True if there was one."""
-        return self._admin("decommission_executors_on_host", host)
+        return self._admin(p.AdminDecommissionExecutorsOnHost, host)
 
     # ------------------------------------------------------------ I/O thread
 
@@ -582,7 +588,7 @@ class Client(concurrent.futures.Executor):
 
         Pipes have no heartbeats, and a driver that is stopped (SIGSTOP) or hung keeps its
         end open. So while tasks or requests wait, a driver silent for
-        ``executor_heartbeat_interval`` is pinged (an AdminRequest its loop answers), and
+        ``executor_heartbeat_interval`` is pinged (an AdminPing its loop answers), and
         one silent for ``executor_heartbeat_timeout`` is lost, as its executors judge it:
         every pending future fails."""
         link = self._link
@@ -704,7 +710,7 @@ class Client(concurrent.futures.Executor):
             self._submit_messages(items[start:index], messages)  # control messages keep their place
             start = index + 1
             if item[0] == "admin":
-                messages.append(p.AdminRequest(item[1], item[2], item[3]))
+                messages.append(item[1])
             elif item[0] == "hello":
                 messages.append(p.ClientHello(item[1]))
             elif item[0] == "goodbye":

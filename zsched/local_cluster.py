@@ -23,15 +23,14 @@ import threading
 import time
 import weakref
 
-from .cluster.local import (LocalClusterManager, child_environment, fits_a_unix_socket,
-                            module_command)
+from .cluster.local import child_environment, fits_a_unix_socket, module_command
 from .config import (MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config,
                      check_number)
 from .dynamic_allocation import DynamicAllocationPolicy
 from .errors import ConfigError, DriverConnectionError
 from .pipe_link import PipeLink, close_fds, pipe_pair
 from .protocol import MAX_CORES, frame_limit
-from .security import create_secret_file, load_keys
+from .security import create_secret_file
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +194,7 @@ class LocalCluster:
                           min_executors, max_executors, initial_executors, backlog_timeout,
                           executor_idle_timeout):
         """The driver in a thread of this process (see the class docstring)."""
-        from .driver import Driver
+        from .driver import Driver, DriverOptions, local_manager
         if type(self)._manager_arguments is not LocalCluster._manager_arguments:
             raise ValueError(f"{type(self).__name__} runs its driver in a process of its own: "
                              "in_process=True is for LocalCluster")
@@ -203,22 +202,18 @@ class LocalCluster:
         if dynamic_allocation:
             policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
                                              executor_idle_timeout)
-            n_executors = policy.clamp(n_executors if initial_executors is None else initial_executors)
-        keys = None
-        if not insecure:
-            if secret_file is None:
-                secret_file = os.path.join(self._private_dir, "secret")
-            create_secret_file(secret_file)
-            self.secret_file = secret_file
-            keys = load_keys(secret_file, use_environment=False)
-        hostname = host if host not in ("0.0.0.0", "*") else socket.gethostname()
-        manager = LocalClusterManager(cores_per_executor, hostname=hostname, log_level=log_level)
+            if initial_executors is not None:
+                n_executors = initial_executors
         try:
-            self._driver = Driver(config, host=host, port=port, app_id=self.app_id, keys=keys,
-                                  cluster_manager=manager, initial_executors=n_executors,
-                                  dynamic_allocation=policy, secret_file=secret_file,
-                                  dashboard_port=0 if dashboard else None, inproc=True,
-                                  ipc_path=ipc_path)
+            options = DriverOptions.create(
+                config, secret_file=secret_file or os.path.join(self._private_dir, "secret"),
+                insecure=insecure, cluster_manager=local_manager(host, cores_per_executor, log_level),
+                initial_executors=n_executors, dynamic_allocation=policy, ipc_path=ipc_path,
+                host=host, port=port, app_id=self.app_id, inproc=True,
+                dashboard_port=0 if dashboard else None)
+            self.secret_file = options.secret_file
+            n_executors = options.initial_executors
+            self._driver = Driver(options)
         except BaseException:
             shutil.rmtree(self._private_dir, ignore_errors=True)
             raise

@@ -72,6 +72,22 @@ def frame_limit(max_message_size):
     return max_message_size + FRAME_OVERHEAD
 
 
+class AdminOp(IntEnum):
+    """An administrator's operation on the driver (a client's admin calls); each travels
+    as a message type of its own, with the same number."""
+    PING = 40
+    EXECUTOR_IDS = 41
+    TOTAL_CORES = 42
+    STATUS = 43
+    IS_EXECUTOR_ACTIVE = 44
+    DECOMMISSION_EXECUTORS = 45
+    DECOMMISSION_EXECUTORS_ON_HOST = 46
+    REQUEST_TOTAL_EXECUTORS = 47
+    REQUEST_EXECUTORS = 48
+    KILL_EXECUTORS = 49
+    KILL_EXECUTORS_ON_HOST = 50
+
+
 class MsgType(IntEnum):
     # executor -> driver
     REGISTER_EXECUTOR = 1
@@ -96,7 +112,6 @@ class MsgType(IntEnum):
     CLIENT_HELLO = 20
     SUBMIT_TASKS = 21
     CANCEL_TASKS = 22
-    ADMIN_REQUEST = 23
     STOP_EXECUTORS = 24
     CLIENT_GOODBYE = 25
     # client -> driver (functions it no longer needs) and driver -> executor (drop them)
@@ -105,6 +120,18 @@ class MsgType(IntEnum):
     CLIENT_WELCOME = 30
     TASK_RESULTS = 31
     ADMIN_REPLY = 32
+    # client -> driver: the administrator's operations, answered by an AdminReply
+    ADMIN_PING = AdminOp.PING
+    ADMIN_EXECUTOR_IDS = AdminOp.EXECUTOR_IDS
+    ADMIN_TOTAL_CORES = AdminOp.TOTAL_CORES
+    ADMIN_STATUS = AdminOp.STATUS
+    ADMIN_IS_EXECUTOR_ACTIVE = AdminOp.IS_EXECUTOR_ACTIVE
+    ADMIN_DECOMMISSION_EXECUTORS = AdminOp.DECOMMISSION_EXECUTORS
+    ADMIN_DECOMMISSION_EXECUTORS_ON_HOST = AdminOp.DECOMMISSION_EXECUTORS_ON_HOST
+    ADMIN_REQUEST_TOTAL_EXECUTORS = AdminOp.REQUEST_TOTAL_EXECUTORS
+    ADMIN_REQUEST_EXECUTORS = AdminOp.REQUEST_EXECUTORS
+    ADMIN_KILL_EXECUTORS = AdminOp.KILL_EXECUTORS
+    ADMIN_KILL_EXECUTORS_ON_HOST = AdminOp.KILL_EXECUTORS_ON_HOST
 
 
 # ---------------------------------------------------------------- field checks
@@ -118,6 +145,7 @@ def _is(*types):
 
 
 _int = _is(int)
+_bool = _is(bool)
 _str = _is(str)
 _bytes = _is(bytes)
 _number = _is(int, float)
@@ -297,13 +325,6 @@ class CancelTasks(Message):
     task_ids: list  # client task ids
 
 
-@_message(MsgType.ADMIN_REQUEST, _int, _str, _list_of(lambda v: True))
-class AdminRequest(Message):
-    request_id: int
-    operation: str
-    args: list
-
-
 @_message(MsgType.STOP_EXECUTORS)
 class StopExecutors(Message):
     pass
@@ -333,6 +354,98 @@ class AdminReply(Message):
     request_id: int
     ok: bool
     value: object  # the result, or the error text when not ok
+
+
+# -- client -> driver: an administrator's operations (``AdminOp``), each answered by an
+# AdminReply with its request id. What the values mean (a known executor, a count not
+# negative) the driver checks; the types are checked here.
+
+def _admin(op, *checks):
+    """A message type for admin operation ``op``: a request id, then ``checks``."""
+    def wrap(cls):
+        cls = _message(MsgType(op), _int, *checks)(cls)
+        cls.OP = op
+        ADMIN_MESSAGES[op] = cls
+        return cls
+    return wrap
+
+
+ADMIN_MESSAGES = {}  # AdminOp -> its message type
+
+
+class AdminMessage(Message):
+    """Base of the admin operations' messages: ``args()`` are the operation's arguments."""
+
+    OP: ClassVar[AdminOp]
+
+    def args(self):
+        return [getattr(self, name) for name in self.FIELDS[1:]]
+
+
+@_admin(AdminOp.PING)
+class AdminPing(AdminMessage):
+    request_id: int
+
+
+@_admin(AdminOp.EXECUTOR_IDS)
+class AdminExecutorIds(AdminMessage):
+    request_id: int
+
+
+@_admin(AdminOp.TOTAL_CORES)
+class AdminTotalCores(AdminMessage):
+    request_id: int
+
+
+@_admin(AdminOp.STATUS)
+class AdminStatus(AdminMessage):
+    request_id: int
+
+
+@_admin(AdminOp.IS_EXECUTOR_ACTIVE, _str)
+class AdminIsExecutorActive(AdminMessage):
+    request_id: int
+    executor_id: str
+
+
+@_admin(AdminOp.DECOMMISSION_EXECUTORS, _list_of(_str))
+class AdminDecommissionExecutors(AdminMessage):
+    request_id: int
+    executor_ids: list
+
+
+@_admin(AdminOp.DECOMMISSION_EXECUTORS_ON_HOST, _str)
+class AdminDecommissionExecutorsOnHost(AdminMessage):
+    request_id: int
+    host: str
+
+
+@_admin(AdminOp.REQUEST_TOTAL_EXECUTORS, _int, _int, _opt(_dict_of(_str, _int)))
+class AdminRequestTotalExecutors(AdminMessage):
+    request_id: int
+    n: int
+    locality_aware_tasks: int
+    host_to_local_task_count: object  # {host: task count} or None
+
+
+@_admin(AdminOp.REQUEST_EXECUTORS, _int)
+class AdminRequestExecutors(AdminMessage):
+    request_id: int
+    n: int
+
+
+@_admin(AdminOp.KILL_EXECUTORS, _list_of(_str), _bool, _bool)
+class AdminKillExecutors(AdminMessage):
+    request_id: int
+    executor_ids: list
+    replace: bool
+    force: bool
+
+
+@_admin(AdminOp.KILL_EXECUTORS_ON_HOST, _str)
+class AdminKillExecutorsOnHost(AdminMessage):
+    request_id: int
+    host: str
 
 
 # ---------------------------------------------------------------- batching

@@ -12,13 +12,14 @@ import zmq
 
 from .. import protocol as p
 from ..arena_cache import keep_freed_memory
-from ..cluster import LocalClusterManager, SlurmClusterManager, SSHClusterManager
+from ..cluster import SlurmClusterManager, SSHClusterManager
 from ..cluster.hosts_file import read_hosts_file
 from ..config import MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config, number_in
 from ..dynamic_allocation import DynamicAllocationPolicy
 from ..errors import ConfigError
-from ..security import create_secret_file, default_secret_path, load_keys
-from .core import Driver, check_ipc_path
+from ..security import default_secret_path
+from .core import Driver
+from .options import DriverOptions, local_manager
 
 log = logging.getLogger("zsched.driver")
 
@@ -131,9 +132,7 @@ def _open_unix_socket(text):
 def _cluster_manager(args):
     """The cluster manager the command line asks for, or None; ConfigError if malformed."""
     if args.local is not None:
-        hostname = args.host if args.host not in ("0.0.0.0", "*") else socket.gethostname()
-        return LocalClusterManager(args.cores_per_executor, hostname=hostname,
-                                   log_level=args.log_level)
+        return local_manager(args.host, args.cores_per_executor, args.log_level)
     if args.hosts is not None:
         return SSHClusterManager(read_hosts_file(args.hosts), args.cores_per_executor,
                                  ssh_options=args.ssh_option,
@@ -170,6 +169,31 @@ def _report(text):
     print(f"zsched: {text}", flush=True)
 
 
+def options_from_args(args):
+    """The ``DriverOptions`` the command line asks for; ConfigError if malformed."""
+    config = Config.from_conf_pairs(args.conf)
+    if args.max_executors is not None and args.min_executors > args.max_executors:
+        raise ConfigError(f"--min-executors {args.min_executors} is above "
+                          f"--max-executors {args.max_executors}")
+    policy = None
+    if args.dynamic_allocation:
+        policy = DynamicAllocationPolicy(args.min_executors, args.max_executors,
+                                         args.backlog_timeout, args.executor_idle_timeout)
+    manager = _cluster_manager(args)
+    if manager is not None and (manager.capacity() or 0) > MAX_EXECUTORS:
+        raise ConfigError(f"--hosts {args.hosts} lists {manager.capacity()} executors, "
+                          f"more than {MAX_EXECUTORS}")
+    initial = _initial_executors(args, manager)
+    if policy is not None and args.initial_executors is not None:
+        initial = args.initial_executors
+    return DriverOptions.create(
+        config, secret_file=args.secret_file or default_secret_path(), insecure=args.insecure,
+        cluster_manager=manager, initial_executors=initial, dynamic_allocation=policy,
+        ipc_path=args.ipc_path, host=args.host, port=args.port, app_id=args.app_id,
+        report=_report, dashboard_port=args.dashboard_port, client_door=args.client_door,
+        stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None)
+
+
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -178,51 +202,18 @@ def main(argv=None):
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = Config.from_conf_pairs(args.conf)
-        if args.max_executors is not None and args.min_executors > args.max_executors:
-            raise ConfigError(f"--min-executors {args.min_executors} is above "
-                              f"--max-executors {args.max_executors}")
-        policy = None
-        if args.dynamic_allocation:
-            policy = DynamicAllocationPolicy(args.min_executors, args.max_executors,
-                                             args.backlog_timeout, args.executor_idle_timeout)
-        if args.ipc_path is not None:
-            check_ipc_path(args.ipc_path)
-        manager = _cluster_manager(args)
-        if manager is not None and (manager.capacity() or 0) > MAX_EXECUTORS:
-            raise ConfigError(f"--hosts {args.hosts} lists {manager.capacity()} executors, "
-                              f"more than {MAX_EXECUTORS}")
-        keys = secret_file = None
-        if not args.insecure:
-            secret_file = args.secret_file or default_secret_path()
-            try:
-                created = create_secret_file(secret_file)
-            except OSError as exc:
-                raise ConfigError(f"cannot create secret file {secret_file}: {exc}") from None
-            if created:
-                log.info("created secret file %s", secret_file)
-            keys = load_keys(secret_file, use_environment=False)
+        options = options_from_args(args)
     except ConfigError as exc:
         parser.error(str(exc))
-    log.info("freed memory kept for reuse: %s", keep_freed_memory(config.driver_memory_cache))
-    initial = _initial_executors(args, manager)
-    if policy is not None:
-        if manager is None:
-            parser.error("--dynamic-allocation needs a cluster manager: --local N, --hosts FILE or --slurm")
-        initial = policy.clamp(args.initial_executors if args.initial_executors is not None
-                               else initial)
+    log.info("freed memory kept for reuse: %s", keep_freed_memory(options.config.driver_memory_cache))
     try:
-        driver = Driver(config, host=args.host, port=args.port, app_id=args.app_id, keys=keys,
-                        cluster_manager=manager, initial_executors=initial,
-                        dynamic_allocation=policy, secret_file=secret_file, report=_report,
-                        dashboard_port=args.dashboard_port, ipc_path=args.ipc_path,
-                        stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None,
-                        client_door=args.client_door)
+        driver = Driver(options)
     except (OSError, zmq.ZMQError) as exc:
         parser.exit(1, f"{parser.prog}: cannot listen on {args.host}: {exc}\n")
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: driver.request_stop())
     print(f"zsched driver listening on {driver.url}", flush=True)
+    secret_file = options.secret_file
     if secret_file:
         print(f"zsched secret file: {secret_file}", flush=True)
     if driver.dashboard is not None:

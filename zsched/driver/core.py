@@ -17,24 +17,23 @@ import secrets
 import socket
 import threading
 import time
-import weakref
 from collections import deque
 
 import zmq
 
 from .. import protocol as p
 from ..allocation import ExecutorAllocator
-from ..arena_cache import stats as memory_cache_stats
-from ..cluster.local import UNIX_SOCKET_PATH_MAX, fits_a_unix_socket
-from ..config import Config
-from ..errors import ConfigError, ProtocolError
+from ..errors import ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
-from ..socket_state import SocketState
 from ..pipe_link import PipeLink
-from ..protocol import MsgType, TaskState
-from ..scheduler import ClientData, TaskScheduler
-from ..security import ZapHandler, make_server
+from ..protocol import AdminOp, MsgType, TaskState
+from ..scheduler import TaskScheduler
 from ..wakeup import WakeupPipe
+from .admin import Admin
+from .clients import ClientSessions
+from .loop import Loop
+from .peers import InProcessPeer, LinkPeer, Role, RouterPeer, open_router
+from .registry import ExecutorRegistry
 
 log = logging.getLogger("zsched.driver")  # also when run as __main__
 
@@ -49,36 +48,31 @@ _RECV_BATCH = 1024          # messages handled per wake-up before timers and sen
 _RESULT_ROWS = 512
 _RESULTS_HEADER = p.frame_header(p.TaskResults)
 _POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
-# send flags as plain ints too: send_multipart's ``flags | SNDMORE`` on zmq's Flag makes an
-# enum member per message (about a microsecond)
-_NOBLOCK = int(zmq.NOBLOCK)
-_NOBLOCK_SNDMORE = int(zmq.NOBLOCK) | int(zmq.SNDMORE)
+_NOBLOCK = int(zmq.NOBLOCK)  # a plain int too (see peers.py)
 _WARNED_PEERS_LIMIT = 10000
 _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
 _HISTORY_POINTS = 1200       # snapshots charted: 10 minutes
 _RECLAIM_INTERVAL = 0.1      # seconds between looks for tasks held behind long ones ...
 _RECLAIM_SILENCE = 0.1       # ... on an executor silent this long while cores idle elsewhere
-_POLLOUT = int(zmq.POLLOUT)
-_LINK_QUEUE_LIMIT = 100_000  # frames queued for a piped executor not reading: the ROUTER's sndhwm
 
 
 class Driver:
     """Spark's DriverEndpoint with its backend: registration, offers, launches, results."""
 
-    def __init__(self, config=None, *, host="127.0.0.1", port=0, app_id=None, keys=None,
-                 cluster_manager=None, initial_executors=0, dynamic_allocation=None,
-                 secret_file=None, stop_on_eof_fd=None, report=None, dashboard_port=None,
-                 inproc=False, ipc_path=None, client_door=None, clock=time.monotonic):
-        self.config = config or Config()
-        self.host = host
-        self.port = port
-        self.app_id = app_id or f"app-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
-        self.keys = keys
-        self.secret_file = secret_file
-        self.cluster_manager = cluster_manager
-        self.initial_executors = initial_executors
-        self.clock = clock
-        self.stop_on_eof_fd = stop_on_eof_fd  # the driver stops when this fd reaches end of file
+    def __init__(self, options):
+        """A driver listening as ``options`` (a ``DriverOptions``) say; ``run`` serves."""
+        self.options = options
+        self.config = options.config
+        self.host = options.host
+        self.port = options.port
+        self.app_id = options.app_id or f"app-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+        self.keys = options.keys
+        self.secret_file = options.secret_file
+        self.cluster_manager = cluster_manager = options.cluster_manager
+        self.initial_executors = options.initial_executors
+        self.clock = clock = options.clock
+        self.stop_on_eof_fd = options.stop_on_eof_fd  # the driver stops at its end of file
+        client_door = options.client_door
         # a Unix socket (its fd) from the program that started this driver: each message on
         # it carries the driver's end of a pipe pair to a client of that program
         # (LocalCluster's client()), adopted as a link (see _open_client_door)
@@ -87,51 +81,44 @@ class Driver:
             os.set_inheritable(client_door, False)  # no process this driver starts holds it
             self.client_door = socket.socket(fileno=client_door)
         self.incarnation = secrets.randbits(62)
-        self.functions = {}           # digest -> FunctionBlob, held by a connected client
-        self._unowned = {}            # digest -> weakref to the FunctionBlob no client holds
-        self._unused_functions = []   # (digest, weakref) of those no task holds any more
+        self.sessions = ClientSessions()
+        self.functions = self.sessions.functions  # digest -> FunctionBlob a client holds
         self.scheduler = TaskScheduler(self.config, self.functions, clock)
-        self.executors = {}           # executor id -> ExecutorData
-        self.executors_by_rid = {}    # routing id -> ExecutorData
-        self.clients = {}             # routing id -> ClientData
+        self.registry = ExecutorRegistry()
+        self.executors = self.registry.by_id  # executor id -> ExecutorData (read-only outside)
+        self.clients = self.sessions.by_rid  # routing id -> ClientData (read-only outside)
         # clients in this process, reached without a socket (see connect_local)
         self.local_wakeup = WakeupPipe(keep_gil=True)  # they wake the loop through this
-        self._local_clients = {}      # key (their routing id here) -> Client
+        self._in_process = {}         # key (their routing id here) -> InProcessPeer
         self._local_arrivals = deque()  # (key, Client) that asked to connect, for the loop
         self._local_keys = itertools.count(1)
-        # executors this driver's cluster manager started on this host, and the clients of
-        # client_door, over pipes (see _adopt_link): routing id -> PipeLink, and the
-        # descriptors the loop polls
-        self._links = {}
-        self._link_readers = {}       # read fd -> routing id
-        self._link_writers = {}       # write fd -> routing id, while its link has output queued
+        # every peer that is more than a routing id to the driver, by routing id: the
+        # executors and clients of the ROUTER once they register or say hello, the piped
+        # ones and those in this process from the start
+        self._peers = {}
         self._link_keys = itertools.count(1)
-        self._poller = None
         self.url = None
         # inproc: the ROUTER also listens at ``inproc_url``, for sockets in this process that
         # share ``context`` (zsched's own clients here use connect_local instead)
-        self.inproc = inproc
+        self.inproc = options.inproc
         self.inproc_url = None
         # ipc_path: the ROUTER also listens at this Unix socket (``ipc_url``), which executors
         # on this host reach with less latency than loopback TCP: the path's directory
         # should be private to the user (ZeroMQ creates the socket with the umask's mode)
-        self.ipc_path = ipc_path
+        self.ipc_path = options.ipc_path
         self.ipc_url = None
         self.context = zmq.Context()
         self.ready_event = threading.Event()
         self._wakeup = WakeupPipe()
-        self._stop_requested = False
         self._offers_needed = False
         self._warned_peers = set()
-        self._started_at = clock()
+        self.started_at = clock()   # by the driver's clock; is_ready waits from it
         self._thread = None
-        self._losses = []             # recent (executor id, host, reason, time)
-        self._late = set()            # executors reported late with their heartbeats
         # what the dashboard and /metrics show: traffic, losses, scheduling latency, history
         self.counters = {"bytes_in": 0, "bytes_out": 0, "messages_in": 0, "messages_out": 0,
                          "executors_lost": 0}
         self.scheduling_latency = self.scheduler.latency
-        self.dashboard_port = dashboard_port  # None: no dashboard
+        self.dashboard_port = options.dashboard_port  # None: no dashboard
         self.dashboard = None
         self._history = deque(maxlen=_HISTORY_POINTS)
         self._snapshot = None
@@ -140,46 +127,24 @@ class Driver:
         if cluster_manager is not None:
             # report: given the text of each allocation warning (bin/driver prints them)
             self.allocator = ExecutorAllocator(cluster_manager, self.config, clock,
-                                               initial_executors, report=report)
-        self.dynamic_allocation = dynamic_allocation  # a DynamicAllocationPolicy, or None
+                                               options.initial_executors, report=options.report)
+        self.dynamic_allocation = options.dynamic_allocation  # a DynamicAllocationPolicy, or None
         self._idle_since = {}         # executor id -> when it was first seen idle
+        self.admin = Admin(self, self._send)
         self.bind()
+        self.loop = Loop(clock, after_turn=self._after_turn)
+        self._watch()
 
     # ------------------------------------------------------------ set-up
 
     def bind(self):
-        router = self.context.socket(zmq.ROUTER)
-        router.router_mandatory = 1
-        router.linger = 1000
-        router.sndhwm = 100_000
-        router.rcvhwm = 100_000
-        router.maxmsgsize = p.frame_limit(self.config.max_message_size)
-        router.heartbeat_ivl = int(self.config.zmq_heartbeat_interval * 1000)
-        router.heartbeat_timeout = int(self.config.zmq_heartbeat_timeout * 1000)
-        router.heartbeat_ttl = int(self.config.zmq_heartbeat_timeout * 1000)
-        self.zap = None
-        if self.keys is not None:
-            self.zap = ZapHandler(self.context, self.keys)
-            make_server(router, self.keys)
-        else:
-            log.warning("the bus is NOT authenticated or encrypted (insecure mode): "
-                        "anyone who can reach the port can run code on the executors")
-        if self.port == 0:
-            port = router.bind_to_random_port(f"tcp://{self.host}")
-        else:
-            router.bind(f"tcp://{self.host}:{self.port}")
-            port = self.port
         if self.inproc:
             self.inproc_url = f"inproc://zsched-driver-{self.incarnation:x}"
-            router.bind(self.inproc_url)
         if self.ipc_path is not None:
             self.ipc_url = f"ipc://{self.ipc_path}"
-            router.bind(self.ipc_url)
-        self.router = router
-        self._router_state = SocketState(router)  # its ZMQ_EVENTS and ZMQ_RCVMORE, read cheaply
-        # a lost connection (peer process gone, or silent past the ZMTP heartbeat timeout)
-        # is an event here; which peer it was is found by probing (see _probe_peers)
-        self.monitor = router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        extra_urls = [url for url in (self.inproc_url, self.ipc_url) if url is not None]
+        self.router, self._router_state, self.zap, self.monitor, port = open_router(
+            self.context, self.config, self.keys, self.host, self.port, extra_urls)
         self.port = port
         advertised = self.host
         if advertised in ("0.0.0.0", "*", ""):
@@ -203,7 +168,7 @@ class Driver:
 
     def request_stop(self):
         """Ask the loop to stop; safe from any thread and from signal handlers."""
-        self._stop_requested = True
+        self.loop.stop()
         self._wakeup.wake_always()
 
     def is_running(self):
@@ -243,7 +208,7 @@ class Driver:
                     self.cluster_manager.adopt_link = self._adopt_executor_link
                 self.allocator.round()
             self.ready_event.set()
-            self._loop()
+            self.loop.run()
             log.info("driver loop ended: stop requested")
         except BaseException:
             log.exception("driver loop ended by an error")
@@ -252,73 +217,59 @@ class Driver:
             self.ready_event.set()
             self._shutdown()
 
-    def _loop(self):
-        poller = self._poller = zmq.Poller()
-        poller.register(self.router, zmq.POLLIN)
-        for fd in self._link_readers:
-            poller.register(fd, zmq.POLLIN)
-        for fd in self._link_writers:
-            poller.register(fd, _POLLOUT)
-        poller.register(self._wakeup.fd, zmq.POLLIN)
-        poller.register(self.local_wakeup.fd, zmq.POLLIN)
-        poller.register(self.monitor, zmq.POLLIN)
+    def _watch(self):
+        """What the loop polls, with the handler of each, and its timers."""
+        loop = self.loop
         if self.zap is not None:
-            poller.register(self.zap.socket, zmq.POLLIN)
+            loop.watch(self.zap.socket, self.zap.handle)
+        loop.watch(self._wakeup.fd, self._wakeup.clear)
         if self.stop_on_eof_fd is not None:
-            poller.register(self.stop_on_eof_fd, zmq.POLLIN)
+            loop.watch(self.stop_on_eof_fd, self._on_stdin)
+        loop.watch(self.router, self._receive)
         if self.client_door is not None:
             self.client_door.setblocking(False)
-            poller.register(self.client_door.fileno(), zmq.POLLIN)
-        timers = [
-            [self.config.revive_interval, self._revive_offers],
-            [min(1.0, self.config.executor_heartbeat_timeout / 4), self._check_heartbeats],
-            [0.2, self._check_executor_exits],
-            [0.1, self._probe_again],
-            [_RECLAIM_INTERVAL, self._reclaim_hoarded_tasks],
-        ]
+            loop.watch(self.client_door.fileno(), self._open_client_door)
+        loop.watch(self.local_wakeup.fd, self._on_local_wakeup)
+        loop.watch(self.monitor, self._on_disconnects)
+        loop.every(self.config.revive_interval, self._revive_offers)
+        loop.every(min(1.0, self.config.executor_heartbeat_timeout / 4), self._check_heartbeats)
+        loop.every(0.2, self._check_executor_exits)
+        loop.every(0.1, self._probe_again)
+        loop.every(_RECLAIM_INTERVAL, self._reclaim_hoarded_tasks)
         if self.dynamic_allocation is not None and self.allocator is not None:
-            timers.append([0.25, self._allocate_dynamically])
+            loop.every(0.25, self._allocate_dynamically)
         if self.dashboard is not None:
-            timers.append([_HISTORY_INTERVAL, self._publish_snapshot])
-        now = self.clock()
-        for timer in timers:
-            timer.append(now + timer[0])
-        next_due = min(timer[2] for timer in timers)
-        while not self._stop_requested:
-            timeout = max(0.0, next_due - self.clock())
-            events = dict(poller.poll(timeout * 1000))
-            if self.zap is not None and self.zap.socket in events:
-                self.zap.handle()
-            if self._wakeup.fd in events:
-                self._wakeup.clear()
-            if self.stop_on_eof_fd in events and not os.read(self.stop_on_eof_fd, 4096):
-                log.info("stopping: the process that started this driver is gone (stdin closed)")
-                break
-            if self.router in events:
-                self._receive()
-            if self.client_door is not None and self.client_door.fileno() in events:
-                self._open_client_door()
-            if self._links:
-                self._serve_links(events)
-            if self.local_wakeup.fd in events:
-                # a client in this process queued something: it writes the pipe unless a
-                # wake-up is pending, and one is until this clear, so none is missed
-                self.local_wakeup.clear()
-                self._receive_local()
-            if self.monitor in events:
-                self._on_disconnects()
-            now = self.clock()
-            if now >= next_due:
-                for timer in timers:
-                    if now >= timer[2]:
-                        timer[1]()
-                        timer[2] = now + timer[0]
-                next_due = min(timer[2] for timer in timers)
-            if self._offers_needed:
-                self._make_offers()
-            if self._unused_functions:
-                self._forget_unused_functions()
-            self._send_results()
+            loop.every(_HISTORY_INTERVAL, self._publish_snapshot)
+
+    def step(self, timeout=0.0, all_timers=False):
+        """One turn of the loop in the caller's thread, for a driver whose loop does not
+        run: handle the input ready within ``timeout`` seconds, run the timers due by the
+        driver's clock (every timer with ``all_timers``), then make offers and send
+        results."""
+        self.loop.run_once(timeout, all_timers)
+
+    def close(self):
+        """Stop a driver whose loop does not run (``run`` does this when it ends): its
+        executors are told to shut down, its sockets closed."""
+        self._shutdown()
+
+    def _on_stdin(self):
+        if not os.read(self.stop_on_eof_fd, 4096):
+            log.info("stopping: the process that started this driver is gone (stdin closed)")
+            self.loop.stop()
+
+    def _on_local_wakeup(self):
+        # a client in this process queued something: it writes the pipe unless a wake-up
+        # is pending, and one is until this clear, so none is missed
+        self.local_wakeup.clear()
+        self._receive_local()
+
+    def _after_turn(self):
+        if self._offers_needed:
+            self._make_offers()
+        if self.sessions.has_unused():
+            self._forget_unused_functions()
+        self._send_results()
 
     # ------------------------------------------------------------ receiving
 
@@ -326,7 +277,7 @@ class Driver:
         """Handle up to ``_RECV_BATCH`` waiting messages; True if more may wait."""
         router = self.router
         state = self._router_state
-        handle = self._handle
+        take = self._take
         counters = self.counters
         for _ in range(_RECV_BATCH):
             try:
@@ -342,16 +293,21 @@ class Driver:
             if len(frames) != 2:
                 self._warn_peer(rid, f"message of {len(frames) - 1} frames, expected 1")
             else:
-                try:
-                    msg = p.decode(frames[1])
-                except ProtocolError as exc:
-                    self._warn_peer(rid, str(exc))
-                else:
-                    handle(rid, msg)
+                take(rid, frames[1])
             # whether more waits: a recv that raises zmq.Again would cost five times as much
             if not state.events() & _POLLIN:
                 return False
         return True  # more may wait
+
+    def _take(self, rid, frame):
+        """Handle ``frame`` from peer ``rid``, whatever carried it: decoded, checked, then
+        given to the handler of its type."""
+        try:
+            msg = p.decode(frame)
+        except ProtocolError as exc:
+            self._warn_peer(rid, str(exc))
+        else:
+            self._handle(rid, msg)
 
     def _handle(self, rid, msg):
         """Handle a well-formed message from peer ``rid`` (of the ROUTER, or a client in this
@@ -372,12 +328,14 @@ class Driver:
         arrivals = self._local_arrivals
         while arrivals:
             key, client = arrivals.popleft()
-            self._local_clients[key] = client
+            peer = InProcessPeer(key, self.counters, client._from_driver,
+                                 client._messages_for_driver, client._driver_stopped)
+            self._in_process[key] = self._peers[key] = peer
         handle = self._handle
         counters = self.counters
-        for key, client in list(self._local_clients.items()):
+        for key, peer in list(self._in_process.items()):
             try:
-                messages = client._messages_for_driver()
+                messages = peer.receive()
             except Exception:
                 log.exception("error taking the messages of client %s", key.hex())
                 continue
@@ -392,7 +350,8 @@ class Driver:
                     continue
                 handle(key, msg)
                 if msg.TYPE == MsgType.CLIENT_GOODBYE:
-                    del self._local_clients[key]  # it sends nothing after its goodbye
+                    # it sends nothing after its goodbye
+                    del self._in_process[key], self._peers[key]
                     break
 
     # -- executors over pipes
@@ -422,7 +381,7 @@ class Driver:
             if data:
                 log.warning("ignored a message on the client door without a pipe pair")
                 continue
-            self._poller.unregister(door.fileno())  # its end: no more clients come this way
+            self.loop.unwatch(door.fileno())  # its end: no more clients come this way
             door.close()
             self.client_door = None
             return
@@ -436,82 +395,40 @@ class Driver:
         for fd in (read_fd, write_fd):
             os.set_inheritable(fd, False)  # no process this driver starts holds them
         link = PipeLink(read_fd, write_fd, p.frame_limit(self.config.max_message_size))
-        self._links[rid] = link
-        self._link_readers[read_fd] = rid
-        if self._poller is not None:
-            self._poller.register(read_fd, zmq.POLLIN)
+        self._peers[rid] = LinkPeer(rid, self.counters, link, self.loop,
+                                    lambda: self._on_link_readable(rid),
+                                    lambda: self._on_link_writable(rid))
         log.debug("%s talks to this driver over pipes (peer %s)", peer, rid.hex())
 
-    def _serve_links(self, events):
-        """Read the links that have input, and write those that had output queued."""
-        # what polled ready, a few descriptors; a handler may close any link meanwhile
-        writers, readers, links = self._link_writers, self._link_readers, self._links
-        for key in events:
-            rid = writers.get(key)
-            if rid is not None and rid in links:
-                self._flush_link(rid, links[rid])
-        for key in events:
-            rid = readers.get(key)
-            if rid is not None and rid in links:
-                self._receive_link(rid, links[rid])
-
-    def _receive_link(self, rid, link):
-        frames = link.receive()
-        handle = self._handle
-        counters = self.counters
-        for frame in frames:
-            counters["messages_in"] += 1
-            counters["bytes_in"] += len(frame)
-            try:
-                msg = p.decode(frame)
-            except ProtocolError as exc:
-                self._warn_peer(rid, str(exc))
-            else:
-                handle(rid, msg)
-        if rid not in self._links:  # a handler closed it
+    def _on_link_readable(self, rid):
+        peer = self._peers.get(rid)
+        if type(peer) is not LinkPeer:
             return
-        if link.error is not None:  # cut off by this driver: that is why it goes
-            self._warn_peer(rid, link.error)
+        take = self._take
+        for frame in peer.receive():
+            take(rid, frame)
+        if self._peers.get(rid) is not peer:  # a handler closed it
+            return
+        error = peer.link.error
+        if error is not None:  # cut off by this driver: that is why it goes
+            self._warn_peer(rid, error)
             self._close_link(rid)
-            executor = self.executors_by_rid.get(rid)
+            executor = self.registry.by_rid.get(rid)
             if executor is not None:
-                self.remove_executor(executor.executor_id, f"broke its link: {link.error}",
+                self.remove_executor(executor.executor_id, f"broke its link: {error}",
                                      notify=False)
             else:  # a client's link
-                self._peer_unreachable(rid, f"cut off (it broke its link: {link.error})", None)
-        elif link.closed_by_peer:
+                self._peer_unreachable(rid, f"cut off (it broke its link: {error})", None)
+        elif peer.link.closed_by_peer:
             self._link_lost(rid, "gone")
 
-    def _send_link(self, rid, link, msg, quiet):
-        frame = p.encode(msg)
-        try:
-            link.send(frame)
-        except BrokenPipeError:
-            problem = "gone"
-        else:
-            if link.queued_frames <= _LINK_QUEUE_LIMIT:
-                if link.wants_write and link.write_fd not in self._link_writers:
-                    self._link_writers[link.write_fd] = rid  # polled until written
-                    if self._poller is not None:
-                        self._poller.register(link.write_fd, _POLLOUT)
-                self.counters["messages_out"] += 1
-                self.counters["bytes_out"] += len(frame)
-                return True
-            problem = "not reading (its queue is full)"
-        if not quiet:  # else its end of file, or its exit, will tell
-            self._link_lost(rid, problem, msg)
-        return False
-
-    def _flush_link(self, rid, link):
-        try:
-            done = link.flush()
-        except BrokenPipeError:
-            self._link_lost(rid, "gone")
-            return
-        if done:
-            del self._link_writers[link.write_fd]
-            if self._poller is not None:
-                self._poller.unregister(link.write_fd)
+    def _on_link_writable(self, rid):
+        peer = self._peers.get(rid)
+        if type(peer) is LinkPeer:
+            try:
+                peer.flush()
+            except BrokenPipeError:
+                self._link_lost(rid, "gone")
 
     def _link_lost(self, rid, problem, msg=None):
         """The piped peer ``rid`` is gone (or broke the link): forget the link, then the
@@ -520,15 +437,23 @@ class Driver:
         self._peer_unreachable(rid, problem, msg)
 
     def _close_link(self, rid):
-        link = self._links.pop(rid, None)
-        if link is None:
-            return
-        del self._link_readers[link.read_fd]
-        if self._poller is not None:
-            self._poller.unregister(link.read_fd)
-            if self._link_writers.pop(link.write_fd, None) is not None:
-                self._poller.unregister(link.write_fd)
-        link.close()
+        if type(self._peers.get(rid)) is LinkPeer:
+            self._peers.pop(rid).close()
+
+    def _peer_for(self, rid):
+        """The peer ``rid`` is, kept from now on (a ROUTER peer is kept once it registers or
+        says hello)."""
+        peer = self._peers.get(rid)
+        if peer is None:
+            peer = self._peers[rid] = RouterPeer(rid, self.counters, self.router)
+        return peer
+
+    def _forget_peer(self, rid):
+        """Forget peer ``rid`` (an executor removed, a client gone); a link is closed."""
+        peer = self._peers.pop(rid, None)
+        if peer is not None:
+            self._in_process.pop(rid, None)
+            peer.close()
 
     def _warn_peer(self, rid, what):
         if rid in self._warned_peers:
@@ -548,7 +473,7 @@ class Driver:
             reason = f"app id {msg.app_id!r} does not match the driver's {self.app_id!r}"
         elif executor_id in self.executors:
             reason = f"Duplicate executor ID: {executor_id}"
-        elif rid in self.executors_by_rid or rid in self.clients:
+        elif rid in self.registry.by_rid or rid in self.clients:
             reason = "this connection is already registered"
         elif msg.cores < 1:
             reason = f"an executor needs at least one core, got {msg.cores}"
@@ -563,8 +488,8 @@ class Driver:
             return
         executor = self.scheduler.add_executor(executor_id, rid, msg.hostname, msg.cores, msg.pid,
                                                self.clock())
-        self.executors[executor_id] = executor
-        self.executors_by_rid[rid] = executor
+        self.registry.add(executor)
+        self._peer_for(rid).role = Role.EXECUTOR
         log.info("Registered executor %s on %s (pid %d) with %d core(s)",
                  executor_id, msg.hostname, msg.pid, msg.cores)
         if self.cluster_manager is not None:
@@ -574,7 +499,7 @@ class Driver:
         self._offers_needed = True
 
     def _executor_for(self, rid, incarnation=None):
-        executor = self.executors_by_rid.get(rid)
+        executor = self.registry.by_rid.get(rid)
         if executor is None or (incarnation is not None and incarnation != self.incarnation):
             # an executor declared lost and then woken, or one of an earlier driver: what it
             # says is ignored (its tasks already run elsewhere) and it is told to exit
@@ -591,8 +516,7 @@ class Driver:
                                      notify=False, count_failure=False)
             return None
         executor.last_seen = self.clock()
-        if executor.executor_id in self._late:
-            self._late.discard(executor.executor_id)
+        if self.registry.late and self.registry.heard_from(executor.executor_id):
             log.warning("executor %s is heard from again", executor.executor_id)
         return executor
 
@@ -614,7 +538,7 @@ class Driver:
         self._send(rid, p.HeartbeatAck(self.incarnation))
 
     def _on_remove_executor(self, rid, msg):
-        executor = self.executors_by_rid.get(rid)
+        executor = self.registry.by_rid.get(rid)
         if executor is not None:  # the executor reports its own exit
             self.remove_executor(executor.executor_id, msg.reason, notify=False,
                                  count_failure=msg.charge_tasks)
@@ -627,37 +551,32 @@ class Driver:
     def remove_executor(self, executor_id, reason, notify=True, count_failure=True):
         """Forget an executor (its tasks run elsewhere) for ``reason``; ``notify`` tells it to
         exit; ``count_failure`` is False when the driver caused the loss."""
-        executor = self.executors.pop(executor_id, None)
+        executor = self.registry.remove(executor_id, reason)
         if executor is None:
             return False
-        del self.executors_by_rid[executor.routing_id]
-        self._late.discard(executor_id)
         if executor.decommissioning:
             count_failure = False
         log.log(logging.WARNING if count_failure else logging.INFO,
                 "Removed executor %s on %s: %s (%d task(s) were running)",
                 executor_id, executor.hostname, reason, len(executor.running))
-        self._losses.append((executor_id, executor.hostname, reason, time.time()))
         self.counters["executors_lost"] += 1
-        del self._losses[:-100]
         self.scheduler.remove_executor(executor, reason, count_failure)
         if self.cluster_manager is not None:
             self.cluster_manager.kill([executor_id])  # if it still runs; it is replaced
         if notify:
             self._send(executor.routing_id, p.StopExecutor(reason), quiet=True)
-        self._close_link(executor.routing_id)  # if piped: it stops at the end of its input
+        self._forget_peer(executor.routing_id)  # if piped: it stops at the end of its input
         self._offers_needed = True
         return True
 
     # -- clients
 
     def _on_client_hello(self, rid, msg):
-        if rid in self.executors_by_rid:
+        if rid in self.registry.by_rid:
             self._warn_peer(rid, "ClientHello from a registered executor")
             return
-        if rid not in self.clients:
-            self.clients[rid] = ClientData(rid, msg.pid)
-            log.info("client %s (pid %d) connected", rid.hex(), msg.pid)
+        self.sessions.connect(rid, msg.pid)
+        self._peer_for(rid).role = Role.CLIENT  # an administrator too: the secret is theirs
         self._send(rid, p.ClientWelcome(self.incarnation, self.app_id, self.config.to_settings()))
 
     def _client_for(self, rid):
@@ -674,16 +593,9 @@ class Driver:
                                          for row in msg.tasks]),
                        quiet=True)
             return
-        known = self.functions
-        for digest, blob in msg.functions.items():
-            if digest not in known:  # one held is kept: no client replaces another's
-                if p.function_digest(blob) != digest:
-                    self._warn_peer(rid, "a function sent under a digest that is not its "
-                                         "BLAKE2b: refused (its tasks fail)")
-                    continue
-                known[digest] = p.FunctionBlob(blob)
-                self._unowned.pop(digest, None)
-            client.functions.add(digest)
+        if msg.functions and self.sessions.add_functions(client, msg.functions):
+            self._warn_peer(rid, "a function sent under a digest that is not its "
+                                 "BLAKE2b: refused (its tasks fail)")
         refused = self.scheduler.submit(client, msg.tasks)  # tasks of a function not held fail
         if refused:
             self._warn_peer(rid, f"{refused} task(s) under the id of a task of the client's in "
@@ -700,8 +612,10 @@ class Driver:
             self._send(executor.routing_id, p.KillTask(task.task_id, task.attempt, reason))
 
     def _on_client_goodbye(self, rid, msg):
-        client = self.clients.pop(rid, None)
+        client = self.sessions.disconnect(rid)
         if client is not None:
+            if type(self._peers.get(rid)) is RouterPeer:  # a link goes at its end of file
+                del self._peers[rid]
             self._drop_client(client, "its client left")
             log.info("client %s left", rid.hex())
 
@@ -709,46 +623,18 @@ class Driver:
         """A client no longer needs these functions (it sends one again with the next
         task that does)."""
         client = self._client_for(rid)
-        if client is None:
-            return
-        released = [digest for digest in msg.digests if digest in client.functions]
-        client.functions.difference_update(released)
-        self._release_functions(released)
+        if client is not None:
+            self.sessions.forget_functions(client, msg.digests)
 
     def _drop_client(self, client, reason):
-        """Forget a client that left: its tasks, and the functions it sent (see
-        ``_release_functions``)."""
+        """Forget a client that left: its tasks, and the functions it sent."""
         self._kill(self.scheduler.drop_client(client), reason)
-        self._release_functions(client.functions)
-
-    # A function's life here: a client sends it (``functions``, as a FunctionBlob); once no
-    # connected client holds it, it leaves ``functions`` (a new task of it brings it again)
-    # but the tasks of it still queued or running hold it (``Task.function_blob``), and the
-    # executors keep their copy for them; once no task holds it, the executors are told to
-    # drop it. Without this an executor would keep every function it was ever sent, with the
-    # data it captured, for as long as it lives.
-
-    def _release_functions(self, digests):
-        """No connected client holds these functions (unless another client sent it too)."""
-        clients = self.clients.values()
-        for digest in list(digests):
-            if any(digest in client.functions for client in clients):
-                continue
-            blob = self.functions.pop(digest, None)
-            if blob is not None:
-                self._unowned[digest] = weakref.ref(
-                    blob, lambda ref, digest=digest: self._unused_functions.append((digest, ref)))
-            blob = None  # with no task holding it, the callback runs here
+        self.sessions.release(client.functions)
 
     def _forget_unused_functions(self):
         """Tell the executors to drop the functions that neither a client nor a task holds
         any more (not those a client has sent again meanwhile)."""
-        unused, self._unused_functions = self._unused_functions, []
-        gone = set()
-        for digest, ref in unused:
-            if self._unowned.get(digest) is ref:
-                del self._unowned[digest]
-                gone.add(digest)
+        gone = self.sessions.take_unused()
         for executor in list(self.executors.values()):  # a send may find one gone: removed
             held = executor.functions & gone
             if held:
@@ -757,65 +643,17 @@ class Driver:
 
     def _on_stop_executors(self, rid, msg):
         if self._client_for(rid) is not None:
-            for executor_id in list(self.executors):
-                self._forget_target(executor_id)
-                self.remove_executor(executor_id, "killed by the driver (StopExecutors from a client)",
-                                     count_failure=False)
+            self.admin.stop_all_executors()
 
-    def _on_admin_request(self, rid, msg):
-        if self._client_for(rid) is None:
-            self._send(rid, p.AdminReply(msg.request_id, False, p.UNKNOWN_CLIENT), quiet=True)
-            return
-        operation = self._admin_operations.get(msg.operation)
-        if operation is None:
-            self._send(rid, p.AdminReply(msg.request_id, False, f"unknown operation {msg.operation!r}"))
-            return
-        try:
-            value = operation(self, *msg.args)
-        except (TypeError, ValueError) as exc:
-            self._send(rid, p.AdminReply(msg.request_id, False, f"{type(exc).__name__}: {exc}"))
-            return
-        self._send(rid, p.AdminReply(msg.request_id, True, value))
-
-    def executor_ids(self):
-        return sorted(self.executors, key=_natural_key)
-
-    def total_cores(self):
-        """Cores of the registered executors that take tasks (``map`` sizes its chunks by it)."""
-        return sum(e.cores for e in self.executors.values() if not e.decommissioning)
+    def _on_admin(self, rid, msg):
+        self.admin.handle(rid, msg, self._client_for(rid) is not None)
 
     def status(self):
-        counts = dict(self.scheduler.counts)
-        counts["queued"] = self.scheduler.n_pending
-        counts["running"] = self.scheduler.running_count()
-        return {
-            "app_id": self.app_id,
-            "url": self.url,
-            "fast_path": FASTPATH_IMPLEMENTATION,
-            "memory_cache": memory_cache_stats(),
-            "ready": self.is_ready(),
-            "executors": [
-                {**e.metrics,  # rss, cpu, busy threads: from its last heartbeat
-                 "id": e.executor_id, "host": e.hostname, "cores": e.cores, "pid": e.pid,
-                 "state": "decommissioning" if e.decommissioning else (
-                     "late" if e.executor_id in self._late else "active"),
-                 "running": len(e.running), "slots": e.slots,
-                 "free_slots": max(0, self.scheduler.slots.free(e.slot)),
-                 "task_seconds": e.task_seconds,
-                 "tasks_done": e.tasks_done, "tasks_failed": e.tasks_failed,
-                 "last_heartbeat_age": self.clock() - e.last_seen}
-                for e in (self.executors[i] for i in self.executor_ids())
-            ],
-            "tasks": counts,
-            "functions": len(self.functions),
-            "allocation": None if self.allocator is None else {
-                "target": self.allocator.target, "starting": self.allocator.pending(),
-                "capacity": self.cluster_manager.capacity(),
-                "queued": len(self.cluster_manager.queued_ids()),
-                "backoff": {str(h): s for h, s in self.allocator.backoff().items()},
-                "dynamic": self.dynamic_allocation is not None},
-            "losses": [{"id": i, "host": h, "reason": r, "time": t} for i, h, r, t in self._losses],
-        }
+        """What ``client.status()`` returns: executors, task counts, recent losses."""
+        return self.admin.status()
+
+    def executor_ids(self):
+        return self.admin.executor_ids()
 
     def _publish_snapshot(self):
         """What the dashboard shows: ``status()`` with the history of the figures charted,
@@ -830,118 +668,6 @@ class Driver:
                           "counters": dict(self.counters),
                           "scheduling_latency": self.scheduling_latency.snapshot()}
 
-    def is_executor_active(self, executor_id):
-        executor = self.executors.get(executor_id)
-        return executor is not None and not executor.decommissioning
-
-    def decommission_executors(self, executor_ids, adjust_target=True):
-        """Decommission these executors: no new tasks, their unstarted ones go elsewhere,
-        their running ones finish, then they exit. Returns the ids acknowledged."""
-        if not isinstance(executor_ids, list) or not all(isinstance(i, str) for i in executor_ids):
-            raise TypeError("executor_ids must be a list of executor id strings")
-        acknowledged = []
-        for executor_id in executor_ids:
-            executor = self.executors.get(executor_id)
-            if executor is None:
-                log.warning("decommission: unknown executor %r skipped", executor_id)
-                continue
-            if executor.decommissioning:
-                continue
-            log.info("decommissioning executor %s (%d task(s) held)", executor_id, len(executor.running))
-            self.scheduler.decommission(executor)
-            if adjust_target:
-                self._forget_target(executor_id)
-            self._send(executor.routing_id, p.DecommissionExecutor("decommissioned by the driver"))
-            acknowledged.append(executor_id)
-        return acknowledged
-
-    def decommission_executors_on_host(self, host):
-        if not isinstance(host, str):
-            raise TypeError("host must be a string")
-        ids = [e.executor_id for e in self.executors.values() if e.hostname == host]
-        return bool(self.decommission_executors(ids))
-
-    # -- the allocation contract (Spark's ExecutorAllocationClient)
-
-    def _require_allocator(self):
-        if self.allocator is None:
-            raise ValueError("this driver has no cluster manager: start it with --local N")
-        return self.allocator
-
-    def request_total_executors(self, n, locality_aware_tasks=0, host_to_local_task_count=None):
-        """Have ``n`` executors: a later request overrides this one; never kills by itself."""
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise TypeError("the number of executors must be an integer")
-        if n < 0:
-            raise ValueError(f"cannot request a negative number of executors ({n})")
-        self._require_allocator().set_target(n, "requested total")
-        return True
-
-    def request_executors(self, n):
-        """``n`` executors more than the current target."""
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise TypeError("the number of executors must be an integer")
-        if n < 0:
-            raise ValueError(f"cannot request a negative number of additional executors ({n})")
-        allocator = self._require_allocator()
-        allocator.set_target(allocator.target + n, f"requested {n} more")
-        return True
-
-    def kill_executors(self, executor_ids, replace=False, force=False):
-        """Kill these executors; busy ones only with ``force``; unknown ids are skipped with
-        a warning. Without ``replace`` the target drops so that none replaces them (and
-        their tasks are not charged); with it, the loss counts as a failure of their tasks.
-        Returns the ids acknowledged."""
-        if not isinstance(executor_ids, list) or not all(isinstance(i, str) for i in executor_ids):
-            raise TypeError("executor_ids must be a list of executor id strings")
-        killed = []
-        for executor_id in executor_ids:
-            executor = self.executors.get(executor_id)
-            if executor is None:
-                log.warning("kill: unknown executor %r skipped", executor_id)
-                continue
-            if executor.running and not force:
-                log.info("kill: executor %s is busy (%d task(s)); not killed without force",
-                         executor_id, len(executor.running))
-                continue
-            if not replace:
-                self._forget_target(executor_id)
-            self.remove_executor(executor_id, "killed by the driver" + (" (replaced)" if replace else ""),
-                                 count_failure=replace)
-            killed.append(executor_id)
-        return killed
-
-    def kill_executors_on_host(self, host):
-        """Kill every executor on ``host``, busy or not; they are replaced."""
-        if not isinstance(host, str):
-            raise TypeError("host must be a string")
-        ids = [e.executor_id for e in self.executors.values() if e.hostname == host]
-        return bool(self.kill_executors(ids, replace=True, force=True))
-
-    def _forget_target(self, executor_id):
-        """An executor the cluster manager started leaves on purpose: not replaced."""
-        if self.cluster_manager is not None and executor_id in self.cluster_manager.launched_ids():
-            self.allocator.set_target(max(0, self.allocator.target - 1),
-                                      f"executor {executor_id} leaves on purpose")
-
-    def ping(self):
-        """Answered by the loop: a client over pipes asks it when the driver is silent."""
-        return True
-
-    _admin_operations = {
-        "ping": ping,
-        "executor_ids": executor_ids,
-        "total_cores": total_cores,
-        "status": status,
-        "is_executor_active": is_executor_active,
-        "decommission_executors": decommission_executors,
-        "decommission_executors_on_host": decommission_executors_on_host,
-        "request_total_executors": request_total_executors,
-        "request_executors": request_executors,
-        "kill_executors": kill_executors,
-        "kill_executors_on_host": kill_executors_on_host,
-    }
-
     _handlers = {
         MsgType.REGISTER_EXECUTOR: _on_register_executor,
         MsgType.STATUS_UPDATES: _on_status_updates,
@@ -950,7 +676,7 @@ class Driver:
         MsgType.CLIENT_HELLO: _on_client_hello,
         MsgType.SUBMIT_TASKS: _on_submit_tasks,
         MsgType.CANCEL_TASKS: _on_cancel_tasks,
-        MsgType.ADMIN_REQUEST: _on_admin_request,
+        **dict.fromkeys(map(MsgType, AdminOp), _on_admin),
         MsgType.STOP_EXECUTORS: _on_stop_executors,
         MsgType.CLIENT_GOODBYE: _on_client_goodbye,
         MsgType.FORGET_FUNCTIONS: _on_forget_functions,
@@ -966,10 +692,10 @@ class Driver:
         expected = 0
         if self.cluster_manager is not None:
             expected = self.allocator.target * self.cluster_manager.cores_per_executor
-        registered = sum(e.cores for e in self.executors.values())
+        registered = self.registry.cores()
         if expected == 0 or registered >= ratio * expected:
             return True
-        return self.clock() - self._started_at >= self.config.max_registered_waiting_time
+        return self.clock() - self.started_at >= self.config.max_registered_waiting_time
 
     def _reclaim_hoarded_tasks(self):
         for executor, count in self.scheduler.reclaim_hoarded_tasks(_RECLAIM_SILENCE):
@@ -994,49 +720,27 @@ class Driver:
         for client in list(self.clients.values()):
             if not client.results:
                 continue
-            if client.routing_id in self._local_clients:  # no frame: one message
+            if client.routing_id in self._in_process:  # no frame: one message
                 self._send(client.routing_id, p.TaskResults(client.results.take_rows()))
                 continue
             for frame in client.results.take_frames(_RESULTS_HEADER, limit, _RESULT_ROWS):
                 self._send(client.routing_id, p.Encoded(p.TaskResults, frame))
 
     def _send(self, rid, msg, quiet=False):
-        """Send without blocking; a peer that is gone or not reading is dealt with here."""
-        if rid in self._local_clients:
-            return self._send_local(rid, msg)
-        link = self._links.get(rid)
-        if link is not None:
-            return self._send_link(rid, link, msg, quiet)
-        frame = p.encode(msg)
-        try:
-            router = self.router
-            # ROUTER: the routing id frame alone decides whether the peer takes the message
-            router.send(rid, _NOBLOCK_SNDMORE)
-            router.send(frame, _NOBLOCK)
-            self.counters["messages_out"] += 1
-            self.counters["bytes_out"] += len(rid) + len(frame)
+        """Send without blocking; a peer that is gone or not reading is dealt with here
+        (unless ``quiet``: its end of file, or its exit, will tell)."""
+        peer = self._peers.get(rid)
+        if peer is None:  # a ROUTER peer that did not register or say hello
+            peer = RouterPeer(rid, self.counters, self.router)
+        problem = peer.send(msg)
+        if problem is None:
             return True
-        except zmq.Again:
-            problem = "not reading (its queue is full)"
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            problem = "gone"
         if not quiet:
-            self._peer_unreachable(rid, problem, msg)
+            self._link_lost(rid, problem, msg)
         return False
 
-    def _send_local(self, key, msg):
-        """Hand ``msg`` to a client in this process: it acts on it in this thread."""
-        self.counters["messages_out"] += 1
-        try:
-            self._local_clients[key]._from_driver(msg)
-        except Exception:
-            log.exception("error handing %s to client %s", type(msg).__name__, key.hex())
-        return True
-
     def _peer_unreachable(self, rid, problem, msg):
-        executor = self.executors_by_rid.get(rid)
+        executor = self.registry.by_rid.get(rid)
         if executor is not None:
             reason = f"disconnected ({problem})"
             if self.cluster_manager is not None and executor.executor_id in self.cluster_manager.launched_ids():
@@ -1045,8 +749,9 @@ class Driver:
                           or f"disconnected ({problem}; the process still runs: stopped or cut off?)")
             self.remove_executor(executor.executor_id, reason, notify=False)
             return
-        client = self.clients.pop(rid, None)
+        client = self.sessions.disconnect(rid)
         if client is not None:
+            self._forget_peer(rid)
             log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
             self._drop_client(client, "its client is gone")
             return
@@ -1066,8 +771,7 @@ class Driver:
             if silent > timeout:
                 self.remove_executor(executor.executor_id,
                                      f"heartbeat timeout (no message for {timeout:g} s)")
-            elif silent > late_after and executor.executor_id not in self._late:
-                self._late.add(executor.executor_id)
+            elif silent > late_after and self.registry.mark_late(executor.executor_id):
                 log.warning("executor %s has been silent for %.1f s (a task holding the GIL?); "
                             "it is declared lost after %g s", executor.executor_id, silent, timeout)
 
@@ -1083,7 +787,7 @@ class Driver:
         for reason in decision.reasons:
             log.info("dynamic allocation: %s", reason)
         if decision.decommission:
-            self.decommission_executors(decision.decommission, adjust_target=False)
+            self.admin.decommission_executors(decision.decommission, adjust_target=False)
         self.allocator.set_target(decision.target, "dynamic allocation")
 
     def _check_executor_exits(self):
@@ -1102,13 +806,8 @@ class Driver:
     def _add_to_loss_reason(self, executor_id, reason):
         """What the cluster manager learned later of a loss already recorded (a batch system
         says why it ended a job after its executors said they got SIGTERM)."""
-        for i in range(len(self._losses) - 1, -1, -1):
-            lost_id, host, known, when = self._losses[i]
-            if lost_id == executor_id:
-                if reason not in known:
-                    self._losses[i] = (lost_id, host, f"{known}; {reason}", when)
-                    log.info("executor %s: %s", executor_id, reason)
-                return
+        if self.registry.add_to_loss_reason(executor_id, reason):
+            log.info("executor %s: %s", executor_id, reason)
 
     def _on_disconnects(self):
         """A connection was lost: find whose by probing every peer now, and again shortly
@@ -1136,20 +835,10 @@ class Driver:
 
     def _probe_peers(self):
         self._drain()
-        frame = p.encode(p.Probe())
-        local = self._local_clients
         # piped peers need no probe: a pipe's end of file says at once that one is gone
-        piped = self._links
-        for rid in ([rid for rid in self.executors_by_rid if rid not in piped]
-                    + [rid for rid in self.clients if rid not in local and rid not in piped]):
-            try:
-                self.router.send_multipart((rid, frame), zmq.NOBLOCK)
-            except zmq.Again:
-                pass  # busy, not gone
-            except zmq.ZMQError as exc:
-                if exc.errno != zmq.EHOSTUNREACH:
-                    raise
-                self._peer_unreachable(rid, "connection lost", None)
+        for peer in [peer for peer in self._peers.values() if type(peer) is RouterPeer]:
+            if not peer.probe():
+                self._peer_unreachable(peer.rid, "connection lost", None)
 
     # ------------------------------------------------------------ stopping
 
@@ -1168,7 +857,7 @@ class Driver:
                                        if executor_id not in self.executors])
             self._flush_links(1.0)
             self.cluster_manager.stop(self.config.shutdown_timeout)
-        for rid in list(self._links):
+        for rid in list(self._peers):
             self._close_link(rid)
         if self.client_door is not None:
             self.client_door.close()
@@ -1191,46 +880,23 @@ class Driver:
     def _flush_links(self, seconds):
         """Write what the links still hold (Shutdown), ``seconds`` at most in all."""
         deadline = self.clock() + seconds
-        for rid in list(self._link_writers.values()):
-            link = self._links.get(rid)
-            if link is None:
-                continue
-            try:
-                link.flush_within(max(0.0, deadline - self.clock()))
-            except BrokenPipeError:
-                self._link_lost(rid, "gone")
+        for peer in [peer for peer in self._peers.values() if type(peer) is LinkPeer]:
+            if peer.writing:
+                try:
+                    peer.flush(max(0.0, deadline - self.clock()))
+                except BrokenPipeError:
+                    self._link_lost(peer.rid, "gone")
 
     def _stop_local_clients(self):
         """Tell the clients in this process that the driver is gone; none connects later."""
         self.local_wakeup.close()  # their wake-ups write no more
-        clients = list(self._local_clients.values())
-        self._local_clients.clear()
+        peers = list(self._in_process.values())
+        self._in_process.clear()
+        for peer in peers:
+            peer.close()
         while self._local_arrivals:
-            clients.append(self._local_arrivals.popleft()[1])
-        for client in clients:
+            client = self._local_arrivals.popleft()[1]
             try:
                 client._driver_stopped()
             except Exception:
                 log.exception("error telling a client in this process that the driver stopped")
-
-
-def check_ipc_path(path):
-    """ConfigError unless a driver can listen at Unix socket ``path``."""
-    if not fits_a_unix_socket(path):
-        raise ConfigError(f"--ipc-path must be at most {UNIX_SOCKET_PATH_MAX} bytes long, got {path!r}")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise ConfigError(f"--ipc-path: no directory {os.path.dirname(os.path.abspath(path))!r}")
-    if os.path.exists(path):  # ZeroMQ would replace it: refuse to take a live one over
-        probe = socket.socket(socket.AF_UNIX)
-        try:
-            probe.connect(path)
-        except OSError:
-            pass  # left behind by a process that is gone
-        else:
-            raise ConfigError(f"--ipc-path {path!r} is in use by another process")
-        finally:
-            probe.close()
-
-
-def _natural_key(executor_id):
-    return (0, int(executor_id), "") if executor_id.isdigit() else (1, 0, executor_id)

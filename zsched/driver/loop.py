@@ -1,0 +1,90 @@
+"""The driver's event loop: one poller over every socket and descriptor, and timers.
+
+Sockets and descriptors are watched with a handler each; a turn polls until input is
+ready or the next timer is due, calls the handlers of what is ready (in the order they
+were watched), runs the timers that are due by the injected clock, then the loop's
+``after_turn`` hook. Nothing here knows what the driver does with its input."""
+import logging
+
+import zmq
+
+log = logging.getLogger(__name__)
+
+POLLIN = int(zmq.POLLIN)  # plain ints: an IntFlag & makes an enum
+POLLOUT = int(zmq.POLLOUT)
+
+
+class Timer:
+    """``action`` run every ``interval`` seconds of the loop's clock."""
+
+    __slots__ = ("action", "due", "interval")
+
+    def __init__(self, interval, action, due):
+        self.interval = interval
+        self.action = action
+        self.due = due
+
+
+class Loop:
+    """A poller with a handler per watched socket or descriptor, and timers."""
+
+    def __init__(self, clock, after_turn=None):
+        self.clock = clock
+        self.after_turn = after_turn
+        self._poller = zmq.Poller()
+        self._handlers = {}   # socket or fd -> handler(), called when it is ready
+        self._timers = []
+        self._next_due = float("inf")
+        self.stopping = False
+
+    def watch(self, what, handler, events=POLLIN):
+        """Call ``handler()`` whenever ``what`` (a zmq socket or a descriptor) is ready."""
+        self._handlers[what] = handler
+        self._poller.register(what, events)
+
+    def unwatch(self, what):
+        if self._handlers.pop(what, None) is not None:
+            self._poller.unregister(what)
+
+    def watching(self, what):
+        return what in self._handlers
+
+    def every(self, interval, action):
+        """Run ``action()`` every ``interval`` seconds, the first time an interval from now."""
+        due = self.clock() + interval
+        self._timers.append(Timer(interval, action, due))
+        self._next_due = min(self._next_due, due)
+
+    def run(self):
+        """Turn until ``stop()``."""
+        while not self.stopping:
+            self.run_once()
+
+    def stop(self):
+        self.stopping = True
+
+    def run_once(self, timeout=None, all_timers=False):
+        """One turn: wait up to ``timeout`` seconds (default: until the next timer is due)
+        for input, handle what is ready, run the timers that are due (every timer with
+        ``all_timers``, as of the clock's time now), then ``after_turn``."""
+        if timeout is None:
+            timeout = max(0.0, self._next_due - self.clock())
+        handlers = self._handlers
+        for what, _ in self._poller.poll(timeout * 1000):
+            handler = handlers.get(what)  # a handler may have unwatched another meanwhile
+            if handler is not None:
+                handler()
+        if self.stopping:
+            return
+        now = self.clock()
+        if all_timers or now >= self._next_due:
+            self._run_timers(now, all_timers)
+        if self.after_turn is not None:
+            self.after_turn()
+
+    def _run_timers(self, now, all_timers):
+        for timer in self._timers:
+            if all_timers or now >= timer.due:
+                timer.action()
+                timer.due = now + timer.interval
+        self._next_due = min((timer.due for timer in self._timers), default=float("inf"))

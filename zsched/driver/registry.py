@@ -1,0 +1,101 @@
+"""The executors registered with the driver: by executor id, by routing id and by host,
+with their states (active, late, decommissioning) and the recent losses."""
+import time
+
+_LOSSES_KEPT = 100
+
+
+class ExecutorRegistry:
+    """Registered executors and what the driver remembers of those lost.
+
+    ``by_id`` maps executor id to ``ExecutorData`` and ``by_rid`` routing id to the same;
+    both are read directly on the hot path. Only the driver's loop changes them."""
+
+    def __init__(self):
+        self.by_id = {}
+        self.by_rid = {}
+        self.late = set()     # ids of executors reported late with their heartbeats
+        self.losses = []      # recent (executor id, host, reason, wall-clock time)
+
+    def __len__(self):
+        return len(self.by_id)
+
+    def __contains__(self, executor_id):
+        return executor_id in self.by_id
+
+    def get(self, executor_id):
+        return self.by_id.get(executor_id)
+
+    def for_rid(self, rid):
+        return self.by_rid.get(rid)
+
+    def all(self):
+        """A list of the executors, safe to iterate while some are removed."""
+        return list(self.by_id.values())
+
+    def add(self, executor):
+        self.by_id[executor.executor_id] = executor
+        self.by_rid[executor.routing_id] = executor
+
+    def remove(self, executor_id, reason):
+        """Forget ``executor_id`` and record its loss for ``reason``: the executor, or None."""
+        executor = self.by_id.pop(executor_id, None)
+        if executor is None:
+            return None
+        del self.by_rid[executor.routing_id]
+        self.late.discard(executor_id)
+        self.losses.append((executor_id, executor.hostname, reason, time.time()))
+        del self.losses[:-_LOSSES_KEPT]
+        return executor
+
+    def add_to_loss_reason(self, executor_id, reason):
+        """Append ``reason`` to the last loss recorded for ``executor_id``; True if it was
+        news (the loss is known and did not say it yet)."""
+        losses = self.losses
+        for i in range(len(losses) - 1, -1, -1):
+            lost_id, host, known, when = losses[i]
+            if lost_id == executor_id:
+                if reason in known:
+                    return False
+                losses[i] = (lost_id, host, f"{known}; {reason}", when)
+                return True
+        return False
+
+    def ids(self):
+        """Executor ids in natural order (``2`` before ``10``)."""
+        return sorted(self.by_id, key=_natural_key)
+
+    def ids_on_host(self, host):
+        return [e.executor_id for e in self.by_id.values() if e.hostname == host]
+
+    def cores(self, active_only=False):
+        """Cores of the registered executors (without the decommissioning ones if asked)."""
+        return sum(e.cores for e in self.by_id.values()
+                   if not (active_only and e.decommissioning))
+
+    def is_active(self, executor_id):
+        executor = self.by_id.get(executor_id)
+        return executor is not None and not executor.decommissioning
+
+    def state(self, executor):
+        if executor.decommissioning:
+            return "decommissioning"
+        return "late" if executor.executor_id in self.late else "active"
+
+    def mark_late(self, executor_id):
+        """Note ``executor_id`` as late; True if it was not already."""
+        if executor_id in self.late:
+            return False
+        self.late.add(executor_id)
+        return True
+
+    def heard_from(self, executor_id):
+        """``executor_id`` spoke: no longer late. True if it was."""
+        if executor_id in self.late:
+            self.late.discard(executor_id)
+            return True
+        return False
+
+
+def _natural_key(executor_id):
+    return (0, int(executor_id), "") if executor_id.isdigit() else (1, 0, executor_id)
