@@ -255,7 +255,7 @@ def test_what_an_executor_said_before_it_disconnected_counts(make_driver):
             results += msg.results
     assert results == [[1, p.TaskState.FINISHED, b"result"]], results
     status = d.driver.status()
-    assert [(l["id"], l["reason"]) for l in status["losses"]] == [("e1", "finished its work and left")]
+    assert [(loss["id"], loss["reason"]) for loss in status["losses"]] == [("e1", "finished its work and left")]
     assert status["tasks"]["finished"] == 1 and status["tasks"]["retried"] == 0, status["tasks"]
 
 

@@ -304,7 +304,7 @@ class FakeDriver:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.communicate()
-            raise AssertionError("the executor did not exit")
+            raise AssertionError("the executor did not exit") from None
         self.link.close()
         return self.proc.returncode, err
 
