@@ -62,7 +62,7 @@ def test_tasks_run_on_every_host_and_the_secret_is_on_no_command_line(ssh_hosts,
     with zsched.SSHCluster(lines, ssh_options=ssh_hosts.ssh_options, remote_python=remote_python,
                            wait_for_executors=4) as cluster:
         client = cluster.client()
-        namespaces = set(client.map(network_namespace, range(400)))
+        namespaces = set(client.map(network_namespace, range(400), chunksize=1))  # 400 tasks
         assert network_namespace() not in namespaces and len(namespaces) == 2
         status = client.status()
         assert sorted(e["host"] for e in status["executors"]) == sorted(
