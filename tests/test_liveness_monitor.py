@@ -5,6 +5,8 @@ import pytest
 
 from zsched.liveness import HeartbeatMonitor
 
+pytestmark = pytest.mark.unit
+
 T0 = 1000.0
 
 

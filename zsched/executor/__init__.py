@@ -6,6 +6,7 @@
 - ``cli``: arguments, usage and ``main``.
 - ``backend``: ``ExecutorBackend``, registration and the loop, the driver's messages.
 - ``registration``: registering over a DEALER socket or over pipes.
+- ``connection``: the driver's socket or pipes, once registered.
 - ``tasks``: the task threads, running and killing tasks.
 - ``inline``: a lone task run by the loop's thread, and the relief thread.
 - ``timer``: the kernel timer that wakes the relief thread.
