@@ -525,7 +525,7 @@ def test_a_piped_client_whose_driver_breaks_the_link_fails_its_futures():
 
         answering = threading.Thread(target=answer)
         answering.start()
-        client = Client("pipes", _link=PipeLink(*ours, 1 << 30), timeout=30)
+        client = Client.over_pipes(PipeLink(*ours, 1 << 30), "pipes", timeout=30)
         answering.join(30)
         assert isinstance(hello[0], p.ClientHello)
         future = client.submit(abs, -1)
@@ -602,7 +602,7 @@ def test_a_piped_client_whose_driver_does_not_answer_fails_to_connect(driver):
         message = ("no answer within 1 s" if driver == "silent"
                    else "it closed its end of the pipes")
         with pytest.raises(zsched.DriverConnectionError, match=message):
-            Client("pipes", _link=PipeLink(*ours, 1 << 30), timeout=1 if driver == "silent" else 30)
+            Client.over_pipes(PipeLink(*ours, 1 << 30), "pipes", timeout=1 if driver == "silent" else 30)
         assert time.monotonic() - started < 10
     finally:
         if hanging_up is not None:

@@ -4,9 +4,9 @@ Executors and clients connect as DEALERs. The loop polls the ROUTER (plus the ZA
 socket and a wake-up pipe), handles each message in order, runs its timers (revive
 offers, heartbeat check, executor exits) and sends launches and results in batches.
 Other threads never touch its state: they connect as clients or write to the pipe. A
-client in this process (``connect_local``) hands its messages over in memory: the loop takes
-them from the client and handles them with the same handlers as those of a ROUTER peer,
-and completes that client's futures itself. Executors that a local cluster manager starts
+client in this process connects through ``channel`` (a ``zsched.channel.Channel``) and hands
+its messages over in memory: the loop takes them and handles them with the same handlers as
+those of a ROUTER peer, and completes that client's futures itself. Executors that a local cluster manager starts
 on this host talk to the driver over a pair of pipes each (``pipe_link``) instead of the
 ROUTER: the same frames, with fewer thread wake-ups.
 """
@@ -23,6 +23,7 @@ import zmq
 
 from .. import protocol as p
 from ..allocation import ExecutorAllocator
+from ..channel import Channel
 from ..errors import ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from ..pipe_link import PipeLink
@@ -87,11 +88,7 @@ class Driver:
         self.registry = ExecutorRegistry()
         self.executors = self.registry.by_id  # executor id -> ExecutorData (read-only outside)
         self.clients = self.sessions.by_rid  # routing id -> ClientData (read-only outside)
-        # clients in this process, reached without a socket (see connect_local)
-        self.local_wakeup = WakeupPipe(keep_gil=True)  # they wake the loop through this
         self._in_process = {}         # key (their routing id here) -> InProcessPeer
-        self._local_arrivals = deque()  # (key, Client) that asked to connect, for the loop
-        self._local_keys = itertools.count(1)
         # every peer that is more than a routing id to the driver, by routing id: the
         # executors and clients of the ROUTER once they register or say hello, the piped
         # ones and those in this process from the start
@@ -99,7 +96,7 @@ class Driver:
         self._link_keys = itertools.count(1)
         self.url = None
         # inproc: the ROUTER also listens at ``inproc_url``, for sockets in this process that
-        # share ``context`` (zsched's own clients here use connect_local instead)
+        # share ``context`` (zsched's own clients here use ``channel`` instead)
         self.inproc = options.inproc
         self.inproc_url = None
         # ipc_path: the ROUTER also listens at this Unix socket (``ipc_url``), which executors
@@ -132,6 +129,8 @@ class Driver:
         self._idle_since = {}         # executor id -> when it was first seen idle
         self.admin = Admin(self, self._send)
         self.bind()
+        # clients in this process connect through it, without a socket
+        self.channel = Channel(self.inproc_url or self.url)
         self.loop = Loop(clock, after_turn=self._after_turn)
         self._watch()
 
@@ -174,30 +173,13 @@ class Driver:
     def is_running(self):
         return self._thread is not None and self._thread.is_alive()
 
-    def connect_local(self, client):
-        """Connect ``client``, a ``zsched.Client`` in this process, without a socket; its
-        key, which stands for a routing id. Safe from any thread.
-
-        The loop takes the client's messages (protocol message objects, checked as
-        ``decode`` checks frames) from ``client._messages_for_driver()`` whenever the client
-        wrote ``local_wakeup``, and handles them with the handlers of every peer's
-        messages. What the driver sends that client goes to ``client._from_driver(msg)``, in
-        the loop's thread: it completes the client's futures there, with no thread between.
-        When the loop ends, ``client._driver_stopped()``. The client's first message is its
-        ClientHello, answered by ClientWelcome as on a socket."""
-        # a routing id starts with a zero byte only when ZeroMQ makes it, and then it has
-        # five bytes: no peer of the ROUTER has this one
-        key = b"\0local" + next(self._local_keys).to_bytes(4, "big")
-        self._local_arrivals.append((key, client))
-        self.local_wakeup.wake()  # not once the loop has ended: the pipe is closed then
-        return key
-
     def join(self, timeout=None):
         if self._thread is not None:
             self._thread.join(timeout)
 
     def run(self):
         log.info("driver %s (app %s) fast path: %s", self.url, self.app_id, FASTPATH_IMPLEMENTATION)
+        self.channel.serve_in_this_thread()
         try:
             if self.cluster_manager is not None:
                 url = self.url
@@ -229,7 +211,7 @@ class Driver:
         if self.client_door is not None:
             self.client_door.setblocking(False)
             loop.watch(self.client_door.fileno(), self._open_client_door)
-        loop.watch(self.local_wakeup.fd, self._on_local_wakeup)
+        loop.watch(self.channel.wakeup.fd, self._on_local_wakeup)
         loop.watch(self.monitor, self._on_disconnects)
         loop.every(self.config.revive_interval, self._revive_offers)
         loop.every(min(1.0, self.config.executor_heartbeat_timeout / 4), self._check_heartbeats)
@@ -261,7 +243,7 @@ class Driver:
     def _on_local_wakeup(self):
         # a client in this process queued something: it writes the pipe unless a wake-up
         # is pending, and one is until this clear, so none is missed
-        self.local_wakeup.clear()
+        self.channel.wakeup.clear()
         self._receive_local()
 
     def _after_turn(self):
@@ -323,14 +305,11 @@ class Driver:
             log.exception("error handling %s from peer %s", type(msg).__name__, rid.hex())
 
     def _receive_local(self):
-        """Handle what the clients in this process queued (see ``connect_local``): the same
+        """Handle what the clients in this process queued (see ``channel``): the same
         checks and handlers as for a message from the ROUTER."""
-        arrivals = self._local_arrivals
-        while arrivals:
-            key, client = arrivals.popleft()
-            peer = InProcessPeer(key, self.counters, client._from_driver,
-                                 client._messages_for_driver, client._driver_stopped)
-            self._in_process[key] = self._peers[key] = peer
+        for end in self.channel.arrivals():
+            peer = InProcessPeer(end.key, self.counters, end.deliver, end.take, end.stopped)
+            self._in_process[end.key] = self._peers[end.key] = peer
         handle = self._handle
         counters = self.counters
         for key, peer in list(self._in_process.items()):
@@ -390,7 +369,7 @@ class Driver:
         """Talk to ``peer`` (its description, for the log) over this driver's end of a pipe
         pair, ``read_fd`` and ``write_fd``, as to a peer of the ROUTER."""
         # a routing id that starts with a zero byte and is not five bytes long: no ROUTER
-        # peer has it, nor a client in this process (see connect_local)
+        # peer has it, nor a client in this process (see zsched.channel)
         rid = b"\0pipe" + next(self._link_keys).to_bytes(4, "big")
         for fd in (read_fd, write_fd):
             os.set_inheritable(fd, False)  # no process this driver starts holds them
@@ -889,14 +868,10 @@ class Driver:
 
     def _stop_local_clients(self):
         """Tell the clients in this process that the driver is gone; none connects later."""
-        self.local_wakeup.close()  # their wake-ups write no more
+        never_taken = self.channel.close()  # their wake-ups write no more
         peers = list(self._in_process.values())
         self._in_process.clear()
+        peers += [InProcessPeer(end.key, self.counters, end.deliver, end.take, end.stopped)
+                  for end in never_taken]
         for peer in peers:
             peer.close()
-        while self._local_arrivals:
-            client = self._local_arrivals.popleft()[1]
-            try:
-                client._driver_stopped()
-            except Exception:
-                log.exception("error telling a client in this process that the driver stopped")
