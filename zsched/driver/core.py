@@ -10,7 +10,6 @@ those of a ROUTER peer, and completes that client's futures itself. Executors th
 on this host talk to the driver over a pair of pipes each (``pipe_link``) instead of the
 ROUTER: the same frames, with fewer thread wake-ups.
 """
-import itertools
 import logging
 import os
 import secrets
@@ -26,14 +25,13 @@ from ..allocation import ExecutorAllocator
 from ..channel import Channel
 from ..errors import ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
-from ..pipe_link import PipeLink
 from ..protocol import AdminOp, MsgType, TaskState
 from ..scheduler import TaskScheduler
 from ..wakeup import WakeupPipe
 from .admin import Admin
 from .clients import ClientSessions
 from .loop import Loop
-from .peers import InProcessPeer, LinkPeer, Role, RouterPeer, open_router
+from .peers import Peers, Role, open_router
 from .registry import ExecutorRegistry
 
 log = logging.getLogger("zsched.driver")  # also when run as __main__
@@ -48,8 +46,6 @@ _RECV_BATCH = 1024          # messages handled per wake-up before timers and sen
 # rows are freed before a collection can keep them.
 _RESULT_ROWS = 512
 _RESULTS_HEADER = p.frame_header(p.TaskResults)
-_POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
-_NOBLOCK = int(zmq.NOBLOCK)  # a plain int too (see peers.py)
 _WARNED_PEERS_LIMIT = 10000
 _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
 _HISTORY_POINTS = 1200       # snapshots charted: 10 minutes
@@ -88,12 +84,6 @@ class Driver:
         self.registry = ExecutorRegistry()
         self.executors = self.registry.by_id  # executor id -> ExecutorData (read-only outside)
         self.clients = self.sessions.by_rid  # routing id -> ClientData (read-only outside)
-        self._in_process = {}         # key (their routing id here) -> InProcessPeer
-        # every peer that is more than a routing id to the driver, by routing id: the
-        # executors and clients of the ROUTER once they register or say hello, the piped
-        # ones and those in this process from the start
-        self._peers = {}
-        self._link_keys = itertools.count(1)
         self.url = None
         # inproc: the ROUTER also listens at ``inproc_url``, for sockets in this process that
         # share ``context`` (zsched's own clients here use ``channel`` instead)
@@ -127,11 +117,16 @@ class Driver:
                                                options.initial_executors, report=options.report)
         self.dynamic_allocation = options.dynamic_allocation  # a DynamicAllocationPolicy, or None
         self._idle_since = {}         # executor id -> when it was first seen idle
-        self.admin = Admin(self, self._send)
+        self.admin = Admin(self)
         self.bind()
         # clients in this process connect through it, without a socket
         self.channel = Channel(self.inproc_url or self.url)
         self.loop = Loop(clock, after_turn=self._after_turn)
+        self.peers = Peers(self.router, self._router_state, self.counters, self.loop,
+                           self.channel, p.frame_limit(self.config.max_message_size),
+                           take=self._take, handle=self._handle, warn=self._warn_peer,
+                           lost=self._peer_unreachable, broke=self._link_broke)
+        self._send = self.peers.send  # (rid, msg, quiet=False): True if the peer took it
         self._watch()
 
     # ------------------------------------------------------------ set-up
@@ -244,7 +239,7 @@ class Driver:
         # a client in this process queued something: it writes the pipe unless a wake-up
         # is pending, and one is until this clear, so none is missed
         self.channel.wakeup.clear()
-        self._receive_local()
+        self.peers.receive_in_process()
 
     def _after_turn(self):
         if self._offers_needed:
@@ -256,30 +251,8 @@ class Driver:
     # ------------------------------------------------------------ receiving
 
     def _receive(self):
-        """Handle up to ``_RECV_BATCH`` waiting messages; True if more may wait."""
-        router = self.router
-        state = self._router_state
-        take = self._take
-        counters = self.counters
-        for _ in range(_RECV_BATCH):
-            try:
-                rid = router.recv(_NOBLOCK)
-            except zmq.Again:
-                return False
-            # a message arrives whole: once its first frame is here, the others are
-            frames = [rid]
-            while state.more():
-                frames.append(router.recv(_NOBLOCK))
-            counters["messages_in"] += 1
-            counters["bytes_in"] += sum(map(len, frames))
-            if len(frames) != 2:
-                self._warn_peer(rid, f"message of {len(frames) - 1} frames, expected 1")
-            else:
-                take(rid, frames[1])
-            # whether more waits: a recv that raises zmq.Again would cost five times as much
-            if not state.events() & _POLLIN:
-                return False
-        return True  # more may wait
+        """Handle up to ``_RECV_BATCH`` messages waiting at the ROUTER; True if more may wait."""
+        return self.peers.receive_router(_RECV_BATCH)
 
     def _take(self, rid, frame):
         """Handle ``frame`` from peer ``rid``, whatever carried it: decoded, checked, then
@@ -304,41 +277,12 @@ class Driver:
             # a bug for one message must not stop the loop
             log.exception("error handling %s from peer %s", type(msg).__name__, rid.hex())
 
-    def _receive_local(self):
-        """Handle what the clients in this process queued (see ``channel``): the same
-        checks and handlers as for a message from the ROUTER."""
-        for end in self.channel.arrivals():
-            peer = InProcessPeer(end.key, self.counters, end.deliver, end.take, end.stopped)
-            self._in_process[end.key] = self._peers[end.key] = peer
-        handle = self._handle
-        counters = self.counters
-        for key, peer in list(self._in_process.items()):
-            try:
-                messages = peer.receive()
-            except Exception:
-                log.exception("error taking the messages of client %s", key.hex())
-                continue
-            for msg in messages:
-                counters["messages_in"] += 1
-                try:
-                    p.check(msg)  # what decode checks of a frame
-                    if type(msg) is p.SubmitTasks:  # the fast path reads its rows in a frame
-                        msg = p.decode(p.encode(msg))
-                except ProtocolError as exc:
-                    self._warn_peer(key, str(exc))
-                    continue
-                handle(key, msg)
-                if msg.TYPE == MsgType.CLIENT_GOODBYE:
-                    # it sends nothing after its goodbye
-                    del self._in_process[key], self._peers[key]
-                    break
-
     # -- executors over pipes
 
     def _adopt_executor_link(self, executor_id, read_fd, write_fd):
         """The cluster manager started executor ``executor_id`` with a pipe pair to this
         driver: its end is ``read_fd`` and ``write_fd``. Called in the loop's thread."""
-        self._adopt_link(f"executor {executor_id}", read_fd, write_fd)
+        self.peers.adopt_link(f"executor {executor_id}", read_fd, write_fd)
 
     def _open_client_door(self):
         """Adopt the pipe pairs that came through ``client_door``, one per message (a byte
@@ -353,7 +297,7 @@ class Driver:
                 data, fds = b"", []
                 log.warning("stopped watching the client door: %s", exc)
             if len(fds) == 2:
-                self._adopt_link("a client of the program that started this driver", *fds)
+                self.peers.adopt_link("a client of the program that started this driver", *fds)
                 continue
             for fd in fds:
                 os.close(fd)
@@ -365,74 +309,13 @@ class Driver:
             self.client_door = None
             return
 
-    def _adopt_link(self, peer, read_fd, write_fd):
-        """Talk to ``peer`` (its description, for the log) over this driver's end of a pipe
-        pair, ``read_fd`` and ``write_fd``, as to a peer of the ROUTER."""
-        # a routing id that starts with a zero byte and is not five bytes long: no ROUTER
-        # peer has it, nor a client in this process (see zsched.channel)
-        rid = b"\0pipe" + next(self._link_keys).to_bytes(4, "big")
-        for fd in (read_fd, write_fd):
-            os.set_inheritable(fd, False)  # no process this driver starts holds them
-        link = PipeLink(read_fd, write_fd, p.frame_limit(self.config.max_message_size))
-        self._peers[rid] = LinkPeer(rid, self.counters, link, self.loop,
-                                    lambda: self._on_link_readable(rid),
-                                    lambda: self._on_link_writable(rid))
-        log.debug("%s talks to this driver over pipes (peer %s)", peer, rid.hex())
-
-    def _on_link_readable(self, rid):
-        peer = self._peers.get(rid)
-        if type(peer) is not LinkPeer:
-            return
-        take = self._take
-        for frame in peer.receive():
-            take(rid, frame)
-        if self._peers.get(rid) is not peer:  # a handler closed it
-            return
-        error = peer.link.error
-        if error is not None:  # cut off by this driver: that is why it goes
-            self._warn_peer(rid, error)
-            self._close_link(rid)
-            executor = self.registry.by_rid.get(rid)
-            if executor is not None:
-                self.remove_executor(executor.executor_id, f"broke its link: {error}",
-                                     notify=False)
-            else:  # a client's link
-                self._peer_unreachable(rid, f"cut off (it broke its link: {error})", None)
-        elif peer.link.closed_by_peer:
-            self._link_lost(rid, "gone")
-
-    def _on_link_writable(self, rid):
-        peer = self._peers.get(rid)
-        if type(peer) is LinkPeer:
-            try:
-                peer.flush()
-            except BrokenPipeError:
-                self._link_lost(rid, "gone")
-
-    def _link_lost(self, rid, problem, msg=None):
-        """The piped peer ``rid`` is gone (or broke the link): forget the link, then the
-        peer, as for a lost connection of the ROUTER."""
-        self._close_link(rid)
-        self._peer_unreachable(rid, problem, msg)
-
-    def _close_link(self, rid):
-        if type(self._peers.get(rid)) is LinkPeer:
-            self._peers.pop(rid).close()
-
-    def _peer_for(self, rid):
-        """The peer ``rid`` is, kept from now on (a ROUTER peer is kept once it registers or
-        says hello)."""
-        peer = self._peers.get(rid)
-        if peer is None:
-            peer = self._peers[rid] = RouterPeer(rid, self.counters, self.router)
-        return peer
-
-    def _forget_peer(self, rid):
-        """Forget peer ``rid`` (an executor removed, a client gone); a link is closed."""
-        peer = self._peers.pop(rid, None)
-        if peer is not None:
-            self._in_process.pop(rid, None)
-            peer.close()
+    def _link_broke(self, rid, error):
+        """Peer ``rid`` broke its link (this driver cut it off): that is why it goes."""
+        executor = self.registry.by_rid.get(rid)
+        if executor is not None:
+            self.remove_executor(executor.executor_id, f"broke its link: {error}", notify=False)
+        else:  # a client's link
+            self._peer_unreachable(rid, f"cut off (it broke its link: {error})", None)
 
     def _warn_peer(self, rid, what):
         if rid in self._warned_peers:
@@ -468,7 +351,7 @@ class Driver:
         executor = self.scheduler.add_executor(executor_id, rid, msg.hostname, msg.cores, msg.pid,
                                                self.clock())
         self.registry.add(executor)
-        self._peer_for(rid).role = Role.EXECUTOR
+        self.peers.peer_for(rid).role = Role.EXECUTOR
         log.info("Registered executor %s on %s (pid %d) with %d core(s)",
                  executor_id, msg.hostname, msg.pid, msg.cores)
         if self.cluster_manager is not None:
@@ -544,7 +427,7 @@ class Driver:
             self.cluster_manager.kill([executor_id])  # if it still runs; it is replaced
         if notify:
             self._send(executor.routing_id, p.StopExecutor(reason), quiet=True)
-        self._forget_peer(executor.routing_id)  # if piped: it stops at the end of its input
+        self.peers.forget(executor.routing_id)  # if piped: it stops at the end of its input
         self._offers_needed = True
         return True
 
@@ -555,7 +438,7 @@ class Driver:
             self._warn_peer(rid, "ClientHello from a registered executor")
             return
         self.sessions.connect(rid, msg.pid)
-        self._peer_for(rid).role = Role.CLIENT  # an administrator too: the secret is theirs
+        self.peers.peer_for(rid).role = Role.CLIENT  # an administrator too: the secret is theirs
         self._send(rid, p.ClientWelcome(self.incarnation, self.app_id, self.config.to_settings()))
 
     def _client_for(self, rid):
@@ -593,8 +476,7 @@ class Driver:
     def _on_client_goodbye(self, rid, msg):
         client = self.sessions.disconnect(rid)
         if client is not None:
-            if type(self._peers.get(rid)) is RouterPeer:  # a link goes at its end of file
-                del self._peers[rid]
+            self.peers.forget_router_peer(rid)
             self._drop_client(client, "its client left")
             log.info("client %s left", rid.hex())
 
@@ -699,24 +581,11 @@ class Driver:
         for client in list(self.clients.values()):
             if not client.results:
                 continue
-            if client.routing_id in self._in_process:  # no frame: one message
+            if self.peers.in_process(client.routing_id):  # no frame: one message
                 self._send(client.routing_id, p.TaskResults(client.results.take_rows()))
                 continue
             for frame in client.results.take_frames(_RESULTS_HEADER, limit, _RESULT_ROWS):
                 self._send(client.routing_id, p.Encoded(p.TaskResults, frame))
-
-    def _send(self, rid, msg, quiet=False):
-        """Send without blocking; a peer that is gone or not reading is dealt with here
-        (unless ``quiet``: its end of file, or its exit, will tell)."""
-        peer = self._peers.get(rid)
-        if peer is None:  # a ROUTER peer that did not register or say hello
-            peer = RouterPeer(rid, self.counters, self.router)
-        problem = peer.send(msg)
-        if problem is None:
-            return True
-        if not quiet:
-            self._link_lost(rid, problem, msg)
-        return False
 
     def _peer_unreachable(self, rid, problem, msg):
         executor = self.registry.by_rid.get(rid)
@@ -730,7 +599,7 @@ class Driver:
             return
         client = self.sessions.disconnect(rid)
         if client is not None:
-            self._forget_peer(rid)
+            self.peers.forget(rid)
             log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
             self._drop_client(client, "its client is gone")
             return
@@ -814,10 +683,7 @@ class Driver:
 
     def _probe_peers(self):
         self._drain()
-        # piped peers need no probe: a pipe's end of file says at once that one is gone
-        for peer in [peer for peer in self._peers.values() if type(peer) is RouterPeer]:
-            if not peer.probe():
-                self._peer_unreachable(peer.rid, "connection lost", None)
+        self.peers.probe()
 
     # ------------------------------------------------------------ stopping
 
@@ -829,15 +695,14 @@ class Driver:
                 client.results.add(client_task_id, TaskState.ERROR, b"the driver stopped")
             client.tasks.clear()
         self._send_results()
-        self._stop_local_clients()
+        self.peers.stop_in_process()
         if self.cluster_manager is not None:
             # executors still starting never heard Shutdown: stop them now
             self.cluster_manager.kill([executor_id for executor_id in self.cluster_manager.launched_ids()
                                        if executor_id not in self.executors])
-            self._flush_links(1.0)
+            self.peers.flush_links(1.0, self.clock)
             self.cluster_manager.stop(self.config.shutdown_timeout)
-        for rid in list(self._peers):
-            self._close_link(rid)
+        self.peers.close_links()
         if self.client_door is not None:
             self.client_door.close()
         if self.zap is not None:
@@ -855,23 +720,3 @@ class Driver:
                 pass
         self._wakeup.close()
         log.info("driver stopped")
-
-    def _flush_links(self, seconds):
-        """Write what the links still hold (Shutdown), ``seconds`` at most in all."""
-        deadline = self.clock() + seconds
-        for peer in [peer for peer in self._peers.values() if type(peer) is LinkPeer]:
-            if peer.writing:
-                try:
-                    peer.flush(max(0.0, deadline - self.clock()))
-                except BrokenPipeError:
-                    self._link_lost(peer.rid, "gone")
-
-    def _stop_local_clients(self):
-        """Tell the clients in this process that the driver is gone; none connects later."""
-        never_taken = self.channel.close()  # their wake-ups write no more
-        peers = list(self._in_process.values())
-        self._in_process.clear()
-        peers += [InProcessPeer(end.key, self.counters, end.deliver, end.take, end.stopped)
-                  for end in never_taken]
-        for peer in peers:
-            peer.close()
