@@ -30,6 +30,7 @@ from ..scheduler import TaskScheduler
 from ..wakeup import WakeupPipe
 from .admin import Admin
 from .clients import ClientSessions
+from .executors import ExecutorEndpoint
 from .loop import Loop
 from .peers import Peers, Role, open_router
 from .registry import ExecutorRegistry
@@ -97,8 +98,8 @@ class Driver:
         self.context = zmq.Context()
         self.ready_event = threading.Event()
         self._wakeup = WakeupPipe()
-        self._offers_needed = False
-        self._warned_peers = set()
+        self.offers_needed = False
+        self.warned_peers = set()
         self.started_at = clock()   # by the driver's clock; is_ready waits from it
         self._thread = None
         # what the dashboard and /metrics show: traffic, losses, scheduling latency, history
@@ -116,17 +117,19 @@ class Driver:
             self.allocator = ExecutorAllocator(cluster_manager, self.config, clock,
                                                options.initial_executors, report=options.report)
         self.dynamic_allocation = options.dynamic_allocation  # a DynamicAllocationPolicy, or None
-        self._idle_since = {}         # executor id -> when it was first seen idle
         self.admin = Admin(self)
+        self.executor_endpoint = ExecutorEndpoint(self)
+        self.remove_executor = self.executor_endpoint.remove_executor
         self.bind()
         # clients in this process connect through it, without a socket
         self.channel = Channel(self.inproc_url or self.url)
         self.loop = Loop(clock, after_turn=self._after_turn)
         self.peers = Peers(self.router, self._router_state, self.counters, self.loop,
                            self.channel, p.frame_limit(self.config.max_message_size),
-                           take=self._take, handle=self._handle, warn=self._warn_peer,
+                           take=self._take, handle=self._handle, warn=self.warn_peer,
                            lost=self._peer_unreachable, broke=self._link_broke)
         self._send = self.peers.send  # (rid, msg, quiet=False): True if the peer took it
+        self._handlers = self._message_handlers()
         self._watch()
 
     # ------------------------------------------------------------ set-up
@@ -209,12 +212,13 @@ class Driver:
         loop.watch(self.channel.wakeup.fd, self._on_local_wakeup)
         loop.watch(self.monitor, self._on_disconnects)
         loop.every(self.config.revive_interval, self._revive_offers)
-        loop.every(min(1.0, self.config.executor_heartbeat_timeout / 4), self._check_heartbeats)
-        loop.every(0.2, self._check_executor_exits)
+        executors = self.executor_endpoint
+        loop.every(min(1.0, self.config.executor_heartbeat_timeout / 4), executors.check_heartbeats)
+        loop.every(0.2, executors.check_exits)
         loop.every(0.1, self._probe_again)
         loop.every(_RECLAIM_INTERVAL, self._reclaim_hoarded_tasks)
         if self.dynamic_allocation is not None and self.allocator is not None:
-            loop.every(0.25, self._allocate_dynamically)
+            loop.every(0.25, executors.allocate_dynamically)
         if self.dashboard is not None:
             loop.every(_HISTORY_INTERVAL, self._publish_snapshot)
 
@@ -242,7 +246,7 @@ class Driver:
         self.peers.receive_in_process()
 
     def _after_turn(self):
-        if self._offers_needed:
+        if self.offers_needed:
             self._make_offers()
         if self.sessions.has_unused():
             self._forget_unused_functions()
@@ -260,19 +264,36 @@ class Driver:
         try:
             msg = p.decode(frame)
         except ProtocolError as exc:
-            self._warn_peer(rid, str(exc))
+            self.warn_peer(rid, str(exc))
         else:
             self._handle(rid, msg)
+
+    def _message_handlers(self):
+        """The handler of each message type a peer may send the driver: handler(rid, msg)."""
+        executors = self.executor_endpoint
+        return {
+            MsgType.REGISTER_EXECUTOR: executors.on_register,
+            MsgType.STATUS_UPDATES: executors.on_status_updates,
+            MsgType.HEARTBEAT: executors.on_heartbeat,
+            MsgType.REMOVE_EXECUTOR: executors.on_remove,
+            MsgType.CLIENT_HELLO: self._on_client_hello,
+            MsgType.SUBMIT_TASKS: self._on_submit_tasks,
+            MsgType.CANCEL_TASKS: self._on_cancel_tasks,
+            **dict.fromkeys(map(MsgType, AdminOp), self._on_admin),
+            MsgType.STOP_EXECUTORS: self._on_stop_executors,
+            MsgType.CLIENT_GOODBYE: self._on_client_goodbye,
+            MsgType.FORGET_FUNCTIONS: self._on_forget_functions,
+        }
 
     def _handle(self, rid, msg):
         """Handle a well-formed message from peer ``rid`` (of the ROUTER, or a client in this
         process)."""
         handler = self._handlers.get(msg.TYPE)
         if handler is None:
-            self._warn_peer(rid, f"{type(msg).__name__} is not a message for the driver")
+            self.warn_peer(rid, f"{type(msg).__name__} is not a message for the driver")
             return
         try:
-            handler(self, rid, msg)
+            handler(rid, msg)
         except Exception:
             # a bug for one message must not stop the loop
             log.exception("error handling %s from peer %s", type(msg).__name__, rid.hex())
@@ -317,125 +338,22 @@ class Driver:
         else:  # a client's link
             self._peer_unreachable(rid, f"cut off (it broke its link: {error})", None)
 
-    def _warn_peer(self, rid, what):
-        if rid in self._warned_peers:
+    def warn_peer(self, rid, what):
+        if rid in self.warned_peers:
             return
-        if len(self._warned_peers) >= _WARNED_PEERS_LIMIT:
-            self._warned_peers.clear()
-        self._warned_peers.add(rid)
+        if len(self.warned_peers) >= _WARNED_PEERS_LIMIT:
+            self.warned_peers.clear()
+        self.warned_peers.add(rid)
         log.warning("dropped malformed input from peer %s: %s (further input from it is dropped "
                     "without a word)", rid.hex(), what)
 
     # -- executors
 
-    def _on_register_executor(self, rid, msg):
-        executor_id = msg.executor_id
-        reason = None
-        if msg.app_id != self.app_id:
-            reason = f"app id {msg.app_id!r} does not match the driver's {self.app_id!r}"
-        elif executor_id in self.executors:
-            reason = f"Duplicate executor ID: {executor_id}"
-        elif rid in self.registry.by_rid or rid in self.clients:
-            reason = "this connection is already registered"
-        elif msg.cores < 1:
-            reason = f"an executor needs at least one core, got {msg.cores}"
-        elif msg.cores > p.MAX_CORES:
-            reason = f"an executor may have at most {p.MAX_CORES} cores, got {msg.cores}"
-        elif not executor_id:
-            reason = "empty executor id"
-        if reason is not None:
-            log.warning("refused registration of executor %r from %s: %s",
-                        executor_id, msg.hostname, reason)
-            self._send(rid, p.RegisterExecutorFailed(reason))
-            return
-        executor = self.scheduler.add_executor(executor_id, rid, msg.hostname, msg.cores, msg.pid,
-                                               self.clock())
-        self.registry.add(executor)
-        self.peers.peer_for(rid).role = Role.EXECUTOR
-        log.info("Registered executor %s on %s (pid %d) with %d core(s)",
-                 executor_id, msg.hostname, msg.pid, msg.cores)
-        if self.cluster_manager is not None:
-            self.allocator.registered(executor_id)
-            self.cluster_manager.registered(executor_id)
-        self._send(rid, p.RegisteredExecutor(self.incarnation, self.config.to_settings()))
-        self._offers_needed = True
-
-    def _executor_for(self, rid, incarnation=None):
-        executor = self.registry.by_rid.get(rid)
-        if executor is None or (incarnation is not None and incarnation != self.incarnation):
-            # an executor declared lost and then woken, or one of an earlier driver: what it
-            # says is ignored (its tasks already run elsewhere) and it is told to exit
-            if rid not in self._warned_peers:
-                self._warned_peers.add(rid)
-                log.info("ignoring an executor that is not registered with this driver "
-                         "(peer %s); told it to exit", rid.hex())
-            self._send(rid, p.StopExecutor("not registered with this driver (removed, or from "
-                                           "an earlier driver incarnation)"), quiet=True)
-            if executor is not None:  # registered, yet it names another incarnation: told to
-                # exit, it takes no more tasks here; those it holds run elsewhere at once
-                self.remove_executor(executor.executor_id,
-                                     "sent a message of another driver incarnation (told to exit)",
-                                     notify=False, count_failure=False)
-            return None
-        executor.last_seen = self.clock()
-        if self.registry.late and self.registry.heard_from(executor.executor_id):
-            log.warning("executor %s is heard from again", executor.executor_id)
-        return executor
-
-    def _on_status_updates(self, rid, msg):
-        executor = self._executor_for(rid, msg.incarnation)
-        if executor is None:
-            return
-        stale = self.scheduler.status_updates(executor, msg.updates, msg.busy)
-        if stale:
-            log.info("ignored %d status update(s) for attempts no longer current from executor %s",
-                     stale, executor.executor_id)
-        self._offers_needed = True
-
-    def _on_heartbeat(self, rid, msg):
-        executor = self._executor_for(rid, msg.incarnation)
-        if executor is None:
-            return
-        executor.metrics = p.heartbeat_metrics(msg.metrics)  # what the dashboard can serve
-        self._send(rid, p.HeartbeatAck(self.incarnation))
-
-    def _on_remove_executor(self, rid, msg):
-        executor = self.registry.by_rid.get(rid)
-        if executor is not None:  # the executor reports its own exit
-            self.remove_executor(executor.executor_id, msg.reason, notify=False,
-                                 count_failure=msg.charge_tasks)
-        elif rid in self.clients:
-            self.remove_executor(msg.executor_id, msg.reason or "removed by a client",
-                                 count_failure=msg.charge_tasks)
-        else:
-            self._warn_peer(rid, "RemoveExecutor from an unknown peer")
-
-    def remove_executor(self, executor_id, reason, notify=True, count_failure=True):
-        """Forget an executor (its tasks run elsewhere) for ``reason``; ``notify`` tells it to
-        exit; ``count_failure`` is False when the driver caused the loss."""
-        executor = self.registry.remove(executor_id, reason)
-        if executor is None:
-            return False
-        if executor.decommissioning:
-            count_failure = False
-        log.log(logging.WARNING if count_failure else logging.INFO,
-                "Removed executor %s on %s: %s (%d task(s) were running)",
-                executor_id, executor.hostname, reason, len(executor.running))
-        self.counters["executors_lost"] += 1
-        self.scheduler.remove_executor(executor, reason, count_failure)
-        if self.cluster_manager is not None:
-            self.cluster_manager.kill([executor_id])  # if it still runs; it is replaced
-        if notify:
-            self._send(executor.routing_id, p.StopExecutor(reason), quiet=True)
-        self.peers.forget(executor.routing_id)  # if piped: it stops at the end of its input
-        self._offers_needed = True
-        return True
-
     # -- clients
 
     def _on_client_hello(self, rid, msg):
         if rid in self.registry.by_rid:
-            self._warn_peer(rid, "ClientHello from a registered executor")
+            self.warn_peer(rid, "ClientHello from a registered executor")
             return
         self.sessions.connect(rid, msg.pid)
         self.peers.peer_for(rid).role = Role.CLIENT  # an administrator too: the secret is theirs
@@ -444,7 +362,7 @@ class Driver:
     def _client_for(self, rid):
         client = self.clients.get(rid)
         if client is None:
-            self._warn_peer(rid, "message from a client that did not say hello")
+            self.warn_peer(rid, "message from a client that did not say hello")
         return client
 
     def _on_submit_tasks(self, rid, msg):
@@ -456,13 +374,13 @@ class Driver:
                        quiet=True)
             return
         if msg.functions and self.sessions.add_functions(client, msg.functions):
-            self._warn_peer(rid, "a function sent under a digest that is not its "
+            self.warn_peer(rid, "a function sent under a digest that is not its "
                                  "BLAKE2b: refused (its tasks fail)")
         refused = self.scheduler.submit(client, msg.tasks)  # tasks of a function not held fail
         if refused:
-            self._warn_peer(rid, f"{refused} task(s) under the id of a task of the client's in "
+            self.warn_peer(rid, f"{refused} task(s) under the id of a task of the client's in "
                                  "flight: refused")
-        self._offers_needed = True
+        self.offers_needed = True
 
     def _on_cancel_tasks(self, rid, msg):
         client = self._client_for(rid)
@@ -529,19 +447,6 @@ class Driver:
                           "counters": dict(self.counters),
                           "scheduling_latency": self.scheduling_latency.snapshot()}
 
-    _handlers = {
-        MsgType.REGISTER_EXECUTOR: _on_register_executor,
-        MsgType.STATUS_UPDATES: _on_status_updates,
-        MsgType.HEARTBEAT: _on_heartbeat,
-        MsgType.REMOVE_EXECUTOR: _on_remove_executor,
-        MsgType.CLIENT_HELLO: _on_client_hello,
-        MsgType.SUBMIT_TASKS: _on_submit_tasks,
-        MsgType.CANCEL_TASKS: _on_cancel_tasks,
-        **dict.fromkeys(map(MsgType, AdminOp), _on_admin),
-        MsgType.STOP_EXECUTORS: _on_stop_executors,
-        MsgType.CLIENT_GOODBYE: _on_client_goodbye,
-        MsgType.FORGET_FUNCTIONS: _on_forget_functions,
-    }
 
     # ------------------------------------------------------------ offers and sending
 
@@ -566,10 +471,10 @@ class Driver:
 
     def _revive_offers(self):
         self.scheduler.forget_idle_task_lengths()
-        self._offers_needed = True
+        self.offers_needed = True
 
     def _make_offers(self):
-        self._offers_needed = False
+        self.offers_needed = False
         if self.scheduler.n_pending == 0 or not self.is_ready():
             return
         for executor, frames in self.scheduler.resource_offers():
@@ -607,55 +512,6 @@ class Driver:
                   rid.hex(), problem)
 
     # ------------------------------------------------------------ timers
-
-    def _check_heartbeats(self):
-        """Declare lost the executors silent past ``executor_heartbeat_timeout``; report
-        those silent for a third of it (a task holding the GIL stalls heartbeats)."""
-        now = self.clock()
-        timeout = self.config.executor_heartbeat_timeout
-        late_after = max(timeout / 3, 2 * self.config.executor_heartbeat_interval)
-        for executor in list(self.executors.values()):
-            silent = now - executor.last_seen
-            if silent > timeout:
-                self.remove_executor(executor.executor_id,
-                                     f"heartbeat timeout (no message for {timeout:g} s)")
-            elif silent > late_after and self.registry.mark_late(executor.executor_id):
-                log.warning("executor %s has been silent for %.1f s (a task holding the GIL?); "
-                            "it is declared lost after %g s", executor.executor_id, silent, timeout)
-
-    def _allocate_dynamically(self):
-        """Apply the dynamic allocation policy to what the driver sees now."""
-        now = self.clock()
-        idle_since = {e.executor_id: None if e.running else self._idle_since.get(e.executor_id, now)
-                      for e in self.executors.values() if not e.decommissioning}
-        self._idle_since = {i: since for i, since in idle_since.items() if since is not None}
-        decision = self.dynamic_allocation.update(
-            now, self.allocator.target, self.scheduler.n_pending, self.scheduler.running_count(),
-            self.cluster_manager.cores_per_executor, idle_since)
-        for reason in decision.reasons:
-            log.info("dynamic allocation: %s", reason)
-        if decision.decommission:
-            self.admin.decommission_executors(decision.decommission, adjust_target=False)
-        self.allocator.set_target(decision.target, "dynamic allocation")
-
-    def _check_executor_exits(self):
-        """Executors the cluster manager started that ended are removed with how they
-        ended; then the allocator compares and acts (replacing lost executors while the
-        target is unchanged)."""
-        if self.cluster_manager is None:
-            return
-        for executor_id, reason in self.cluster_manager.poll_exits():
-            self.allocator.ended(executor_id, reason)
-            removed = self.remove_executor(executor_id, reason, notify=False)
-            if not removed and self.cluster_manager.explains_losses_later:
-                self._add_to_loss_reason(executor_id, reason)
-        self.allocator.tick()
-
-    def _add_to_loss_reason(self, executor_id, reason):
-        """What the cluster manager learned later of a loss already recorded (a batch system
-        says why it ended a job after its executors said they got SIGTERM)."""
-        if self.registry.add_to_loss_reason(executor_id, reason):
-            log.info("executor %s: %s", executor_id, reason)
 
     def _on_disconnects(self):
         """A connection was lost: find whose by probing every peer now, and again shortly
