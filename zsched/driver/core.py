@@ -29,24 +29,15 @@ from ..protocol import AdminOp, MsgType, TaskState
 from ..scheduler import TaskScheduler
 from ..wakeup import WakeupPipe
 from .admin import Admin
-from .clients import ClientSessions
+from .clients import ClientEndpoint, ClientSessions
 from .executors import ExecutorEndpoint
 from .loop import Loop
-from .peers import Peers, Role, open_router
+from .peers import Peers, open_router
 from .registry import ExecutorRegistry
 
 log = logging.getLogger("zsched.driver")  # also when run as __main__
 
 _RECV_BATCH = 1024          # messages handled per wake-up before timers and sends run
-# Rows per TaskResults frame at most. A client decodes a frame into one list per row, all
-# alive at once: a frame of tens of thousands of rows (a wake-up's results, with hundreds of
-# executors reporting) made the cyclic GC promote them all to its oldest generation, and so
-# run full collections over everything the client holds, a flood's futures included (20 to
-# 27 of them in a map of 10^6 tasks at 1,000 simulated executors: up to a third of the
-# client's CPU; bench/scale.py). Under the GC's first threshold (700 allocations), a frame's
-# rows are freed before a collection can keep them.
-_RESULT_ROWS = 512
-_RESULTS_HEADER = p.frame_header(p.TaskResults)
 _WARNED_PEERS_LIMIT = 10000
 _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
 _HISTORY_POINTS = 1200       # snapshots charted: 10 minutes
@@ -119,6 +110,7 @@ class Driver:
         self.dynamic_allocation = options.dynamic_allocation  # a DynamicAllocationPolicy, or None
         self.admin = Admin(self)
         self.executor_endpoint = ExecutorEndpoint(self)
+        self.client_endpoint = ClientEndpoint(self)
         self.remove_executor = self.executor_endpoint.remove_executor
         self.bind()
         # clients in this process connect through it, without a socket
@@ -249,8 +241,8 @@ class Driver:
         if self.offers_needed:
             self._make_offers()
         if self.sessions.has_unused():
-            self._forget_unused_functions()
-        self._send_results()
+            self.client_endpoint.forget_unused_functions()
+        self.client_endpoint.send_results()
 
     # ------------------------------------------------------------ receiving
 
@@ -270,19 +262,19 @@ class Driver:
 
     def _message_handlers(self):
         """The handler of each message type a peer may send the driver: handler(rid, msg)."""
-        executors = self.executor_endpoint
+        executors, clients = self.executor_endpoint, self.client_endpoint
         return {
             MsgType.REGISTER_EXECUTOR: executors.on_register,
             MsgType.STATUS_UPDATES: executors.on_status_updates,
             MsgType.HEARTBEAT: executors.on_heartbeat,
             MsgType.REMOVE_EXECUTOR: executors.on_remove,
-            MsgType.CLIENT_HELLO: self._on_client_hello,
-            MsgType.SUBMIT_TASKS: self._on_submit_tasks,
-            MsgType.CANCEL_TASKS: self._on_cancel_tasks,
-            **dict.fromkeys(map(MsgType, AdminOp), self._on_admin),
-            MsgType.STOP_EXECUTORS: self._on_stop_executors,
-            MsgType.CLIENT_GOODBYE: self._on_client_goodbye,
-            MsgType.FORGET_FUNCTIONS: self._on_forget_functions,
+            MsgType.CLIENT_HELLO: clients.on_hello,
+            MsgType.SUBMIT_TASKS: clients.on_submit_tasks,
+            MsgType.CANCEL_TASKS: clients.on_cancel_tasks,
+            **dict.fromkeys(map(MsgType, AdminOp), clients.on_admin),
+            MsgType.STOP_EXECUTORS: clients.on_stop_executors,
+            MsgType.CLIENT_GOODBYE: clients.on_goodbye,
+            MsgType.FORGET_FUNCTIONS: clients.on_forget_functions,
         }
 
     def _handle(self, rid, msg):
@@ -351,82 +343,6 @@ class Driver:
 
     # -- clients
 
-    def _on_client_hello(self, rid, msg):
-        if rid in self.registry.by_rid:
-            self.warn_peer(rid, "ClientHello from a registered executor")
-            return
-        self.sessions.connect(rid, msg.pid)
-        self.peers.peer_for(rid).role = Role.CLIENT  # an administrator too: the secret is theirs
-        self._send(rid, p.ClientWelcome(self.incarnation, self.app_id, self.config.to_settings()))
-
-    def _client_for(self, rid):
-        client = self.clients.get(rid)
-        if client is None:
-            self.warn_peer(rid, "message from a client that did not say hello")
-        return client
-
-    def _on_submit_tasks(self, rid, msg):
-        client = self._client_for(rid)
-        if client is None:
-            # most likely a client of an earlier driver on this port: fail its tasks, not hang
-            self._send(rid, p.TaskResults([[row[0], TaskState.ERROR, p.UNKNOWN_CLIENT.encode()]
-                                         for row in msg.tasks]),
-                       quiet=True)
-            return
-        if msg.functions and self.sessions.add_functions(client, msg.functions):
-            self.warn_peer(rid, "a function sent under a digest that is not its "
-                                 "BLAKE2b: refused (its tasks fail)")
-        refused = self.scheduler.submit(client, msg.tasks)  # tasks of a function not held fail
-        if refused:
-            self.warn_peer(rid, f"{refused} task(s) under the id of a task of the client's in "
-                                 "flight: refused")
-        self.offers_needed = True
-
-    def _on_cancel_tasks(self, rid, msg):
-        client = self._client_for(rid)
-        if client is not None:
-            self._kill(self.scheduler.cancel(client, msg.task_ids), "cancelled by the client")
-
-    def _kill(self, to_kill, reason):
-        for executor, task in to_kill:
-            self._send(executor.routing_id, p.KillTask(task.task_id, task.attempt, reason))
-
-    def _on_client_goodbye(self, rid, msg):
-        client = self.sessions.disconnect(rid)
-        if client is not None:
-            self.peers.forget_router_peer(rid)
-            self._drop_client(client, "its client left")
-            log.info("client %s left", rid.hex())
-
-    def _on_forget_functions(self, rid, msg):
-        """A client no longer needs these functions (it sends one again with the next
-        task that does)."""
-        client = self._client_for(rid)
-        if client is not None:
-            self.sessions.forget_functions(client, msg.digests)
-
-    def _drop_client(self, client, reason):
-        """Forget a client that left: its tasks, and the functions it sent."""
-        self._kill(self.scheduler.drop_client(client), reason)
-        self.sessions.release(client.functions)
-
-    def _forget_unused_functions(self):
-        """Tell the executors to drop the functions that neither a client nor a task holds
-        any more (not those a client has sent again meanwhile)."""
-        gone = self.sessions.take_unused()
-        for executor in list(self.executors.values()):  # a send may find one gone: removed
-            held = executor.functions & gone
-            if held:
-                executor.functions -= held  # a later launch that needs one sends it again
-                self._send(executor.routing_id, p.ForgetFunctions(sorted(held)))
-
-    def _on_stop_executors(self, rid, msg):
-        if self._client_for(rid) is not None:
-            self.admin.stop_all_executors()
-
-    def _on_admin(self, rid, msg):
-        self.admin.handle(rid, msg, self._client_for(rid) is not None)
-
     def status(self):
         """What ``client.status()`` returns: executors, task counts, recent losses."""
         return self.admin.status()
@@ -481,17 +397,6 @@ class Driver:
             for frame in frames:
                 self._send(executor.routing_id, p.Encoded(p.LaunchTasks, frame))
 
-    def _send_results(self):
-        limit = self.config.max_message_size
-        for client in list(self.clients.values()):
-            if not client.results:
-                continue
-            if self.peers.in_process(client.routing_id):  # no frame: one message
-                self._send(client.routing_id, p.TaskResults(client.results.take_rows()))
-                continue
-            for frame in client.results.take_frames(_RESULTS_HEADER, limit, _RESULT_ROWS):
-                self._send(client.routing_id, p.Encoded(p.TaskResults, frame))
-
     def _peer_unreachable(self, rid, problem, msg):
         executor = self.registry.by_rid.get(rid)
         if executor is not None:
@@ -506,7 +411,7 @@ class Driver:
         if client is not None:
             self.peers.forget(rid)
             log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
-            self._drop_client(client, "its client is gone")
+            self.client_endpoint.drop_client(client, "its client is gone")
             return
         log.debug("could not send %s to peer %s: %s", p.message_name(msg) if msg else "a probe",
                   rid.hex(), problem)
@@ -550,7 +455,7 @@ class Driver:
             for client_task_id in list(client.tasks):
                 client.results.add(client_task_id, TaskState.ERROR, b"the driver stopped")
             client.tasks.clear()
-        self._send_results()
+        self.client_endpoint.send_results()
         self.peers.stop_in_process()
         if self.cluster_manager is not None:
             # executors still starting never heard Shutdown: stop them now
