@@ -61,14 +61,13 @@ class Driver:
         self.initial_executors = options.initial_executors
         self.clock = clock = options.clock
         self.stop_on_eof_fd = options.stop_on_eof_fd  # the driver stops at its end of file
-        client_door = options.client_door
-        # a Unix socket (its fd) from the program that started this driver: each message on
-        # it carries the driver's end of a pipe pair to a client of that program
+        # a Unix socket from the program that started this driver: each message on it
+        # carries the driver's end of a pipe pair to a client of that program
         # (LocalCluster's client()), adopted as a link (see _open_client_door)
         self.client_door = None
-        if client_door is not None:
-            os.set_inheritable(client_door, False)  # no process this driver starts holds it
-            self.client_door = socket.socket(fileno=client_door)
+        if options.client_door is not None:
+            os.set_inheritable(options.client_door, False)  # no process it starts holds it
+            self.client_door = socket.socket(fileno=options.client_door)
         self.incarnation = secrets.randbits(62)
         self.sessions = ClientSessions()
         self.functions = self.sessions.functions  # digest -> FunctionBlob a client holds
@@ -108,6 +107,10 @@ class Driver:
             self.allocator = ExecutorAllocator(cluster_manager, self.config, clock,
                                                options.initial_executors, report=options.report)
         self.dynamic_allocation = options.dynamic_allocation  # a DynamicAllocationPolicy, or None
+        self._build()
+
+    def _build(self):
+        """The driver's rooms, its socket and its loop, wired together."""
         self.admin = Admin(self)
         self.executor_endpoint = ExecutorEndpoint(self)
         self.client_endpoint = ClientEndpoint(self)
@@ -115,7 +118,7 @@ class Driver:
         self.bind()
         # clients in this process connect through it, without a socket
         self.channel = Channel(self.inproc_url or self.url)
-        self.loop = Loop(clock, after_turn=self._after_turn)
+        self.loop = Loop(self.clock, after_turn=self._after_turn)
         self.peers = Peers(self.router, self._router_state, self.counters, self.loop,
                            self.channel, p.frame_limit(self.config.max_message_size),
                            take=self._take, handle=self._handle, warn=self.warn_peer,
