@@ -69,7 +69,7 @@ TARGET_NS_PER_TASK = 1000  # compiled, at the largest size
 FIGURES = ("submit_ns", "offers_ns", "status_ns", "results_ns", "total_ns", "slot_table_ns",
            "faults_per_1k", "timed_faults_per_1k", "submit_faults_per_1k", "offers_faults_per_1k",
            "status_faults_per_1k", "results_faults_per_1k")
-RESULT_ROWS = 512      # rows per TaskResults frame (driver._RESULT_ROWS)
+RESULT_ROWS = 512      # rows per TaskResults frame (zsched/driver/clients.py _RESULT_ROWS)
 
 
 # ---------------------------------------------------------------- one run (in a subprocess)

@@ -524,7 +524,7 @@ def test_results_piled_up_in_the_driver_reach_the_client_in_frames_of_512_rows_a
     # The driver is stopped while its executors finish what their windows hold (4 cores
     # each, 256 tasks a core for tasks this short): when it runs again, one wake-up takes
     # all their reports, thousands of results for this client. Frames of 512 rows at most
-    # keep the client's GC from promoting a frame's rows (see driver._RESULT_ROWS).
+    # keep the client's GC from promoting a frame's rows (see zsched/driver/clients.py).
     with zsched.LocalCluster(n_executors=2, cores_per_executor=4) as cluster:
         if connection == "pipes":
             client = cluster.client()

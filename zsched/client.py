@@ -5,7 +5,7 @@ thread owns the DEALER socket, sends whatever has queued up as one SubmitTasks m
 lone task leaves at once, a flood leaves in large frames) and completes futures from
 TaskResults. For a driver in this process (``zsched.Client()``, a ``LocalCluster`` with
 ``in_process=True``) there is no socket and no I/O thread: the driver's thread takes the
-same messages from the queue and completes the futures itself (``Driver.connect_local``).
+same messages from the queue and completes the futures itself (``zsched.channel``).
 """
 import concurrent.futures
 import itertools
@@ -36,6 +36,7 @@ from .map_calls import (TASKS_PER_CORE, CallsRunner, auto_chunk_size, check_chun
 from .progress_bar import ProgressBar
 from .protocol import MsgType, TaskState
 from .security import HandshakeWatch, load_keys, make_client
+from .channel import Endpoint
 from .wakeup import WakeupPipe
 
 log = logging.getLogger(__name__)
@@ -76,37 +77,65 @@ class Client(concurrent.futures.Executor):
     unpickled by the thread that asks for them). ``Client("tcp://host:port",
     secret_file=...)`` connects to a running driver; without a secret file (argument,
     ``ZSCHED_SECRET_FILE`` or ``ZSCHED_SECRET``) it connects without security, which only
-    a driver started with ``--insecure`` accepts.
+    a driver started with ``--insecure`` accepts. ``Client.in_process(channel)`` and
+    ``Client.over_pipes(link, address)`` connect to a driver in this process, or over pipes
+    whose other end it holds (``LocalCluster.client()`` makes both).
     """
 
-    def __init__(self, address=None, *, secret_file=None, timeout=30, retries=0, _driver=None,
-                 _link=None):
-        # _driver: a Driver running in a thread of this process (LocalCluster.client() of an
-        # in_process cluster), connected to without a socket. _link: a PipeLink to a driver
-        # this process started (LocalCluster.client()), used instead of a socket
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
-        self._closed = False
-        self._owned_cluster = None
-        self._lost = None                 # DriverConnectionError once the driver is gone
-        self.timeout = timeout
-        self.retries = retries
-        if address is None and _driver is None:
+    def __init__(self, address=None, *, secret_file=None, timeout=30, retries=0):
+        self._set_up(address, timeout, retries)
+        if address is None:
             # the driver in a thread of this process: no socket, no CURVE, no TCP, and no
             # thread of the client's between the caller and the driver
             from .local_cluster import LocalCluster
             self._owned_cluster = LocalCluster(n_executors=os.cpu_count() or 1, in_process=True)
-            _driver = self._owned_cluster._driver
-        self._driver = _driver
-        if _driver is not None:
-            address = _driver.inproc_url
-        elif _link is None:
-            keys = load_keys(secret_file)
+            try:
+                self._start_in_process(self._owned_cluster.channel)
+            except BaseException:
+                self._owned_cluster.close()
+                raise
+            return
+        keys = load_keys(secret_file)
+        self._context = zmq.Context()
+        self._start_io(lambda: self._open_socket(keys))
+
+    @classmethod
+    def in_process(cls, channel, *, timeout=30, retries=0):
+        """A client of the driver running in this process that serves ``channel`` (a
+        ``zsched.channel.Channel``): no socket and no I/O thread; the driver's thread takes
+        this client's tasks and completes its futures (their done-callbacks run in a thread
+        of the client's)."""
+        client = cls.__new__(cls)
+        client._set_up(channel.address, timeout, retries)
+        client._start_in_process(channel)
+        return client
+
+    @classmethod
+    def over_pipes(cls, link, address, *, timeout=30, retries=0):
+        """A client that talks to a driver over ``link``, a ``PipeLink`` whose other end the
+        driver holds (``LocalCluster.client()``); ``address`` names the driver in messages.
+        The pipes reach the driver alone: nothing to authenticate."""
+        client = cls.__new__(cls)
+        client._set_up(address, timeout, retries)
+        client._link = link
+        client._start_io(client._connect_link)
+        return client
+
+    def _set_up(self, address, timeout, retries):
+        """The state every client starts with, connected to nothing yet."""
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        self._closed = False
+        self._owned_cluster = None
+        self._channel = None              # to a driver in this process
+        self._lost = None                 # DriverConnectionError once the driver is gone
+        self.timeout = timeout
+        self.retries = retries
         self.address = address
-        self._context = None if _driver is not None or _link is not None else zmq.Context()
+        self._context = None
         self._socket = None
         self._socket_state = None
-        self._link = _link
+        self._link = None
         self._task_ids = itertools.count(1)
         self._admin_ids = itertools.count(1)
         self._futures = {}                # task id -> TaskFuture not yet completed
@@ -138,28 +167,28 @@ class Client(concurrent.futures.Executor):
         # of the client's, started at the first one (see TaskFuture._invoke_callbacks)
         self._callback_queue = None
         self._callback_lock = threading.Lock()
-        if _driver is not None:
-            # the driver's loop polls this pipe: writing it wakes the driver itself
-            self._wakeup = _driver.local_wakeup
-            try:
-                self._connect_local(_driver)
-            except BaseException:
-                if self._owned_cluster is not None:
-                    self._owned_cluster.close()
-                raise
-            return
+
+    def _start_in_process(self, channel):
+        self._channel = channel
+        self.address = channel.address
+        # the driver's loop polls this pipe: writing it wakes the driver itself
+        self._wakeup = channel.wakeup
+        self._connect_local(channel)
+
+    def _start_io(self, connect):
+        """Connect (``connect()``: over the socket or the link), then start the I/O thread."""
         self._wakeup = WakeupPipe(keep_gil=True)
         try:
-            if _link is not None:
-                self._connect_link()
-            else:
-                self._socket = self._connect(keys)
-                self._socket_state = SocketState(self._socket)  # its ZMQ_EVENTS, read cheaply
+            connect()
         except BaseException:
             self._close_resources()
             raise
         self._io_thread = threading.Thread(target=self._io_loop, name="zsched-client-io", daemon=True)
         self._io_thread.start()
+
+    def _open_socket(self, keys):
+        self._socket = self._connect(keys)
+        self._socket_state = SocketState(self._socket)  # its ZMQ_EVENTS, read cheaply
 
     # ------------------------------------------------------------ connection
 
@@ -191,18 +220,19 @@ class Client(concurrent.futures.Executor):
         self.config = Config.from_mapping(welcome.settings)
         self._max_message_size = self.config.max_message_size
 
-    def _connect_local(self, driver):
-        """Connect to ``driver``, in this process, without a socket: its thread takes this
-        client's messages and hands back its own (see ``Driver.connect_local``)."""
+    def _connect_local(self, channel):
+        """Connect through ``channel`` to the driver in this process, without a socket: its
+        thread takes this client's messages and hands back its own (see zsched.channel)."""
         self._welcome = None
         self._welcome_event = threading.Event()
         self._outbox.append(("hello", os.getpid()))
-        self._driver_key = driver.connect_local(self)
+        channel.connect(Endpoint(self._messages_for_driver, self._from_driver,
+                                 self._driver_stopped))
         deadline = time.monotonic() + self.timeout
         while not self._welcome_event.wait(0.05):
             if self._lost is not None:
                 raise self._lost
-            if not driver.is_running():
+            if not channel.is_open():
                 raise DriverConnectionError(f"cannot connect to driver {self.address}: "
                                             "it is not running")
             if time.monotonic() > deadline:
@@ -715,7 +745,7 @@ class Client(concurrent.futures.Executor):
                 messages.append(p.ClientHello(item[1]))
             elif item[0] == "goodbye":
                 messages.append(p.ClientGoodbye())
-                if self._driver is not None:  # no thread of ours ends: say so here
+                if self._channel is not None:  # no thread of ours ends: say so here
                     self._io_stopped = True
                     self._io_done.set()
                 return messages
@@ -841,14 +871,14 @@ class Client(concurrent.futures.Executor):
                     future.set_exception(DriverConnectionError(msg.value))
                 else:
                     future.set_exception(ValueError(msg.value))
-        elif msg.TYPE == MsgType.CLIENT_WELCOME and self._driver is not None:
+        elif msg.TYPE == MsgType.CLIENT_WELCOME and self._channel is not None:
             self._welcome = msg
             self._welcome_event.set()
 
     def _in_driver_thread(self):
         """Whether the caller is the thread of a driver in this process, which must never
         run the user's code: it completes this client's futures."""
-        return self._driver is not None and threading.current_thread() is self._driver._thread
+        return self._channel is not None and self._channel.in_driver_thread()
 
     def _run_callbacks_later(self, future):
         """Run ``future``'s done-callbacks in the client's callback thread, in order."""
@@ -998,7 +1028,7 @@ class Client(concurrent.futures.Executor):
                 self._queue_control(("goodbye",))
             # the I/O thread, or the driver's thread in this process, sends it or stops
             # (not waited for in the driver's thread itself: a done-callback that shuts down)
-            if self._driver is None or threading.current_thread() is not self._driver._thread:
+            if not self._in_driver_thread():
                 self._io_done.wait(self.timeout)
             if self._io_thread is not None:
                 self._io_thread.join(self.timeout)
@@ -1012,8 +1042,8 @@ class Client(concurrent.futures.Executor):
             self._owned_cluster.close()
 
     def _close_resources(self):
-        if self._driver is not None:
-            return  # no socket; the wake-up pipe is the driver's
+        if self._channel is not None:
+            return  # no socket; the wake-up pipe is the channel's
         if self._link is not None:
             self._link.close()
         sock = self._socket

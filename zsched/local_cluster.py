@@ -112,6 +112,7 @@ class LocalCluster:
         self._client_door = None  # hands the driver process a pipe pair per client()
         self._client_door_lock = threading.Lock()
         self.inproc_address = self.context = None
+        self.channel = None  # with the driver in this process: its zsched.channel.Channel
         if in_process:
             self._start_in_process(config, n_executors, cores_per_executor, host, port, ipc_path,
                                    secret_file, insecure, log_level, wait, dashboard,
@@ -220,6 +221,7 @@ class LocalCluster:
         self.address = self._driver.url
         self.local_address = self._driver.ipc_url or self.address
         self.inproc_address = self._driver.inproc_url
+        self.channel = self._driver.channel
         self.context = self._driver.context
         self.dashboard_url = self._driver.dashboard.url if self._driver.dashboard else None
         _live_clusters.add(self)
@@ -250,13 +252,13 @@ class LocalCluster:
         driver in this process (``in_process``) it reaches the driver without a socket; else
         over a pair of pipes of its own."""
         from .client import Client
-        if self._driver is not None:
+        if self.channel is not None:
             kwargs.pop("secret_file", None)  # nothing to authenticate in this process
-            client = Client(_driver=self._driver, **kwargs)
+            client = Client.in_process(self.channel, **kwargs)
         elif (fds := self._pipes_to_driver()) is not None:
             kwargs.pop("secret_file", None)  # the pipes reach the driver alone
             link = PipeLink(*fds, frame_limit(Config().max_message_size))  # until the welcome
-            client = Client(self.local_address, _link=link, **kwargs)
+            client = Client.over_pipes(link, self.local_address, **kwargs)
         else:
             kwargs.setdefault("secret_file", self.secret_file)
             client = Client(self.local_address, **kwargs)
@@ -267,10 +269,10 @@ class LocalCluster:
         """Wait until ``n`` executors have registered."""
         from .client import Client
         deadline = time.monotonic() + timeout
-        if self._driver is not None:
-            # the driver's thread alone changes this dict; its size is read in one step
-            self._wait_until_registered(n, timeout, deadline, lambda: len(self._driver.executors),
-                                        self._driver.is_running)
+        if self.channel is not None:  # asked through the channel, as any client asks
+            with Client.in_process(self.channel, timeout=timeout) as client:
+                self._wait_until_registered(n, timeout, deadline, lambda: len(client.executor_ids()),
+                                            self.channel.is_open)
             return
         with Client(self.local_address, secret_file=self.secret_file, timeout=timeout) as client:
             self._wait_until_registered(n, timeout, deadline, lambda: len(client.executor_ids()),

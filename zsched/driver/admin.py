@@ -12,14 +12,12 @@ log = logging.getLogger("zsched.driver")
 
 
 class Admin:
-    """The operations of ``AdminOp`` on ``driver``, run in its loop's thread.
+    """The operations of ``AdminOp`` on ``driver``, run in its loop's thread. An operation
+    given arguments it cannot act on raises ValueError, which the requester gets back as the
+    reply's error."""
 
-    ``send(rid, msg, quiet=False)`` is the driver's send. An operation given arguments it
-    cannot act on raises ValueError, which the requester gets back as the reply's error."""
-
-    def __init__(self, driver, send):
+    def __init__(self, driver):
         self.driver = driver
-        self.send = send
         self._operations = {
             AdminOp.PING: self.ping,
             AdminOp.EXECUTOR_IDS: self.executor_ids,
@@ -34,6 +32,9 @@ class Admin:
             AdminOp.KILL_EXECUTORS_ON_HOST: self.kill_executors_on_host,
         }
         assert set(self._operations) == set(AdminOp)
+
+    def send(self, rid, msg, quiet=False):
+        return self.driver.peers.send(rid, msg, quiet)
 
     def handle(self, rid, msg, known_client):
         """Answer admin message ``msg`` from peer ``rid``; ``known_client`` is whether that

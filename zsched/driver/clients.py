@@ -10,9 +10,21 @@ import logging
 import weakref
 
 from .. import protocol as p
+from ..protocol import TaskState
 from ..scheduler import ClientData
+from .peers import Role
 
 log = logging.getLogger("zsched.driver")
+
+# Rows per TaskResults frame at most. A client decodes a frame into one list per row, all
+# alive at once: a frame of tens of thousands of rows (a wake-up's results, with hundreds of
+# executors reporting) made the cyclic GC promote them all to its oldest generation, and so
+# run full collections over everything the client holds, a flood's futures included (20 to
+# 27 of them in a map of 10^6 tasks at 1,000 simulated executors: up to a third of the
+# client's CPU; bench/scale.py). Under the GC's first threshold (700 allocations), a frame's
+# rows are freed before a collection can keep them.
+_RESULT_ROWS = 512
+_RESULTS_HEADER = p.frame_header(p.TaskResults)
 
 
 class ClientSessions:
@@ -88,3 +100,108 @@ class ClientSessions:
                 del self._unowned[digest]
                 gone.add(digest)
         return gone
+
+
+class ClientEndpoint:
+    """Spark's DriverEndpoint for clients: their messages (hello, tasks, cancels, admin
+    requests, goodbye) and their results, on the state of ``driver`` in its loop's thread."""
+
+    def __init__(self, driver):
+        self.driver = driver
+
+    def on_hello(self, rid, msg):
+        d = self.driver
+        if rid in d.registry.by_rid:
+            d.warn_peer(rid, "ClientHello from a registered executor")
+            return
+        d.sessions.connect(rid, msg.pid)
+        d.peers.peer_for(rid).role = Role.CLIENT  # an administrator too: the secret is theirs
+        d.peers.send(rid, p.ClientWelcome(d.incarnation, d.app_id, d.config.to_settings()))
+
+    def client_for(self, rid):
+        d = self.driver
+        client = d.clients.get(rid)
+        if client is None:
+            d.warn_peer(rid, "message from a client that did not say hello")
+        return client
+
+    def on_submit_tasks(self, rid, msg):
+        d = self.driver
+        client = self.client_for(rid)
+        if client is None:
+            # most likely a client of an earlier driver on this port: fail its tasks, not hang
+            d.peers.send(rid, p.TaskResults([[row[0], TaskState.ERROR, p.UNKNOWN_CLIENT.encode()]
+                                             for row in msg.tasks]), quiet=True)
+            return
+        if msg.functions and d.sessions.add_functions(client, msg.functions):
+            d.warn_peer(rid, "a function sent under a digest that is not its "
+                             "BLAKE2b: refused (its tasks fail)")
+        refused = d.scheduler.submit(client, msg.tasks)  # tasks of a function not held fail
+        if refused:
+            d.warn_peer(rid, f"{refused} task(s) under the id of a task of the client's in "
+                             "flight: refused")
+        d.offers_needed = True
+
+    def on_cancel_tasks(self, rid, msg):
+        d = self.driver
+        client = self.client_for(rid)
+        if client is not None:
+            self.kill(d.scheduler.cancel(client, msg.task_ids), "cancelled by the client")
+
+    def kill(self, to_kill, reason):
+        d = self.driver
+        for executor, task in to_kill:
+            d.peers.send(executor.routing_id, p.KillTask(task.task_id, task.attempt, reason))
+
+    def on_goodbye(self, rid, msg):
+        d = self.driver
+        client = d.sessions.disconnect(rid)
+        if client is not None:
+            d.peers.forget_router_peer(rid)
+            self.drop_client(client, "its client left")
+            log.info("client %s left", rid.hex())
+
+    def on_forget_functions(self, rid, msg):
+        """A client no longer needs these functions (it sends one again with the next
+        task that does)."""
+        d = self.driver
+        client = self.client_for(rid)
+        if client is not None:
+            d.sessions.forget_functions(client, msg.digests)
+
+    def drop_client(self, client, reason):
+        """Forget a client that left: its tasks, and the functions it sent."""
+        d = self.driver
+        self.kill(d.scheduler.drop_client(client), reason)
+        d.sessions.release(client.functions)
+
+    def forget_unused_functions(self):
+        """Tell the executors to drop the functions that neither a client nor a task holds
+        any more (not those a client has sent again meanwhile)."""
+        d = self.driver
+        gone = d.sessions.take_unused()
+        for executor in list(d.executors.values()):  # a send may find one gone: removed
+            held = executor.functions & gone
+            if held:
+                executor.functions -= held  # a later launch that needs one sends it again
+                d.peers.send(executor.routing_id, p.ForgetFunctions(sorted(held)))
+
+    def on_stop_executors(self, rid, msg):
+        if self.client_for(rid) is not None:
+            self.driver.admin.stop_all_executors()
+
+    def on_admin(self, rid, msg):
+        self.driver.admin.handle(rid, msg, self.client_for(rid) is not None)
+
+    def send_results(self):
+        """Send each client the results gathered for it since the last turn."""
+        d = self.driver
+        limit = d.config.max_message_size
+        for client in list(d.clients.values()):
+            if not client.results:
+                continue
+            if d.peers.in_process(client.routing_id):  # no frame: one message
+                d.peers.send(client.routing_id, p.TaskResults(client.results.take_rows()))
+                continue
+            for frame in client.results.take_frames(_RESULTS_HEADER, limit, _RESULT_ROWS):
+                d.peers.send(client.routing_id, p.Encoded(p.TaskResults, frame))

@@ -4,13 +4,12 @@ Executors and clients connect as DEALERs. The loop polls the ROUTER (plus the ZA
 socket and a wake-up pipe), handles each message in order, runs its timers (revive
 offers, heartbeat check, executor exits) and sends launches and results in batches.
 Other threads never touch its state: they connect as clients or write to the pipe. A
-client in this process (``connect_local``) hands its messages over in memory: the loop takes
-them from the client and handles them with the same handlers as those of a ROUTER peer,
-and completes that client's futures itself. Executors that a local cluster manager starts
+client in this process connects through ``channel`` (a ``zsched.channel.Channel``) and hands
+its messages over in memory: the loop takes them and handles them with the same handlers as
+those of a ROUTER peer, and completes that client's futures itself. Executors that a local cluster manager starts
 on this host talk to the driver over a pair of pipes each (``pipe_link``) instead of the
 ROUTER: the same frames, with fewer thread wake-ups.
 """
-import itertools
 import logging
 import os
 import secrets
@@ -23,32 +22,22 @@ import zmq
 
 from .. import protocol as p
 from ..allocation import ExecutorAllocator
+from ..channel import Channel
 from ..errors import ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
-from ..pipe_link import PipeLink
 from ..protocol import AdminOp, MsgType, TaskState
 from ..scheduler import TaskScheduler
 from ..wakeup import WakeupPipe
 from .admin import Admin
-from .clients import ClientSessions
+from .clients import ClientEndpoint, ClientSessions
+from .executors import ExecutorEndpoint
 from .loop import Loop
-from .peers import InProcessPeer, LinkPeer, Role, RouterPeer, open_router
+from .peers import Peers, open_router
 from .registry import ExecutorRegistry
 
 log = logging.getLogger("zsched.driver")  # also when run as __main__
 
 _RECV_BATCH = 1024          # messages handled per wake-up before timers and sends run
-# Rows per TaskResults frame at most. A client decodes a frame into one list per row, all
-# alive at once: a frame of tens of thousands of rows (a wake-up's results, with hundreds of
-# executors reporting) made the cyclic GC promote them all to its oldest generation, and so
-# run full collections over everything the client holds, a flood's futures included (20 to
-# 27 of them in a map of 10^6 tasks at 1,000 simulated executors: up to a third of the
-# client's CPU; bench/scale.py). Under the GC's first threshold (700 allocations), a frame's
-# rows are freed before a collection can keep them.
-_RESULT_ROWS = 512
-_RESULTS_HEADER = p.frame_header(p.TaskResults)
-_POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
-_NOBLOCK = int(zmq.NOBLOCK)  # a plain int too (see peers.py)
 _WARNED_PEERS_LIMIT = 10000
 _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
 _HISTORY_POINTS = 1200       # snapshots charted: 10 minutes
@@ -72,14 +61,13 @@ class Driver:
         self.initial_executors = options.initial_executors
         self.clock = clock = options.clock
         self.stop_on_eof_fd = options.stop_on_eof_fd  # the driver stops at its end of file
-        client_door = options.client_door
-        # a Unix socket (its fd) from the program that started this driver: each message on
-        # it carries the driver's end of a pipe pair to a client of that program
+        # a Unix socket from the program that started this driver: each message on it
+        # carries the driver's end of a pipe pair to a client of that program
         # (LocalCluster's client()), adopted as a link (see _open_client_door)
         self.client_door = None
-        if client_door is not None:
-            os.set_inheritable(client_door, False)  # no process this driver starts holds it
-            self.client_door = socket.socket(fileno=client_door)
+        if options.client_door is not None:
+            os.set_inheritable(options.client_door, False)  # no process it starts holds it
+            self.client_door = socket.socket(fileno=options.client_door)
         self.incarnation = secrets.randbits(62)
         self.sessions = ClientSessions()
         self.functions = self.sessions.functions  # digest -> FunctionBlob a client holds
@@ -87,19 +75,9 @@ class Driver:
         self.registry = ExecutorRegistry()
         self.executors = self.registry.by_id  # executor id -> ExecutorData (read-only outside)
         self.clients = self.sessions.by_rid  # routing id -> ClientData (read-only outside)
-        # clients in this process, reached without a socket (see connect_local)
-        self.local_wakeup = WakeupPipe(keep_gil=True)  # they wake the loop through this
-        self._in_process = {}         # key (their routing id here) -> InProcessPeer
-        self._local_arrivals = deque()  # (key, Client) that asked to connect, for the loop
-        self._local_keys = itertools.count(1)
-        # every peer that is more than a routing id to the driver, by routing id: the
-        # executors and clients of the ROUTER once they register or say hello, the piped
-        # ones and those in this process from the start
-        self._peers = {}
-        self._link_keys = itertools.count(1)
         self.url = None
         # inproc: the ROUTER also listens at ``inproc_url``, for sockets in this process that
-        # share ``context`` (zsched's own clients here use connect_local instead)
+        # share ``context`` (zsched's own clients here use ``channel`` instead)
         self.inproc = options.inproc
         self.inproc_url = None
         # ipc_path: the ROUTER also listens at this Unix socket (``ipc_url``), which executors
@@ -110,8 +88,8 @@ class Driver:
         self.context = zmq.Context()
         self.ready_event = threading.Event()
         self._wakeup = WakeupPipe()
-        self._offers_needed = False
-        self._warned_peers = set()
+        self.offers_needed = False
+        self.warned_peers = set()
         self.started_at = clock()   # by the driver's clock; is_ready waits from it
         self._thread = None
         # what the dashboard and /metrics show: traffic, losses, scheduling latency, history
@@ -129,10 +107,24 @@ class Driver:
             self.allocator = ExecutorAllocator(cluster_manager, self.config, clock,
                                                options.initial_executors, report=options.report)
         self.dynamic_allocation = options.dynamic_allocation  # a DynamicAllocationPolicy, or None
-        self._idle_since = {}         # executor id -> when it was first seen idle
-        self.admin = Admin(self, self._send)
+        self._build()
+
+    def _build(self):
+        """The driver's rooms, its socket and its loop, wired together."""
+        self.admin = Admin(self)
+        self.executor_endpoint = ExecutorEndpoint(self)
+        self.client_endpoint = ClientEndpoint(self)
+        self.remove_executor = self.executor_endpoint.remove_executor
         self.bind()
-        self.loop = Loop(clock, after_turn=self._after_turn)
+        # clients in this process connect through it, without a socket
+        self.channel = Channel(self.inproc_url or self.url)
+        self.loop = Loop(self.clock, after_turn=self._after_turn)
+        self.peers = Peers(self.router, self._router_state, self.counters, self.loop,
+                           self.channel, p.frame_limit(self.config.max_message_size),
+                           take=self._take, handle=self._handle, warn=self.warn_peer,
+                           lost=self._peer_unreachable, broke=self._link_broke)
+        self._send = self.peers.send  # (rid, msg, quiet=False): True if the peer took it
+        self._handlers = self._message_handlers()
         self._watch()
 
     # ------------------------------------------------------------ set-up
@@ -174,30 +166,13 @@ class Driver:
     def is_running(self):
         return self._thread is not None and self._thread.is_alive()
 
-    def connect_local(self, client):
-        """Connect ``client``, a ``zsched.Client`` in this process, without a socket; its
-        key, which stands for a routing id. Safe from any thread.
-
-        The loop takes the client's messages (protocol message objects, checked as
-        ``decode`` checks frames) from ``client._messages_for_driver()`` whenever the client
-        wrote ``local_wakeup``, and handles them with the handlers of every peer's
-        messages. What the driver sends that client goes to ``client._from_driver(msg)``, in
-        the loop's thread: it completes the client's futures there, with no thread between.
-        When the loop ends, ``client._driver_stopped()``. The client's first message is its
-        ClientHello, answered by ClientWelcome as on a socket."""
-        # a routing id starts with a zero byte only when ZeroMQ makes it, and then it has
-        # five bytes: no peer of the ROUTER has this one
-        key = b"\0local" + next(self._local_keys).to_bytes(4, "big")
-        self._local_arrivals.append((key, client))
-        self.local_wakeup.wake()  # not once the loop has ended: the pipe is closed then
-        return key
-
     def join(self, timeout=None):
         if self._thread is not None:
             self._thread.join(timeout)
 
     def run(self):
         log.info("driver %s (app %s) fast path: %s", self.url, self.app_id, FASTPATH_IMPLEMENTATION)
+        self.channel.serve_in_this_thread()
         try:
             if self.cluster_manager is not None:
                 url = self.url
@@ -229,15 +204,16 @@ class Driver:
         if self.client_door is not None:
             self.client_door.setblocking(False)
             loop.watch(self.client_door.fileno(), self._open_client_door)
-        loop.watch(self.local_wakeup.fd, self._on_local_wakeup)
+        loop.watch(self.channel.wakeup.fd, self._on_local_wakeup)
         loop.watch(self.monitor, self._on_disconnects)
         loop.every(self.config.revive_interval, self._revive_offers)
-        loop.every(min(1.0, self.config.executor_heartbeat_timeout / 4), self._check_heartbeats)
-        loop.every(0.2, self._check_executor_exits)
+        executors = self.executor_endpoint
+        loop.every(min(1.0, self.config.executor_heartbeat_timeout / 4), executors.check_heartbeats)
+        loop.every(0.2, executors.check_exits)
         loop.every(0.1, self._probe_again)
         loop.every(_RECLAIM_INTERVAL, self._reclaim_hoarded_tasks)
         if self.dynamic_allocation is not None and self.allocator is not None:
-            loop.every(0.25, self._allocate_dynamically)
+            loop.every(0.25, executors.allocate_dynamically)
         if self.dashboard is not None:
             loop.every(_HISTORY_INTERVAL, self._publish_snapshot)
 
@@ -261,43 +237,21 @@ class Driver:
     def _on_local_wakeup(self):
         # a client in this process queued something: it writes the pipe unless a wake-up
         # is pending, and one is until this clear, so none is missed
-        self.local_wakeup.clear()
-        self._receive_local()
+        self.channel.wakeup.clear()
+        self.peers.receive_in_process()
 
     def _after_turn(self):
-        if self._offers_needed:
+        if self.offers_needed:
             self._make_offers()
         if self.sessions.has_unused():
-            self._forget_unused_functions()
-        self._send_results()
+            self.client_endpoint.forget_unused_functions()
+        self.client_endpoint.send_results()
 
     # ------------------------------------------------------------ receiving
 
     def _receive(self):
-        """Handle up to ``_RECV_BATCH`` waiting messages; True if more may wait."""
-        router = self.router
-        state = self._router_state
-        take = self._take
-        counters = self.counters
-        for _ in range(_RECV_BATCH):
-            try:
-                rid = router.recv(_NOBLOCK)
-            except zmq.Again:
-                return False
-            # a message arrives whole: once its first frame is here, the others are
-            frames = [rid]
-            while state.more():
-                frames.append(router.recv(_NOBLOCK))
-            counters["messages_in"] += 1
-            counters["bytes_in"] += sum(map(len, frames))
-            if len(frames) != 2:
-                self._warn_peer(rid, f"message of {len(frames) - 1} frames, expected 1")
-            else:
-                take(rid, frames[1])
-            # whether more waits: a recv that raises zmq.Again would cost five times as much
-            if not state.events() & _POLLIN:
-                return False
-        return True  # more may wait
+        """Handle up to ``_RECV_BATCH`` messages waiting at the ROUTER; True if more may wait."""
+        return self.peers.receive_router(_RECV_BATCH)
 
     def _take(self, rid, frame):
         """Handle ``frame`` from peer ``rid``, whatever carried it: decoded, checked, then
@@ -305,61 +259,46 @@ class Driver:
         try:
             msg = p.decode(frame)
         except ProtocolError as exc:
-            self._warn_peer(rid, str(exc))
+            self.warn_peer(rid, str(exc))
         else:
             self._handle(rid, msg)
+
+    def _message_handlers(self):
+        """The handler of each message type a peer may send the driver: handler(rid, msg)."""
+        executors, clients = self.executor_endpoint, self.client_endpoint
+        return {
+            MsgType.REGISTER_EXECUTOR: executors.on_register,
+            MsgType.STATUS_UPDATES: executors.on_status_updates,
+            MsgType.HEARTBEAT: executors.on_heartbeat,
+            MsgType.REMOVE_EXECUTOR: executors.on_remove,
+            MsgType.CLIENT_HELLO: clients.on_hello,
+            MsgType.SUBMIT_TASKS: clients.on_submit_tasks,
+            MsgType.CANCEL_TASKS: clients.on_cancel_tasks,
+            **dict.fromkeys(map(MsgType, AdminOp), clients.on_admin),
+            MsgType.STOP_EXECUTORS: clients.on_stop_executors,
+            MsgType.CLIENT_GOODBYE: clients.on_goodbye,
+            MsgType.FORGET_FUNCTIONS: clients.on_forget_functions,
+        }
 
     def _handle(self, rid, msg):
         """Handle a well-formed message from peer ``rid`` (of the ROUTER, or a client in this
         process)."""
         handler = self._handlers.get(msg.TYPE)
         if handler is None:
-            self._warn_peer(rid, f"{type(msg).__name__} is not a message for the driver")
+            self.warn_peer(rid, f"{type(msg).__name__} is not a message for the driver")
             return
         try:
-            handler(self, rid, msg)
+            handler(rid, msg)
         except Exception:
             # a bug for one message must not stop the loop
             log.exception("error handling %s from peer %s", type(msg).__name__, rid.hex())
-
-    def _receive_local(self):
-        """Handle what the clients in this process queued (see ``connect_local``): the same
-        checks and handlers as for a message from the ROUTER."""
-        arrivals = self._local_arrivals
-        while arrivals:
-            key, client = arrivals.popleft()
-            peer = InProcessPeer(key, self.counters, client._from_driver,
-                                 client._messages_for_driver, client._driver_stopped)
-            self._in_process[key] = self._peers[key] = peer
-        handle = self._handle
-        counters = self.counters
-        for key, peer in list(self._in_process.items()):
-            try:
-                messages = peer.receive()
-            except Exception:
-                log.exception("error taking the messages of client %s", key.hex())
-                continue
-            for msg in messages:
-                counters["messages_in"] += 1
-                try:
-                    p.check(msg)  # what decode checks of a frame
-                    if type(msg) is p.SubmitTasks:  # the fast path reads its rows in a frame
-                        msg = p.decode(p.encode(msg))
-                except ProtocolError as exc:
-                    self._warn_peer(key, str(exc))
-                    continue
-                handle(key, msg)
-                if msg.TYPE == MsgType.CLIENT_GOODBYE:
-                    # it sends nothing after its goodbye
-                    del self._in_process[key], self._peers[key]
-                    break
 
     # -- executors over pipes
 
     def _adopt_executor_link(self, executor_id, read_fd, write_fd):
         """The cluster manager started executor ``executor_id`` with a pipe pair to this
         driver: its end is ``read_fd`` and ``write_fd``. Called in the loop's thread."""
-        self._adopt_link(f"executor {executor_id}", read_fd, write_fd)
+        self.peers.adopt_link(f"executor {executor_id}", read_fd, write_fd)
 
     def _open_client_door(self):
         """Adopt the pipe pairs that came through ``client_door``, one per message (a byte
@@ -374,7 +313,7 @@ class Driver:
                 data, fds = b"", []
                 log.warning("stopped watching the client door: %s", exc)
             if len(fds) == 2:
-                self._adopt_link("a client of the program that started this driver", *fds)
+                self.peers.adopt_link("a client of the program that started this driver", *fds)
                 continue
             for fd in fds:
                 os.close(fd)
@@ -386,267 +325,26 @@ class Driver:
             self.client_door = None
             return
 
-    def _adopt_link(self, peer, read_fd, write_fd):
-        """Talk to ``peer`` (its description, for the log) over this driver's end of a pipe
-        pair, ``read_fd`` and ``write_fd``, as to a peer of the ROUTER."""
-        # a routing id that starts with a zero byte and is not five bytes long: no ROUTER
-        # peer has it, nor a client in this process (see connect_local)
-        rid = b"\0pipe" + next(self._link_keys).to_bytes(4, "big")
-        for fd in (read_fd, write_fd):
-            os.set_inheritable(fd, False)  # no process this driver starts holds them
-        link = PipeLink(read_fd, write_fd, p.frame_limit(self.config.max_message_size))
-        self._peers[rid] = LinkPeer(rid, self.counters, link, self.loop,
-                                    lambda: self._on_link_readable(rid),
-                                    lambda: self._on_link_writable(rid))
-        log.debug("%s talks to this driver over pipes (peer %s)", peer, rid.hex())
+    def _link_broke(self, rid, error):
+        """Peer ``rid`` broke its link (this driver cut it off): that is why it goes."""
+        executor = self.registry.by_rid.get(rid)
+        if executor is not None:
+            self.remove_executor(executor.executor_id, f"broke its link: {error}", notify=False)
+        else:  # a client's link
+            self._peer_unreachable(rid, f"cut off (it broke its link: {error})", None)
 
-    def _on_link_readable(self, rid):
-        peer = self._peers.get(rid)
-        if type(peer) is not LinkPeer:
+    def warn_peer(self, rid, what):
+        if rid in self.warned_peers:
             return
-        take = self._take
-        for frame in peer.receive():
-            take(rid, frame)
-        if self._peers.get(rid) is not peer:  # a handler closed it
-            return
-        error = peer.link.error
-        if error is not None:  # cut off by this driver: that is why it goes
-            self._warn_peer(rid, error)
-            self._close_link(rid)
-            executor = self.registry.by_rid.get(rid)
-            if executor is not None:
-                self.remove_executor(executor.executor_id, f"broke its link: {error}",
-                                     notify=False)
-            else:  # a client's link
-                self._peer_unreachable(rid, f"cut off (it broke its link: {error})", None)
-        elif peer.link.closed_by_peer:
-            self._link_lost(rid, "gone")
-
-    def _on_link_writable(self, rid):
-        peer = self._peers.get(rid)
-        if type(peer) is LinkPeer:
-            try:
-                peer.flush()
-            except BrokenPipeError:
-                self._link_lost(rid, "gone")
-
-    def _link_lost(self, rid, problem, msg=None):
-        """The piped peer ``rid`` is gone (or broke the link): forget the link, then the
-        peer, as for a lost connection of the ROUTER."""
-        self._close_link(rid)
-        self._peer_unreachable(rid, problem, msg)
-
-    def _close_link(self, rid):
-        if type(self._peers.get(rid)) is LinkPeer:
-            self._peers.pop(rid).close()
-
-    def _peer_for(self, rid):
-        """The peer ``rid`` is, kept from now on (a ROUTER peer is kept once it registers or
-        says hello)."""
-        peer = self._peers.get(rid)
-        if peer is None:
-            peer = self._peers[rid] = RouterPeer(rid, self.counters, self.router)
-        return peer
-
-    def _forget_peer(self, rid):
-        """Forget peer ``rid`` (an executor removed, a client gone); a link is closed."""
-        peer = self._peers.pop(rid, None)
-        if peer is not None:
-            self._in_process.pop(rid, None)
-            peer.close()
-
-    def _warn_peer(self, rid, what):
-        if rid in self._warned_peers:
-            return
-        if len(self._warned_peers) >= _WARNED_PEERS_LIMIT:
-            self._warned_peers.clear()
-        self._warned_peers.add(rid)
+        if len(self.warned_peers) >= _WARNED_PEERS_LIMIT:
+            self.warned_peers.clear()
+        self.warned_peers.add(rid)
         log.warning("dropped malformed input from peer %s: %s (further input from it is dropped "
                     "without a word)", rid.hex(), what)
 
     # -- executors
 
-    def _on_register_executor(self, rid, msg):
-        executor_id = msg.executor_id
-        reason = None
-        if msg.app_id != self.app_id:
-            reason = f"app id {msg.app_id!r} does not match the driver's {self.app_id!r}"
-        elif executor_id in self.executors:
-            reason = f"Duplicate executor ID: {executor_id}"
-        elif rid in self.registry.by_rid or rid in self.clients:
-            reason = "this connection is already registered"
-        elif msg.cores < 1:
-            reason = f"an executor needs at least one core, got {msg.cores}"
-        elif msg.cores > p.MAX_CORES:
-            reason = f"an executor may have at most {p.MAX_CORES} cores, got {msg.cores}"
-        elif not executor_id:
-            reason = "empty executor id"
-        if reason is not None:
-            log.warning("refused registration of executor %r from %s: %s",
-                        executor_id, msg.hostname, reason)
-            self._send(rid, p.RegisterExecutorFailed(reason))
-            return
-        executor = self.scheduler.add_executor(executor_id, rid, msg.hostname, msg.cores, msg.pid,
-                                               self.clock())
-        self.registry.add(executor)
-        self._peer_for(rid).role = Role.EXECUTOR
-        log.info("Registered executor %s on %s (pid %d) with %d core(s)",
-                 executor_id, msg.hostname, msg.pid, msg.cores)
-        if self.cluster_manager is not None:
-            self.allocator.registered(executor_id)
-            self.cluster_manager.registered(executor_id)
-        self._send(rid, p.RegisteredExecutor(self.incarnation, self.config.to_settings()))
-        self._offers_needed = True
-
-    def _executor_for(self, rid, incarnation=None):
-        executor = self.registry.by_rid.get(rid)
-        if executor is None or (incarnation is not None and incarnation != self.incarnation):
-            # an executor declared lost and then woken, or one of an earlier driver: what it
-            # says is ignored (its tasks already run elsewhere) and it is told to exit
-            if rid not in self._warned_peers:
-                self._warned_peers.add(rid)
-                log.info("ignoring an executor that is not registered with this driver "
-                         "(peer %s); told it to exit", rid.hex())
-            self._send(rid, p.StopExecutor("not registered with this driver (removed, or from "
-                                           "an earlier driver incarnation)"), quiet=True)
-            if executor is not None:  # registered, yet it names another incarnation: told to
-                # exit, it takes no more tasks here; those it holds run elsewhere at once
-                self.remove_executor(executor.executor_id,
-                                     "sent a message of another driver incarnation (told to exit)",
-                                     notify=False, count_failure=False)
-            return None
-        executor.last_seen = self.clock()
-        if self.registry.late and self.registry.heard_from(executor.executor_id):
-            log.warning("executor %s is heard from again", executor.executor_id)
-        return executor
-
-    def _on_status_updates(self, rid, msg):
-        executor = self._executor_for(rid, msg.incarnation)
-        if executor is None:
-            return
-        stale = self.scheduler.status_updates(executor, msg.updates, msg.busy)
-        if stale:
-            log.info("ignored %d status update(s) for attempts no longer current from executor %s",
-                     stale, executor.executor_id)
-        self._offers_needed = True
-
-    def _on_heartbeat(self, rid, msg):
-        executor = self._executor_for(rid, msg.incarnation)
-        if executor is None:
-            return
-        executor.metrics = p.heartbeat_metrics(msg.metrics)  # what the dashboard can serve
-        self._send(rid, p.HeartbeatAck(self.incarnation))
-
-    def _on_remove_executor(self, rid, msg):
-        executor = self.registry.by_rid.get(rid)
-        if executor is not None:  # the executor reports its own exit
-            self.remove_executor(executor.executor_id, msg.reason, notify=False,
-                                 count_failure=msg.charge_tasks)
-        elif rid in self.clients:
-            self.remove_executor(msg.executor_id, msg.reason or "removed by a client",
-                                 count_failure=msg.charge_tasks)
-        else:
-            self._warn_peer(rid, "RemoveExecutor from an unknown peer")
-
-    def remove_executor(self, executor_id, reason, notify=True, count_failure=True):
-        """Forget an executor (its tasks run elsewhere) for ``reason``; ``notify`` tells it to
-        exit; ``count_failure`` is False when the driver caused the loss."""
-        executor = self.registry.remove(executor_id, reason)
-        if executor is None:
-            return False
-        if executor.decommissioning:
-            count_failure = False
-        log.log(logging.WARNING if count_failure else logging.INFO,
-                "Removed executor %s on %s: %s (%d task(s) were running)",
-                executor_id, executor.hostname, reason, len(executor.running))
-        self.counters["executors_lost"] += 1
-        self.scheduler.remove_executor(executor, reason, count_failure)
-        if self.cluster_manager is not None:
-            self.cluster_manager.kill([executor_id])  # if it still runs; it is replaced
-        if notify:
-            self._send(executor.routing_id, p.StopExecutor(reason), quiet=True)
-        self._forget_peer(executor.routing_id)  # if piped: it stops at the end of its input
-        self._offers_needed = True
-        return True
-
     # -- clients
-
-    def _on_client_hello(self, rid, msg):
-        if rid in self.registry.by_rid:
-            self._warn_peer(rid, "ClientHello from a registered executor")
-            return
-        self.sessions.connect(rid, msg.pid)
-        self._peer_for(rid).role = Role.CLIENT  # an administrator too: the secret is theirs
-        self._send(rid, p.ClientWelcome(self.incarnation, self.app_id, self.config.to_settings()))
-
-    def _client_for(self, rid):
-        client = self.clients.get(rid)
-        if client is None:
-            self._warn_peer(rid, "message from a client that did not say hello")
-        return client
-
-    def _on_submit_tasks(self, rid, msg):
-        client = self._client_for(rid)
-        if client is None:
-            # most likely a client of an earlier driver on this port: fail its tasks, not hang
-            self._send(rid, p.TaskResults([[row[0], TaskState.ERROR, p.UNKNOWN_CLIENT.encode()]
-                                         for row in msg.tasks]),
-                       quiet=True)
-            return
-        if msg.functions and self.sessions.add_functions(client, msg.functions):
-            self._warn_peer(rid, "a function sent under a digest that is not its "
-                                 "BLAKE2b: refused (its tasks fail)")
-        refused = self.scheduler.submit(client, msg.tasks)  # tasks of a function not held fail
-        if refused:
-            self._warn_peer(rid, f"{refused} task(s) under the id of a task of the client's in "
-                                 "flight: refused")
-        self._offers_needed = True
-
-    def _on_cancel_tasks(self, rid, msg):
-        client = self._client_for(rid)
-        if client is not None:
-            self._kill(self.scheduler.cancel(client, msg.task_ids), "cancelled by the client")
-
-    def _kill(self, to_kill, reason):
-        for executor, task in to_kill:
-            self._send(executor.routing_id, p.KillTask(task.task_id, task.attempt, reason))
-
-    def _on_client_goodbye(self, rid, msg):
-        client = self.sessions.disconnect(rid)
-        if client is not None:
-            if type(self._peers.get(rid)) is RouterPeer:  # a link goes at its end of file
-                del self._peers[rid]
-            self._drop_client(client, "its client left")
-            log.info("client %s left", rid.hex())
-
-    def _on_forget_functions(self, rid, msg):
-        """A client no longer needs these functions (it sends one again with the next
-        task that does)."""
-        client = self._client_for(rid)
-        if client is not None:
-            self.sessions.forget_functions(client, msg.digests)
-
-    def _drop_client(self, client, reason):
-        """Forget a client that left: its tasks, and the functions it sent."""
-        self._kill(self.scheduler.drop_client(client), reason)
-        self.sessions.release(client.functions)
-
-    def _forget_unused_functions(self):
-        """Tell the executors to drop the functions that neither a client nor a task holds
-        any more (not those a client has sent again meanwhile)."""
-        gone = self.sessions.take_unused()
-        for executor in list(self.executors.values()):  # a send may find one gone: removed
-            held = executor.functions & gone
-            if held:
-                executor.functions -= held  # a later launch that needs one sends it again
-                self._send(executor.routing_id, p.ForgetFunctions(sorted(held)))
-
-    def _on_stop_executors(self, rid, msg):
-        if self._client_for(rid) is not None:
-            self.admin.stop_all_executors()
-
-    def _on_admin(self, rid, msg):
-        self.admin.handle(rid, msg, self._client_for(rid) is not None)
 
     def status(self):
         """What ``client.status()`` returns: executors, task counts, recent losses."""
@@ -668,19 +366,6 @@ class Driver:
                           "counters": dict(self.counters),
                           "scheduling_latency": self.scheduling_latency.snapshot()}
 
-    _handlers = {
-        MsgType.REGISTER_EXECUTOR: _on_register_executor,
-        MsgType.STATUS_UPDATES: _on_status_updates,
-        MsgType.HEARTBEAT: _on_heartbeat,
-        MsgType.REMOVE_EXECUTOR: _on_remove_executor,
-        MsgType.CLIENT_HELLO: _on_client_hello,
-        MsgType.SUBMIT_TASKS: _on_submit_tasks,
-        MsgType.CANCEL_TASKS: _on_cancel_tasks,
-        **dict.fromkeys(map(MsgType, AdminOp), _on_admin),
-        MsgType.STOP_EXECUTORS: _on_stop_executors,
-        MsgType.CLIENT_GOODBYE: _on_client_goodbye,
-        MsgType.FORGET_FUNCTIONS: _on_forget_functions,
-    }
 
     # ------------------------------------------------------------ offers and sending
 
@@ -705,39 +390,15 @@ class Driver:
 
     def _revive_offers(self):
         self.scheduler.forget_idle_task_lengths()
-        self._offers_needed = True
+        self.offers_needed = True
 
     def _make_offers(self):
-        self._offers_needed = False
+        self.offers_needed = False
         if self.scheduler.n_pending == 0 or not self.is_ready():
             return
         for executor, frames in self.scheduler.resource_offers():
             for frame in frames:
                 self._send(executor.routing_id, p.Encoded(p.LaunchTasks, frame))
-
-    def _send_results(self):
-        limit = self.config.max_message_size
-        for client in list(self.clients.values()):
-            if not client.results:
-                continue
-            if client.routing_id in self._in_process:  # no frame: one message
-                self._send(client.routing_id, p.TaskResults(client.results.take_rows()))
-                continue
-            for frame in client.results.take_frames(_RESULTS_HEADER, limit, _RESULT_ROWS):
-                self._send(client.routing_id, p.Encoded(p.TaskResults, frame))
-
-    def _send(self, rid, msg, quiet=False):
-        """Send without blocking; a peer that is gone or not reading is dealt with here
-        (unless ``quiet``: its end of file, or its exit, will tell)."""
-        peer = self._peers.get(rid)
-        if peer is None:  # a ROUTER peer that did not register or say hello
-            peer = RouterPeer(rid, self.counters, self.router)
-        problem = peer.send(msg)
-        if problem is None:
-            return True
-        if not quiet:
-            self._link_lost(rid, problem, msg)
-        return False
 
     def _peer_unreachable(self, rid, problem, msg):
         executor = self.registry.by_rid.get(rid)
@@ -751,63 +412,14 @@ class Driver:
             return
         client = self.sessions.disconnect(rid)
         if client is not None:
-            self._forget_peer(rid)
+            self.peers.forget(rid)
             log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
-            self._drop_client(client, "its client is gone")
+            self.client_endpoint.drop_client(client, "its client is gone")
             return
         log.debug("could not send %s to peer %s: %s", p.message_name(msg) if msg else "a probe",
                   rid.hex(), problem)
 
     # ------------------------------------------------------------ timers
-
-    def _check_heartbeats(self):
-        """Declare lost the executors silent past ``executor_heartbeat_timeout``; report
-        those silent for a third of it (a task holding the GIL stalls heartbeats)."""
-        now = self.clock()
-        timeout = self.config.executor_heartbeat_timeout
-        late_after = max(timeout / 3, 2 * self.config.executor_heartbeat_interval)
-        for executor in list(self.executors.values()):
-            silent = now - executor.last_seen
-            if silent > timeout:
-                self.remove_executor(executor.executor_id,
-                                     f"heartbeat timeout (no message for {timeout:g} s)")
-            elif silent > late_after and self.registry.mark_late(executor.executor_id):
-                log.warning("executor %s has been silent for %.1f s (a task holding the GIL?); "
-                            "it is declared lost after %g s", executor.executor_id, silent, timeout)
-
-    def _allocate_dynamically(self):
-        """Apply the dynamic allocation policy to what the driver sees now."""
-        now = self.clock()
-        idle_since = {e.executor_id: None if e.running else self._idle_since.get(e.executor_id, now)
-                      for e in self.executors.values() if not e.decommissioning}
-        self._idle_since = {i: since for i, since in idle_since.items() if since is not None}
-        decision = self.dynamic_allocation.update(
-            now, self.allocator.target, self.scheduler.n_pending, self.scheduler.running_count(),
-            self.cluster_manager.cores_per_executor, idle_since)
-        for reason in decision.reasons:
-            log.info("dynamic allocation: %s", reason)
-        if decision.decommission:
-            self.admin.decommission_executors(decision.decommission, adjust_target=False)
-        self.allocator.set_target(decision.target, "dynamic allocation")
-
-    def _check_executor_exits(self):
-        """Executors the cluster manager started that ended are removed with how they
-        ended; then the allocator compares and acts (replacing lost executors while the
-        target is unchanged)."""
-        if self.cluster_manager is None:
-            return
-        for executor_id, reason in self.cluster_manager.poll_exits():
-            self.allocator.ended(executor_id, reason)
-            removed = self.remove_executor(executor_id, reason, notify=False)
-            if not removed and self.cluster_manager.explains_losses_later:
-                self._add_to_loss_reason(executor_id, reason)
-        self.allocator.tick()
-
-    def _add_to_loss_reason(self, executor_id, reason):
-        """What the cluster manager learned later of a loss already recorded (a batch system
-        says why it ended a job after its executors said they got SIGTERM)."""
-        if self.registry.add_to_loss_reason(executor_id, reason):
-            log.info("executor %s: %s", executor_id, reason)
 
     def _on_disconnects(self):
         """A connection was lost: find whose by probing every peer now, and again shortly
@@ -835,10 +447,7 @@ class Driver:
 
     def _probe_peers(self):
         self._drain()
-        # piped peers need no probe: a pipe's end of file says at once that one is gone
-        for peer in [peer for peer in self._peers.values() if type(peer) is RouterPeer]:
-            if not peer.probe():
-                self._peer_unreachable(peer.rid, "connection lost", None)
+        self.peers.probe()
 
     # ------------------------------------------------------------ stopping
 
@@ -849,16 +458,15 @@ class Driver:
             for client_task_id in list(client.tasks):
                 client.results.add(client_task_id, TaskState.ERROR, b"the driver stopped")
             client.tasks.clear()
-        self._send_results()
-        self._stop_local_clients()
+        self.client_endpoint.send_results()
+        self.peers.stop_in_process()
         if self.cluster_manager is not None:
             # executors still starting never heard Shutdown: stop them now
             self.cluster_manager.kill([executor_id for executor_id in self.cluster_manager.launched_ids()
                                        if executor_id not in self.executors])
-            self._flush_links(1.0)
+            self.peers.flush_links(1.0, self.clock)
             self.cluster_manager.stop(self.config.shutdown_timeout)
-        for rid in list(self._peers):
-            self._close_link(rid)
+        self.peers.close_links()
         if self.client_door is not None:
             self.client_door.close()
         if self.zap is not None:
@@ -876,27 +484,3 @@ class Driver:
                 pass
         self._wakeup.close()
         log.info("driver stopped")
-
-    def _flush_links(self, seconds):
-        """Write what the links still hold (Shutdown), ``seconds`` at most in all."""
-        deadline = self.clock() + seconds
-        for peer in [peer for peer in self._peers.values() if type(peer) is LinkPeer]:
-            if peer.writing:
-                try:
-                    peer.flush(max(0.0, deadline - self.clock()))
-                except BrokenPipeError:
-                    self._link_lost(peer.rid, "gone")
-
-    def _stop_local_clients(self):
-        """Tell the clients in this process that the driver is gone; none connects later."""
-        self.local_wakeup.close()  # their wake-ups write no more
-        peers = list(self._in_process.values())
-        self._in_process.clear()
-        for peer in peers:
-            peer.close()
-        while self._local_arrivals:
-            client = self._local_arrivals.popleft()[1]
-            try:
-                client._driver_stopped()
-            except Exception:
-                log.exception("error telling a client in this process that the driver stopped")

@@ -6,11 +6,15 @@ the same call, ``send(msg)``, which never blocks and returns None when the peer 
 message, else what is wrong ("gone", "not reading (its queue is full)"). Each peer owns its
 send queue (``queued()``), and carries its role, set when it registers or says hello."""
 import enum
+import itertools
 import logging
+import os
 
 import zmq
 
 from .. import protocol as p
+from ..errors import ProtocolError
+from ..pipe_link import PipeLink
 from ..socket_state import SocketState
 from ..security import ZapHandler, make_server
 from .loop import POLLIN, POLLOUT
@@ -222,3 +226,210 @@ def open_router(context, config, keys, host, port, extra_urls=()):
     monitor = router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     # SocketState: its ZMQ_EVENTS and ZMQ_RCVMORE, read cheaply
     return router, SocketState(router), zap, monitor, port
+
+
+class Peers:
+    """Every peer of the driver by routing id, whatever carries it, with one way to send to
+    any of them (``send``) and one way in for what they send.
+
+    A ROUTER peer is kept once it registers or says hello (``peer_for``); piped peers and
+    those in this process from the start. What arrives goes to ``take(rid, frame)`` (frames)
+    or ``handle(rid, msg)`` (messages from this process, checked as ``decode`` checks
+    frames); ``warn(rid, what)`` reports malformed input, ``lost(rid, problem, msg)`` a peer
+    that is gone or not reading, ``broke(rid, error)`` one that broke its link."""
+
+    def __init__(self, router, router_state, counters, loop, channel, max_frame, *, take,
+                 handle, warn, lost, broke):
+        self.router = router
+        self._router_state = router_state
+        self.counters = counters
+        self.loop = loop
+        self.channel = channel
+        self.max_frame = max_frame
+        self._take, self._handle, self._warn = take, handle, warn
+        self._lost, self._broke = lost, broke
+        self._peers = {}
+        self._in_process = {}     # key (their routing id here) -> InProcessPeer
+        self._link_keys = itertools.count(1)
+
+    def get(self, rid):
+        return self._peers.get(rid)
+
+    def in_process(self, rid):
+        return rid in self._in_process
+
+    def peer_for(self, rid):
+        """The peer ``rid`` is, kept from now on."""
+        peer = self._peers.get(rid)
+        if peer is None:
+            peer = self._peers[rid] = RouterPeer(rid, self.counters, self.router)
+        return peer
+
+    def forget(self, rid):
+        """Forget peer ``rid`` (an executor removed, a client gone); a link is closed."""
+        peer = self._peers.pop(rid, None)
+        if peer is not None:
+            self._in_process.pop(rid, None)
+            peer.close()
+
+    def forget_router_peer(self, rid):
+        """Forget ``rid`` if it is a ROUTER peer (a client that said goodbye: a link goes at
+        its end of file, a client in this process once its messages are taken)."""
+        if type(self._peers.get(rid)) is RouterPeer:
+            del self._peers[rid]
+
+    # ------------------------------------------------------------ sending
+
+    def send(self, rid, msg, quiet=False):
+        """Send without blocking; a peer that is gone or not reading is reported to ``lost``
+        (unless ``quiet``: its end of file, or its exit, will tell). True if it took it."""
+        peer = self._peers.get(rid)
+        if peer is None:  # a ROUTER peer that did not register or say hello
+            peer = RouterPeer(rid, self.counters, self.router)
+        problem = peer.send(msg)
+        if problem is None:
+            return True
+        if not quiet:
+            self.link_lost(rid, problem, msg)
+        return False
+
+    def probe(self):
+        """Probe the ROUTER's peers; those gone are reported to ``lost``. Piped peers need
+        no probe: a pipe's end of file says at once that one is gone."""
+        for peer in [peer for peer in self._peers.values() if type(peer) is RouterPeer]:
+            if not peer.probe():
+                self._lost(peer.rid, "connection lost", None)
+
+    # ------------------------------------------------------------ receiving
+
+    def receive_router(self, limit):
+        """Take up to ``limit`` waiting messages of the ROUTER; True if more may wait."""
+        router = self.router
+        state = self._router_state
+        take = self._take
+        counters = self.counters
+        for _ in range(limit):
+            try:
+                rid = router.recv(_NOBLOCK)
+            except zmq.Again:
+                return False
+            # a message arrives whole: once its first frame is here, the others are
+            frames = [rid]
+            while state.more():
+                frames.append(router.recv(_NOBLOCK))
+            counters["messages_in"] += 1
+            counters["bytes_in"] += sum(map(len, frames))
+            if len(frames) != 2:
+                self._warn(rid, f"message of {len(frames) - 1} frames, expected 1")
+            else:
+                take(rid, frames[1])
+            # whether more waits: a recv that raises zmq.Again would cost five times as much
+            if not state.events() & POLLIN:
+                return False
+        return True  # more may wait
+
+    def receive_in_process(self):
+        """Take what the clients in this process queued (see ``channel``)."""
+        for end in self.channel.arrivals():
+            peer = InProcessPeer(end.key, self.counters, end.deliver, end.take, end.stopped)
+            self._in_process[end.key] = self._peers[end.key] = peer
+        handle = self._handle
+        counters = self.counters
+        for key, peer in list(self._in_process.items()):
+            try:
+                messages = peer.receive()
+            except Exception:
+                log.exception("error taking the messages of client %s", key.hex())
+                continue
+            for msg in messages:
+                counters["messages_in"] += 1
+                try:
+                    p.check(msg)  # what decode checks of a frame
+                    if type(msg) is p.SubmitTasks:  # the fast path reads its rows in a frame
+                        msg = p.decode(p.encode(msg))
+                except ProtocolError as exc:
+                    self._warn(key, str(exc))
+                    continue
+                handle(key, msg)
+                if msg.TYPE == p.MsgType.CLIENT_GOODBYE:
+                    # it sends nothing after its goodbye
+                    self._in_process.pop(key, None)
+                    self._peers.pop(key, None)
+                    break
+
+    # ------------------------------------------------------------ links
+
+    def adopt_link(self, description, read_fd, write_fd):
+        """Talk to a peer (``description``, for the log) over this driver's end of a pipe
+        pair, ``read_fd`` and ``write_fd``, as to a peer of the ROUTER."""
+        # a routing id that starts with a zero byte and is not five bytes long: no ROUTER
+        # peer has it, nor a client in this process (see zsched.channel)
+        rid = b"\0pipe" + next(self._link_keys).to_bytes(4, "big")
+        for fd in (read_fd, write_fd):
+            os.set_inheritable(fd, False)  # no process this driver starts holds them
+        link = PipeLink(read_fd, write_fd, self.max_frame)
+        self._peers[rid] = LinkPeer(rid, self.counters, link, self.loop,
+                                    lambda: self._on_link_readable(rid),
+                                    lambda: self._on_link_writable(rid))
+        log.debug("%s talks to this driver over pipes (peer %s)", description, rid.hex())
+
+    def _on_link_readable(self, rid):
+        peer = self._peers.get(rid)
+        if type(peer) is not LinkPeer:
+            return
+        take = self._take
+        for frame in peer.receive():
+            take(rid, frame)
+        if self._peers.get(rid) is not peer:  # a handler closed it
+            return
+        error = peer.link.error
+        if error is not None:  # cut off by this driver: that is why it goes
+            self._warn(rid, error)
+            self.close_link(rid)
+            self._broke(rid, error)
+        elif peer.link.closed_by_peer:
+            self.link_lost(rid, GONE)
+
+    def _on_link_writable(self, rid):
+        peer = self._peers.get(rid)
+        if type(peer) is LinkPeer:
+            try:
+                peer.flush()
+            except BrokenPipeError:
+                self.link_lost(rid, GONE)
+
+    def link_lost(self, rid, problem, msg=None):
+        """Peer ``rid`` is gone (or broke its link): its link closed, then ``lost``, as for
+        a lost connection of the ROUTER."""
+        self.close_link(rid)
+        self._lost(rid, problem, msg)
+
+    def close_link(self, rid):
+        if type(self._peers.get(rid)) is LinkPeer:
+            self._peers.pop(rid).close()
+
+    # ------------------------------------------------------------ stopping
+
+    def flush_links(self, seconds, clock):
+        """Write what the links still hold (Shutdown), ``seconds`` at most in all."""
+        deadline = clock() + seconds
+        for peer in [peer for peer in self._peers.values() if type(peer) is LinkPeer]:
+            if peer.writing:
+                try:
+                    peer.flush(max(0.0, deadline - clock()))
+                except BrokenPipeError:
+                    self.link_lost(peer.rid, GONE)
+
+    def close_links(self):
+        for rid in list(self._peers):
+            self.close_link(rid)
+
+    def stop_in_process(self):
+        """Tell the clients in this process that the driver is gone; none connects later."""
+        never_taken = self.channel.close()  # their wake-ups write no more
+        peers = list(self._in_process.values())
+        self._in_process.clear()
+        peers += [InProcessPeer(end.key, self.counters, end.deliver, end.take, end.stopped)
+                  for end in never_taken]
+        for peer in peers:
+            peer.close()
