@@ -1,0 +1,194 @@
+"""The executor registry (``zsched/driver/registry.py``): the registered executors by
+executor id, by routing id and by host, their states (active, late, decommissioning), their
+cores, and the recent losses the driver remembers."""
+import pytest
+
+from zsched.driver.registry import ExecutorRegistry
+from zsched.scheduler import ExecutorData
+
+pytestmark = pytest.mark.unit
+
+
+def executor(executor_id, host="host-a", cores=2, rid=None):
+    rid = rid if rid is not None else b"rid-" + executor_id.encode()
+    return ExecutorData(executor_id, rid, host, cores, 100, 0, cores, 0.0)
+
+
+def test_an_added_executor_is_found_by_id_and_by_routing_id():
+    registry = ExecutorRegistry()
+    a = executor("1")
+    registry.add(a)
+    assert len(registry) == 1
+    assert "1" in registry
+    assert registry.get("1") is a
+    assert registry.for_rid(b"rid-1") is a
+    assert registry.all() == [a]
+
+
+def test_lookups_of_an_unknown_executor_find_nothing():
+    registry = ExecutorRegistry()
+    assert registry.get("nope") is None
+    assert registry.for_rid(b"nope") is None
+    assert "nope" not in registry
+    assert len(registry) == 0
+    assert not registry.is_active("nope")
+
+
+def test_remove_forgets_both_keys_and_records_the_loss():
+    registry = ExecutorRegistry()
+    a, b = executor("1", host="h1"), executor("2")
+    registry.add(a)
+    registry.add(b)
+    assert registry.remove("1", "heartbeat timeout") is a
+    assert registry.get("1") is None
+    assert registry.for_rid(b"rid-1") is None
+    assert registry.get("2") is b
+    assert len(registry) == 1
+    [(lost_id, host, reason, when)] = registry.losses
+    assert (lost_id, host, reason) == ("1", "h1", "heartbeat timeout")
+    assert isinstance(when, float)
+
+
+def test_removing_an_unknown_executor_records_nothing():
+    registry = ExecutorRegistry()
+    assert registry.remove("ghost", "whatever") is None
+    assert registry.losses == []
+
+
+def test_all_is_safe_to_iterate_while_removing():
+    registry = ExecutorRegistry()
+    for i in range(5):
+        registry.add(executor(str(i)))
+    for e in registry.all():
+        registry.remove(e.executor_id, "stopped")
+    assert len(registry) == 0
+    assert [loss[0] for loss in registry.losses] == ["0", "1", "2", "3", "4"]
+
+
+def test_ids_are_in_natural_order():
+    registry = ExecutorRegistry()
+    for executor_id in ["10", "b", "2", "a", "1"]:
+        registry.add(executor(executor_id))
+    assert registry.ids() == ["1", "2", "10", "a", "b"]
+
+
+def test_ids_on_host():
+    registry = ExecutorRegistry()
+    registry.add(executor("1", host="h1"))
+    registry.add(executor("2", host="h2"))
+    registry.add(executor("3", host="h1"))
+    assert sorted(registry.ids_on_host("h1")) == ["1", "3"]
+    assert registry.ids_on_host("h2") == ["2"]
+    assert registry.ids_on_host("h3") == []
+
+
+def test_a_restarted_executor_under_a_new_routing_id_is_a_new_incarnation():
+    registry = ExecutorRegistry()
+    registry.add(executor("1", rid=b"old"))
+    registry.remove("1", "lost")
+    new = executor("1", rid=b"new")
+    registry.add(new)
+    assert registry.get("1") is new
+    assert registry.for_rid(b"old") is None
+    assert registry.for_rid(b"new") is new
+
+
+@pytest.mark.xfail(strict=True, reason="ExecutorRegistry.add neither refuses a duplicate "
+                   "executor id nor forgets the routing id of the executor it replaces "
+                   "(the driver refuses duplicates before it adds)")
+def test_a_duplicate_executor_id_leaves_no_stale_routing_id():
+    registry = ExecutorRegistry()
+    first, second = executor("1", rid=b"first"), executor("1", rid=b"second")
+    registry.add(first)
+    try:
+        registry.add(second)
+    except ValueError:
+        assert registry.get("1") is first
+        assert registry.for_rid(b"second") is None
+        return
+    registry.remove("1", "gone")
+    assert registry.for_rid(b"first") is None
+    assert registry.for_rid(b"second") is None
+
+
+def test_cores_count_every_executor_or_only_the_active_ones():
+    registry = ExecutorRegistry()
+    a, b, c = executor("1", cores=1), executor("2", cores=4), executor("3", cores=8)
+    for e in (a, b, c):
+        registry.add(e)
+    assert registry.cores() == 13
+    assert registry.cores(active_only=True) == 13
+    c.decommissioning = True
+    assert registry.cores() == 13
+    assert registry.cores(active_only=True) == 5
+    registry.remove("2", "killed")
+    assert registry.cores() == 9
+    assert registry.cores(active_only=True) == 1
+
+
+def test_states_active_late_and_decommissioning():
+    registry = ExecutorRegistry()
+    a = executor("1")
+    registry.add(a)
+    assert registry.state(a) == "active"
+    assert registry.is_active("1")
+    assert registry.mark_late("1") is True
+    assert registry.state(a) == "late"
+    assert registry.is_active("1")  # late, still taking tasks
+    assert registry.mark_late("1") is False  # already late: no news
+    assert registry.heard_from("1") is True
+    assert registry.state(a) == "active"
+    assert registry.heard_from("1") is False
+    a.decommissioning = True
+    assert registry.state(a) == "decommissioning"
+    assert not registry.is_active("1")
+
+
+def test_decommissioning_outranks_late():
+    registry = ExecutorRegistry()
+    a = executor("1")
+    registry.add(a)
+    registry.mark_late("1")
+    a.decommissioning = True
+    assert registry.state(a) == "decommissioning"
+
+
+def test_a_removed_executor_is_no_longer_late():
+    registry = ExecutorRegistry()
+    registry.add(executor("1"))
+    registry.mark_late("1")
+    registry.remove("1", "heartbeat timeout")
+    again = executor("1", rid=b"again")
+    registry.add(again)
+    assert registry.state(again) == "active"
+    assert registry.heard_from("1") is False
+
+
+def test_a_later_reason_is_added_to_the_last_loss_once():
+    registry = ExecutorRegistry()
+    registry.add(executor("1"))
+    registry.remove("1", "got SIGTERM")
+    assert registry.add_to_loss_reason("1", "job cancelled") is True
+    assert registry.add_to_loss_reason("1", "job cancelled") is False
+    assert registry.losses[-1][2] == "got SIGTERM; job cancelled"
+    assert registry.add_to_loss_reason("never-seen", "anything") is False
+
+
+def test_the_reason_goes_to_the_latest_loss_of_that_executor():
+    registry = ExecutorRegistry()
+    for rid in (b"first", b"second"):
+        registry.add(executor("1", rid=rid))
+        registry.remove("1", f"lost {rid.decode()}")
+    assert registry.add_to_loss_reason("1", "late news")
+    assert [loss[2] for loss in registry.losses] == ["lost first", "lost second; late news"]
+
+
+def test_only_recent_losses_are_kept():
+    registry = ExecutorRegistry()
+    for i in range(1000):
+        registry.add(executor(str(i)))
+        registry.remove(str(i), "lost")
+    assert 0 < len(registry.losses) < 1000
+    assert registry.losses[-1][0] == "999"
+    ids = [int(loss[0]) for loss in registry.losses]
+    assert ids == sorted(ids) and ids[-1] - ids[0] == len(ids) - 1  # the latest, in order
