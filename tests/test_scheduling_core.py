@@ -7,7 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zsched import _scheduling, _scheduling_py, _slot_table, _wire, _wire_py, fastpath, scheduling, wire
+from zsched import (
+    _scheduling,
+    _scheduling_py,
+    _slot_table,
+    _wire,
+    _wire_py,
+    fastpath,
+    scheduling,
+    wire,
+)
 from zsched import protocol as p
 from zsched._scheduling_py import NO_TASK_STATE
 from zsched.scheduler import ClientData, ExecutorData

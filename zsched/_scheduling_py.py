@@ -247,6 +247,7 @@ def launch_tasks(tasks, count, executor, limit, latency, now, header):
     running = executor.running
     avoid = executor.suspect_losses
     rows, blobs = [], {}
+    last_digest = None
     launched = 0
     while launched < count and tasks:
         task = tasks.popleft()
@@ -259,8 +260,9 @@ def launch_tasks(tasks, count, executor, limit, latency, now, header):
         running[task.task_id] = task
         latency.observe_one(now - task.queued_at)
         digest = task.function
-        if digest not in blobs:
-            blobs[digest] = task.function_blob
+        if digest is not last_digest:  # a run of tasks of one function shares its digest
+            last_digest = digest
+            blobs.setdefault(digest, task.function_blob)
         rows.append([task.task_id, task.attempt, digest, task.args])
         launched += 1
     return launch_frames(header, rows, blobs, executor.functions, limit), launched

@@ -13,6 +13,7 @@
 """
 import ctypes
 from itertools import chain
+from operator import itemgetter
 
 import msgpack
 
@@ -80,6 +81,11 @@ def launch_frames(header, rows, functions, known, limit):
     add up to at most ``limit`` bytes (a single larger row goes alone), and each frame
     carries the functions (``{digest: blob}`` out of ``functions``) its tasks need and the
     executor does not hold yet (``known``, its digests, is updated)."""
+    needed = {digest: functions[digest] for digest in dict.fromkeys(map(itemgetter(2), rows))
+              if digest not in known}
+    if rows and sum(map(len, map(itemgetter(3), rows))) + sum(map(len, needed.values())) <= limit:
+        known.update(needed)  # the usual case: one frame, sized in C
+        return [header + _pack([needed, rows])]
     return [header + _pack([needed, batch])
             for needed, batch in batch_tasks(rows, 2, 3, functions, known, limit)]
 
