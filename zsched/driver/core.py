@@ -1,14 +1,14 @@
 """The driver: one ROUTER socket, one thread, all scheduling state.
 
-Executors and clients connect as DEALERs. The loop polls the ROUTER (plus the ZAP
-socket and a wake-up pipe), handles each message in order, runs its timers (revive
-offers, heartbeat check, executor exits) and sends launches and results in batches.
-Other threads never touch its state: they connect as clients or write to the pipe. A
-client in this process connects through ``channel`` (a ``zsched.channel.Channel``) and hands
-its messages over in memory: the loop takes them and handles them with the same handlers as
-those of a ROUTER peer, and completes that client's futures itself. Executors that a local cluster manager starts
-on this host talk to the driver over a pair of pipes each (``pipe_link``) instead of the
-ROUTER: the same frames, with fewer thread wake-ups.
+Executors and clients connect as DEALERs. The loop (``loop.py``) polls the ROUTER (plus the
+ZAP socket and wake-up pipes), handles each message in order, runs its timers (revive
+offers, heartbeat check, executor exits) and sends launches and results in batches. Other
+threads never touch its state: they connect as clients or write to a pipe. A client in this
+process connects through ``channel`` (a ``zsched.channel.Channel``) and hands its messages
+over in memory; executors that a local cluster manager starts on this host talk to it over
+a pair of pipes each (``pipe_link``): the same frames, with fewer thread wake-ups. Every
+peer is reached through ``peers.py``; each job has its room (``registry``, ``executors``,
+``clients``, ``admin``), and this class wires them together and makes the offers.
 """
 import logging
 import os
