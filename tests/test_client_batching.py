@@ -270,7 +270,7 @@ def test_the_driver_thread_never_runs_a_done_callback(cluster):
     """With the driver in this process, done-callbacks run in a thread of the client's:
     one that waits for another task of the same client stalls neither the driver nor that
     task, every callback runs, and the thread ends with its client."""
-    if cluster._driver is None:
+    if cluster.channel is None:
         pytest.skip("the client's I/O thread runs the callbacks of a remote client")
     client = cluster.client()
     try:

@@ -96,7 +96,7 @@ class LocalCluster:
         executor_idle_timeout = check_number("executor_idle_timeout", executor_idle_timeout,
                                              MIN_WAIT, WEEK, unit="s")
         values = {**(conf or {}), **settings}
-        config = Config.from_mapping(values)
+        config = self._config = Config.from_mapping(values)
         self.n_executors = n_executors
         self.app_id = app_id or f"local-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
         self._closed = False
@@ -300,10 +300,10 @@ class LocalCluster:
         self._close_client_door()
         if self._driver is not None:
             self._driver.request_stop()  # it stops its executors, then closes its sockets
-            self._driver.join(60 + self._driver.config.shutdown_timeout)
+            wait = 60 + self._config.shutdown_timeout
+            self._driver.join(wait)
             if self._driver.is_running():
-                log.warning("the cluster's driver did not stop within %g s",
-                            60 + self._driver.config.shutdown_timeout)
+                log.warning("the cluster's driver did not stop within %g s", wait)
             shutil.rmtree(self._private_dir, ignore_errors=True)
             return
         process = self._process

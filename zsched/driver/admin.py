@@ -2,6 +2,8 @@
 (``protocol.AdminOp``), each answered by an AdminReply, and the allocation contract behind
 them (Spark's ExecutorAllocationClient)."""
 import logging
+import time
+from collections import deque
 
 from .. import protocol as p
 from ..arena_cache import stats as memory_cache_stats
@@ -9,6 +11,8 @@ from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from ..protocol import AdminOp
 
 log = logging.getLogger("zsched.driver")
+
+_HISTORY_POINTS = 1200  # the dashboard's snapshots charted: 10 minutes at two a second
 
 
 class Admin:
@@ -18,6 +22,8 @@ class Admin:
 
     def __init__(self, driver):
         self.driver = driver
+        self._history = deque(maxlen=_HISTORY_POINTS)
+        self._snapshot = None
         self._operations = {
             AdminOp.PING: self.ping,
             AdminOp.EXECUTOR_IDS: self.executor_ids,
@@ -96,6 +102,24 @@ class Admin:
             "losses": [{"id": i, "host": h, "reason": r, "time": t}
                        for i, h, r, t in registry.losses],
         }
+
+    def publish_snapshot(self):
+        """What the dashboard shows: ``status()`` with the history of the figures charted,
+        traffic counters and scheduling latency. A new dict each time (the dashboard's
+        threads read the last one published, never one being built)."""
+        d = self.driver
+        status = self.status()
+        tasks = status["tasks"]
+        now = time.time()
+        self._history.append([now, tasks["finished"], tasks["failed"], tasks["queued"],
+                              tasks["running"], len(status["executors"])])
+        self._snapshot = {**status, "time": now, "history": list(self._history),
+                          "counters": dict(d.counters),
+                          "scheduling_latency": d.scheduling_latency.snapshot()}
+
+    def last_snapshot(self):
+        """The snapshot published last; read by the dashboard's threads."""
+        return self._snapshot
 
     def _allocation_status(self):
         d = self.driver

@@ -1,14 +1,14 @@
 """The driver: one ROUTER socket, one thread, all scheduling state.
 
-Executors and clients connect as DEALERs. The loop polls the ROUTER (plus the ZAP
-socket and a wake-up pipe), handles each message in order, runs its timers (revive
-offers, heartbeat check, executor exits) and sends launches and results in batches.
-Other threads never touch its state: they connect as clients or write to the pipe. A
-client in this process connects through ``channel`` (a ``zsched.channel.Channel``) and hands
-its messages over in memory: the loop takes them and handles them with the same handlers as
-those of a ROUTER peer, and completes that client's futures itself. Executors that a local cluster manager starts
-on this host talk to the driver over a pair of pipes each (``pipe_link``) instead of the
-ROUTER: the same frames, with fewer thread wake-ups.
+Executors and clients connect as DEALERs. The loop (``loop.py``) polls the ROUTER (plus the
+ZAP socket and wake-up pipes), handles each message in order, runs its timers (revive
+offers, heartbeat check, executor exits) and sends launches and results in batches. Other
+threads never touch its state: they connect as clients or write to a pipe. A client in this
+process connects through ``channel`` (a ``zsched.channel.Channel``) and hands its messages
+over in memory; executors that a local cluster manager starts on this host talk to it over
+a pair of pipes each (``pipe_link``): the same frames, with fewer thread wake-ups. Every
+peer is reached through ``peers.py``; each job has its room (``registry``, ``executors``,
+``clients``, ``admin``), and this class wires them together and makes the offers.
 """
 import logging
 import os
@@ -16,7 +16,6 @@ import secrets
 import socket
 import threading
 import time
-from collections import deque
 
 import zmq
 
@@ -40,7 +39,6 @@ log = logging.getLogger("zsched.driver")  # also when run as __main__
 _RECV_BATCH = 1024          # messages handled per wake-up before timers and sends run
 _WARNED_PEERS_LIMIT = 10000
 _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
-_HISTORY_POINTS = 1200       # snapshots charted: 10 minutes
 _RECLAIM_INTERVAL = 0.1      # seconds between looks for tasks held behind long ones ...
 _RECLAIM_SILENCE = 0.1       # ... on an executor silent this long while cores idle elsewhere
 
@@ -98,8 +96,6 @@ class Driver:
         self.scheduling_latency = self.scheduler.latency
         self.dashboard_port = options.dashboard_port  # None: no dashboard
         self.dashboard = None
-        self._history = deque(maxlen=_HISTORY_POINTS)
-        self._snapshot = None
         self._probe_at = None         # when to probe the peers again after a disconnect
         self.allocator = None
         if cluster_manager is not None:
@@ -146,9 +142,9 @@ class Driver:
             from ..dashboard import DashboardServer, dashboard_token
             # with a secure bus the page needs a token, which whoever holds the secret can derive
             token = dashboard_token(self.keys.client_secret) if self.keys is not None else None
-            self.dashboard = DashboardServer(self.host, self.dashboard_port, lambda: self._snapshot, token)
+            self.dashboard = DashboardServer(self.host, self.dashboard_port, self.admin.last_snapshot, token)
             self.dashboard.start()
-            self._publish_snapshot()
+            self.admin.publish_snapshot()
 
     # ------------------------------------------------------------ running
 
@@ -215,7 +211,7 @@ class Driver:
         if self.dynamic_allocation is not None and self.allocator is not None:
             loop.every(0.25, executors.allocate_dynamically)
         if self.dashboard is not None:
-            loop.every(_HISTORY_INTERVAL, self._publish_snapshot)
+            loop.every(_HISTORY_INTERVAL, self.admin.publish_snapshot)
 
     def step(self, timeout=0.0, all_timers=False):
         """One turn of the loop in the caller's thread, for a driver whose loop does not
@@ -352,20 +348,6 @@ class Driver:
 
     def executor_ids(self):
         return self.admin.executor_ids()
-
-    def _publish_snapshot(self):
-        """What the dashboard shows: ``status()`` with the history of the figures charted,
-        traffic counters and scheduling latency. A new dict each time (the dashboard's
-        threads read the last one published, never one being built)."""
-        status = self.status()
-        tasks = status["tasks"]
-        now = time.time()
-        self._history.append([now, tasks["finished"], tasks["failed"], tasks["queued"],
-                              tasks["running"], len(status["executors"])])
-        self._snapshot = {**status, "time": now, "history": list(self._history),
-                          "counters": dict(self.counters),
-                          "scheduling_latency": self.scheduling_latency.snapshot()}
-
 
     # ------------------------------------------------------------ offers and sending
 
