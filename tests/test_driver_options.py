@@ -184,3 +184,8 @@ def test_a_local_manager_on_every_interface_names_this_host():
     import socket
     assert local_manager("0.0.0.0", 1, "INFO").hostname == socket.gethostname()
     assert local_manager("127.0.0.1", 4, "INFO").cores_per_executor == 4
+
+
+def test_a_secure_driver_needs_a_secret_file():
+    with pytest.raises(ConfigError, match="secret file"):
+        DriverOptions.create(Config())

@@ -93,22 +93,17 @@ def test_a_restarted_executor_under_a_new_routing_id_is_a_new_incarnation():
     assert registry.for_rid(b"new") is new
 
 
-@pytest.mark.xfail(strict=True, reason="ExecutorRegistry.add neither refuses a duplicate "
-                   "executor id nor forgets the routing id of the executor it replaces "
-                   "(the driver refuses duplicates before it adds)")
-def test_a_duplicate_executor_id_leaves_no_stale_routing_id():
+def test_a_duplicate_executor_id_or_connection_is_refused_and_leaves_nothing_stale():
     registry = ExecutorRegistry()
-    first, second = executor("1", rid=b"first"), executor("1", rid=b"second")
+    first = executor("1", rid=b"first")
     registry.add(first)
-    try:
-        registry.add(second)
-    except ValueError:
-        assert registry.get("1") is first
-        assert registry.for_rid(b"second") is None
-        return
+    for duplicate in (executor("1", rid=b"second"), executor("2", rid=b"first")):
+        with pytest.raises(ValueError):
+            registry.add(duplicate)
+    assert registry.get("1") is first and registry.get("2") is None
+    assert registry.for_rid(b"first") is first and registry.for_rid(b"second") is None
     registry.remove("1", "gone")
-    assert registry.for_rid(b"first") is None
-    assert registry.for_rid(b"second") is None
+    assert registry.for_rid(b"first") is None and len(registry) == 0
 
 
 def test_cores_count_every_executor_or_only_the_active_ones():

@@ -229,3 +229,9 @@ def test_an_executor_claiming_absurd_cores_is_refused_with_a_reason(driver_facto
         context.destroy(linger=0)
         client.shutdown()
     assert driver.stop() == 0
+
+
+def test_closing_a_driver_twice_is_harmless():
+    driver = Driver(DriverOptions.create(Config(), insecure=True))
+    driver.close()
+    driver.close()

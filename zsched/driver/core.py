@@ -434,6 +434,8 @@ class Driver:
     # ------------------------------------------------------------ stopping
 
     def _shutdown(self):
+        if self.router.closed:  # closed already: a second close does nothing
+            return
         for executor in list(self.executors.values()):
             self._send(executor.routing_id, p.Shutdown(), quiet=True)
         for client in list(self.clients.values()):

@@ -67,6 +67,8 @@ class DriverOptions:
         keys = None
         if insecure:
             secret_file = None
+        elif secret_file is None:
+            raise ConfigError("a secret file is needed unless the driver runs insecure")
         else:
             keys = _secure(secret_file)
         return cls(config, secret_file=secret_file, keys=keys, cluster_manager=cluster_manager,

@@ -34,6 +34,9 @@ class ExecutorRegistry:
         return list(self.by_id.values())
 
     def add(self, executor):
+        """Register ``executor``; ValueError if its id or its routing id is taken."""
+        if executor.executor_id in self.by_id or executor.routing_id in self.by_rid:
+            raise ValueError(f"executor {executor.executor_id} or its connection is registered already")
         self.by_id[executor.executor_id] = executor
         self.by_rid[executor.routing_id] = executor
 
