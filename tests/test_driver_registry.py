@@ -4,6 +4,7 @@ cores, and the recent losses the driver remembers."""
 import pytest
 
 from zsched.driver.registry import ExecutorRegistry
+from zsched.liveness import HeartbeatMonitor
 from zsched.scheduler import ExecutorData
 
 pytestmark = pytest.mark.unit
@@ -122,41 +123,46 @@ def test_cores_count_every_executor_or_only_the_active_ones():
 
 
 def test_states_active_late_and_decommissioning():
-    registry = ExecutorRegistry()
+    # heartbeats every 1 s, lost after 9 s, late after 3 s (a third of the timeout)
+    registry = ExecutorRegistry(HeartbeatMonitor(1.0, 9.0, clock=lambda: 0.0))
     a = executor("1")
-    registry.add(a)
+    registry.add(a, now=0.0)
     assert registry.state(a) == "active"
     assert registry.is_active("1")
-    assert registry.mark_late("1") is True
+    assert registry.liveness.late(3.0) == []  # not past late_after yet
+    assert registry.liveness.late(3.5) == ["1"]
     assert registry.state(a) == "late"
+    assert registry.silence("1", 3.5) == 3.5
     assert registry.is_active("1")  # late, still taking tasks
-    assert registry.mark_late("1") is False  # already late: no news
-    assert registry.heard_from("1") is True
+    assert registry.liveness.late(4.0) == []  # already late: no news
+    assert registry.heard_from("1", 4.0) is True
     assert registry.state(a) == "active"
-    assert registry.heard_from("1") is False
+    assert registry.heard_from("1", 4.5) is False
+    assert registry.liveness.silent(13.5) == [] and registry.liveness.silent(13.6) == ["1"]
     a.decommissioning = True
     assert registry.state(a) == "decommissioning"
     assert not registry.is_active("1")
 
 
 def test_decommissioning_outranks_late():
-    registry = ExecutorRegistry()
+    registry = ExecutorRegistry(HeartbeatMonitor(1.0, 9.0, clock=lambda: 0.0))
     a = executor("1")
-    registry.add(a)
-    registry.mark_late("1")
+    registry.add(a, now=0.0)
+    assert registry.liveness.late(5.0) == ["1"]
     a.decommissioning = True
     assert registry.state(a) == "decommissioning"
 
 
-def test_a_removed_executor_is_no_longer_late():
-    registry = ExecutorRegistry()
-    registry.add(executor("1"))
-    registry.mark_late("1")
+def test_a_removed_executor_is_no_longer_late_nor_watched():
+    registry = ExecutorRegistry(HeartbeatMonitor(1.0, 9.0, clock=lambda: 0.0))
+    registry.add(executor("1"), now=0.0)
+    assert registry.liveness.late(5.0) == ["1"]
     registry.remove("1", "heartbeat timeout")
+    assert registry.liveness.silent(100.0) == []
     again = executor("1", rid=b"again")
-    registry.add(again)
+    registry.add(again, now=6.0)
     assert registry.state(again) == "active"
-    assert registry.heard_from("1") is False
+    assert registry.heard_from("1", 6.5) is False
 
 
 def test_a_later_reason_is_added_to_the_last_loss_once():

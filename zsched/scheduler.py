@@ -47,7 +47,7 @@ class ExecutorData:
 
     __slots__ = ("executor_id", "routing_id", "hostname", "cores", "pid", "slot", "slots",
                  "task_seconds", "running", "suspect_losses", "decommissioning", "functions",
-                 "registered_at", "last_seen", "metrics", "tasks_done", "tasks_failed",
+                 "registered_at", "metrics", "tasks_done", "tasks_failed",
                  "ended_at_check", "last_report", "last_reclaim")
 
     def __init__(self, executor_id, routing_id, hostname, cores, pid, slot, slots, now):
@@ -64,7 +64,6 @@ class ExecutorData:
         self.decommissioning = False
         self.functions = set()    # function digests this executor already holds
         self.registered_at = now
-        self.last_seen = now
         self.metrics = {}
         self.tasks_done = 0
         self.tasks_failed = 0

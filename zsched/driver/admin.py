@@ -93,7 +93,7 @@ class Admin:
                  "free_slots": max(0, scheduler.slots.free(e.slot)),
                  "task_seconds": e.task_seconds,
                  "tasks_done": e.tasks_done, "tasks_failed": e.tasks_failed,
-                 "last_heartbeat_age": now - e.last_seen}
+                 "last_heartbeat_age": registry.silence(e.executor_id, now)}
                 for e in (registry.get(i) for i in registry.ids())
             ],
             "tasks": counts,

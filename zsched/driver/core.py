@@ -26,6 +26,7 @@ from ..errors import ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from ..protocol import AdminOp, MsgType, TaskState
 from ..scheduler import TaskScheduler
+from ..liveness import HeartbeatMonitor
 from ..wakeup import WakeupPipe
 from .admin import Admin
 from .clients import ClientEndpoint, ClientSessions
@@ -70,7 +71,8 @@ class Driver:
         self.sessions = ClientSessions()
         self.functions = self.sessions.functions  # digest -> FunctionBlob a client holds
         self.scheduler = TaskScheduler(self.config, self.functions, clock)
-        self.registry = ExecutorRegistry()
+        self.registry = ExecutorRegistry(HeartbeatMonitor(
+            self.config.executor_heartbeat_interval, self.config.executor_heartbeat_timeout, clock=clock))
         self.executors = self.registry.by_id  # executor id -> ExecutorData (read-only outside)
         self.clients = self.sessions.by_rid  # routing id -> ClientData (read-only outside)
         self.url = None

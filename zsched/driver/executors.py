@@ -40,7 +40,7 @@ class ExecutorEndpoint:
             return
         executor = d.scheduler.add_executor(executor_id, rid, msg.hostname, msg.cores, msg.pid,
                                             d.clock())
-        d.registry.add(executor)
+        d.registry.add(executor, d.clock())
         d.peers.peer_for(rid).role = Role.EXECUTOR
         log.info("Registered executor %s on %s (pid %d) with %d core(s)",
                  executor_id, msg.hostname, msg.pid, msg.cores)
@@ -68,8 +68,7 @@ class ExecutorEndpoint:
                                      "sent a message of another driver incarnation (told to exit)",
                                      notify=False, count_failure=False)
             return None
-        executor.last_seen = d.clock()
-        if d.registry.late and d.registry.heard_from(executor.executor_id):
+        if d.registry.heard_from(executor.executor_id, d.clock()):
             log.warning("executor %s is heard from again", executor.executor_id)
         return executor
 
@@ -131,16 +130,14 @@ class ExecutorEndpoint:
         those silent for a third of it (a task holding the GIL stalls heartbeats)."""
         d = self.driver
         now = d.clock()
-        timeout = d.config.executor_heartbeat_timeout
-        late_after = max(timeout / 3, 2 * d.config.executor_heartbeat_interval)
-        for executor in list(d.executors.values()):
-            silent = now - executor.last_seen
-            if silent > timeout:
-                self.remove_executor(executor.executor_id,
-                                     f"heartbeat timeout (no message for {timeout:g} s)")
-            elif silent > late_after and d.registry.mark_late(executor.executor_id):
-                log.warning("executor %s has been silent for %.1f s (a task holding the GIL?); "
-                            "it is declared lost after %g s", executor.executor_id, silent, timeout)
+        liveness = d.registry.liveness
+        for executor_id in liveness.silent(now):
+            self.remove_executor(executor_id,
+                                 f"heartbeat timeout (no message for {liveness.timeout:g} s)")
+        for executor_id in liveness.late(now):
+            log.warning("executor %s has been silent for %.1f s (a task holding the GIL?); "
+                        "it is declared lost after %g s", executor_id,
+                        liveness.silence(executor_id, now), liveness.timeout)
 
     def allocate_dynamically(self):
         """Apply the dynamic allocation policy to what the driver sees now."""

@@ -2,6 +2,8 @@
 with their states (active, late, decommissioning) and the recent losses."""
 import time
 
+from ..liveness import HeartbeatMonitor
+
 _LOSSES_KEPT = 100
 
 
@@ -9,12 +11,14 @@ class ExecutorRegistry:
     """Registered executors and what the driver remembers of those lost.
 
     ``by_id`` maps executor id to ``ExecutorData`` and ``by_rid`` routing id to the same;
-    both are read directly on the hot path. Only the driver's loop changes them."""
+    both are read directly on the hot path. Only the driver's loop changes them.
+    ``liveness`` watches each registered executor's heartbeats (by default: a 5 s interval
+    and a 30 s timeout on the monotonic clock)."""
 
-    def __init__(self):
+    def __init__(self, liveness=None):
         self.by_id = {}
         self.by_rid = {}
-        self.late = set()     # ids of executors reported late with their heartbeats
+        self.liveness = liveness if liveness is not None else HeartbeatMonitor(5.0, 30.0)
         self.losses = []      # recent (executor id, host, reason, wall-clock time)
 
     def __len__(self):
@@ -33,12 +37,14 @@ class ExecutorRegistry:
         """A list of the executors, safe to iterate while some are removed."""
         return list(self.by_id.values())
 
-    def add(self, executor):
-        """Register ``executor``; ValueError if its id or its routing id is taken."""
+    def add(self, executor, now=None):
+        """Register ``executor``, heard from at ``now``; ValueError if its id or its routing
+        id is taken."""
         if executor.executor_id in self.by_id or executor.routing_id in self.by_rid:
             raise ValueError(f"executor {executor.executor_id} or its connection is registered already")
         self.by_id[executor.executor_id] = executor
         self.by_rid[executor.routing_id] = executor
+        self.liveness.heard(executor.executor_id, now)
 
     def remove(self, executor_id, reason):
         """Forget ``executor_id`` and record its loss for ``reason``: the executor, or None."""
@@ -46,7 +52,7 @@ class ExecutorRegistry:
         if executor is None:
             return None
         del self.by_rid[executor.routing_id]
-        self.late.discard(executor_id)
+        self.liveness.forget(executor_id)
         self.losses.append((executor_id, executor.hostname, reason, time.time()))
         del self.losses[:-_LOSSES_KEPT]
         return executor
@@ -83,21 +89,15 @@ class ExecutorRegistry:
     def state(self, executor):
         if executor.decommissioning:
             return "decommissioning"
-        return "late" if executor.executor_id in self.late else "active"
+        return "late" if self.liveness.is_late(executor.executor_id) else "active"
 
-    def mark_late(self, executor_id):
-        """Note ``executor_id`` as late; True if it was not already."""
-        if executor_id in self.late:
-            return False
-        self.late.add(executor_id)
-        return True
+    def heard_from(self, executor_id, now=None):
+        """``executor_id`` spoke at ``now``: no longer late. True if it was."""
+        return self.liveness.heard(executor_id, now)
 
-    def heard_from(self, executor_id):
-        """``executor_id`` spoke: no longer late. True if it was."""
-        if executor_id in self.late:
-            self.late.discard(executor_id)
-            return True
-        return False
+    def silence(self, executor_id, now=None):
+        """Seconds ``executor_id`` has been silent at ``now``."""
+        return self.liveness.silence(executor_id, now)
 
 
 def _natural_key(executor_id):
