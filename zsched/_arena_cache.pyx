@@ -4,8 +4,7 @@
 CPython's small-object allocator takes memory from the system in arenas (1 MiB on 64-bit
 builds) and gives an arena back as soon as the last object in it is freed. A driver that
 ran a flood of tasks frees most of its arenas when the flood ends, and the next flood takes
-as much fresh memory again: each of its pages costs a page fault when first touched (1.3 to
-2.6 us on the machines measured, about what the compiled fast path spends on ten tasks).
+as much fresh memory again: each of its pages costs a page fault when first touched.
 
 ``install(limit)`` puts a cache in front of the allocator's own arena functions: a freed
 arena is kept, while the kept ones add up to at most ``limit`` bytes, and a new arena is

@@ -2,9 +2,9 @@
 with a secret file private to the cluster.
 
 The driver runs in its own process (``python -m zsched.driver --local N``), not in a thread
-of the caller: measured here, a driver thread shares the caller's GIL, so the caller's own
-Python work (building futures, post-processing results) slows every task of the cluster,
-and throughput was 1.4-2x lower (bench/RESULTS.md). The driver fate-shares with the caller
+of the caller: a driver thread would share the caller's GIL, so the caller's own Python
+work (building futures, post-processing results) would slow every task of the cluster. The
+driver fate-shares with the caller
 through its standard input: when this process dies, the driver and its executors stop.
 ``in_process=True`` runs the driver in a thread instead, for the lowest single-task latency
 of a client in this process (over inproc://); see ``LocalCluster``.
@@ -66,7 +66,7 @@ class LocalCluster:
     of four, and no thread besides the caller's and the driver's. Besides ``address``, the
     driver also listens at ``inproc_address`` for sockets in this process that use
     ``context``. It shares this process's GIL with the caller, so a caller busy in Python slows
-    the cluster (bench/RESULTS.md); when this process dies the executors lose their
+    the cluster; when this process dies the executors lose their
     connection to the driver and exit.
     """
 
@@ -76,25 +76,10 @@ class LocalCluster:
                  max_executors=None, initial_executors=None, backlog_timeout=1.0,
                  executor_idle_timeout=60.0, dashboard=False, in_process=False, **settings):
         # bad arguments fail here, naming them, rather than in the driver or in ZeroMQ
-        on_this_host = type(self)._manager_arguments is LocalCluster._manager_arguments
-        n_executors = check_number("n_executors", n_executors, 0,
-                                   MAX_EXECUTORS_PER_HOST if on_this_host else MAX_EXECUTORS,
-                                   integer=True)
-        cores_per_executor = check_number("cores_per_executor", cores_per_executor, 1, MAX_CORES,
-                                          integer=True)
-        port = check_number("port", port, 0, MAX_PORT, integer=True)
-        min_executors = check_number("min_executors", min_executors, 0, MAX_EXECUTORS, integer=True)
-        if max_executors is not None:
-            max_executors = check_number("max_executors", max_executors, 0, MAX_EXECUTORS,
-                                         integer=True)
-            if min_executors > max_executors:
-                raise ConfigError(f"min_executors {min_executors} is above max_executors {max_executors}")
-        if initial_executors is not None:
-            initial_executors = check_number("initial_executors", initial_executors, 0,
-                                             MAX_EXECUTORS, integer=True)
-        backlog_timeout = check_number("backlog_timeout", backlog_timeout, MIN_WAIT, WEEK, unit="s")
-        executor_idle_timeout = check_number("executor_idle_timeout", executor_idle_timeout,
-                                             MIN_WAIT, WEEK, unit="s")
+        (n_executors, cores_per_executor, port, min_executors, max_executors, initial_executors,
+         backlog_timeout, executor_idle_timeout) = self._checked(
+            n_executors, cores_per_executor, port, min_executors, max_executors, initial_executors,
+            backlog_timeout, executor_idle_timeout)
         values = {**(conf or {}), **settings}
         config = self._config = Config.from_mapping(values)
         self.n_executors = n_executors
@@ -119,6 +104,18 @@ class LocalCluster:
                                    dynamic_allocation, min_executors, max_executors,
                                    initial_executors, backlog_timeout, executor_idle_timeout)
             return
+        command, n_executors = self._driver_command(
+            values, n_executors, cores_per_executor, host, port, ipc_path, secret_file, insecure,
+            log_level, dashboard, dynamic_allocation, min_executors, max_executors,
+            initial_executors, backlog_timeout, executor_idle_timeout)
+        self._start_process(command, ipc_path, dashboard, wait, n_executors, config)
+
+    def _driver_command(self, values, n_executors, cores_per_executor, host, port, ipc_path,
+                        secret_file, insecure, log_level, dashboard, dynamic_allocation,
+                        min_executors, max_executors, initial_executors, backlog_timeout,
+                        executor_idle_timeout):
+        """``bin/driver``'s command line for these arguments, and the executors to wait for.
+        Creates the secret file (unless insecure)."""
         command = module_command("zsched.driver") + ["--host", host, "--port", str(port),
                    "--app-id", self.app_id, *self._manager_arguments(n_executors),
                    "--cores-per-executor", str(cores_per_executor), "--log-level", log_level,
@@ -150,9 +147,38 @@ class LocalCluster:
             command += ["--secret-file", secret_file]
         for name, value in values.items():
             command += ["--conf", f"{name}={value}"]
+        return command, n_executors
+
+    def _checked(self, n_executors, cores_per_executor, port, min_executors, max_executors,
+                 initial_executors, backlog_timeout, executor_idle_timeout):
+        """The arguments as numbers in their bounds; ConfigError naming the first that is not."""
+        on_this_host = type(self)._manager_arguments is LocalCluster._manager_arguments
+        n_executors = check_number("n_executors", n_executors, 0,
+                                   MAX_EXECUTORS_PER_HOST if on_this_host else MAX_EXECUTORS,
+                                   integer=True)
+        cores_per_executor = check_number("cores_per_executor", cores_per_executor, 1, MAX_CORES,
+                                          integer=True)
+        port = check_number("port", port, 0, MAX_PORT, integer=True)
+        min_executors = check_number("min_executors", min_executors, 0, MAX_EXECUTORS, integer=True)
+        if max_executors is not None:
+            max_executors = check_number("max_executors", max_executors, 0, MAX_EXECUTORS,
+                                         integer=True)
+            if min_executors > max_executors:
+                raise ConfigError(f"min_executors {min_executors} is above max_executors {max_executors}")
+        if initial_executors is not None:
+            initial_executors = check_number("initial_executors", initial_executors, 0,
+                                             MAX_EXECUTORS, integer=True)
+        backlog_timeout = check_number("backlog_timeout", backlog_timeout, MIN_WAIT, WEEK, unit="s")
+        executor_idle_timeout = check_number("executor_idle_timeout", executor_idle_timeout,
+                                             MIN_WAIT, WEEK, unit="s")
+        return (n_executors, cores_per_executor, port, min_executors, max_executors,
+                initial_executors, backlog_timeout, executor_idle_timeout)
+
+    def _start_process(self, command, ipc_path, dashboard, wait, n_executors, config):
+        """Start ``bin/driver``'s ``command`` and wait for its address (and executors)."""
         # client() talks to the driver over a pipe pair rather than a socket: one thread
-        # woken per message instead of three (see zsched/pipe_link.py). The driver gets each
-        # pair through this Unix socket, which it inherits
+        # woken per message instead of three. The driver gets each pair through this
+        # Unix socket, which it inherits
         self._client_door, driver_door = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         command += ["--client-door", str(driver_door.fileno())]
         try:

@@ -23,8 +23,8 @@ _LAUNCH_HEADER = frame_header(LaunchTasks)  # the wire writes LaunchTasks frames
 def untracked(container):
     """``container`` (empty), taken out of the cyclic garbage collector: for the deques of
     queued Tasks, which may hold a million items (each full collection would otherwise
-    visit every one: about 10 ms per million queued tasks). No cycle passes through them:
-    nothing a Task refers to refers back to its queue."""
+    visit every one). No cycle passes through them: nothing a Task refers to refers back to
+    its queue."""
     gc_untrack(container)
     return container
 

@@ -16,13 +16,8 @@ from .peers import Role
 
 log = logging.getLogger("zsched.driver")
 
-# Rows per TaskResults frame at most. A client decodes a frame into one list per row, all
-# alive at once: a frame of tens of thousands of rows (a wake-up's results, with hundreds of
-# executors reporting) made the cyclic GC promote them all to its oldest generation, and so
-# run full collections over everything the client holds, a flood's futures included (20 to
-# 27 of them in a map of 10^6 tasks at 1,000 simulated executors: up to a third of the
-# client's CPU; bench/scale.py). Under the GC's first threshold (700 allocations), a frame's
-# rows are freed before a collection can keep them.
+# Rows per TaskResults frame: under the GC's first threshold, so a client frees a frame's
+# rows before a collection can promote them (and then scan all its futures again and again).
 _RESULT_ROWS = 512
 _RESULTS_HEADER = p.frame_header(p.TaskResults)
 
