@@ -63,6 +63,29 @@ def build_parser():
     parser.add_argument("--dashboard-port", type=_PORT, default=None, metavar="P",
                         help="serve a live dashboard and Prometheus /metrics on this port of "
                              "--host (0 picks a free one); off unless given")
+    _add_manager_options(parser)
+    parser.add_argument("--ipc-path", default=None, metavar="PATH",
+                        help="also listen at this Unix socket, in a directory private to you: "
+                             "executors started with --local connect there (lower latency than "
+                             "TCP), and so can clients on this host (ipc://PATH)")
+    parser.add_argument("--private-dir", default=None, metavar="DIR",
+                        help="a directory made for this driver alone by the program that "
+                             "started it (its secret file, its --ipc-path): removed, with "
+                             "what it holds, when the driver stops")
+    parser.add_argument("--client-door", default=None, type=_open_unix_socket, metavar="FD",
+                        help="a Unix socket inherited from the program that started this "
+                             "driver, through which it passes a pipe pair for each of its "
+                             "clients (LocalCluster's client())")
+    parser.add_argument("--exit-on-stdin-close", action="store_true",
+                        help="stop (and stop the executors) when standard input closes: "
+                             "fate-sharing with the program that started the driver")
+    parser.add_argument("--log-level", default="INFO", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def _add_manager_options(parser):
+    """The cluster managers' options (local, SSH, Slurm) and dynamic allocation's."""
     managers = parser.add_mutually_exclusive_group()
     managers.add_argument("--local", type=_number(0, MAX_EXECUTORS_PER_HOST, integer=True),
                           default=None, metavar="N", help="start N executor processes on this host")
@@ -85,6 +108,10 @@ def build_parser():
                        help="passed to sbatch, e.g. --slurm-option=--time=60 (repeatable)")
     slurm.add_argument("--executors-per-job", type=_number(1, MAX_EXECUTORS, integer=True),
                        default=1, metavar="N", help="executors each job runs (default 1)")
+    _add_dynamic_options(parser)
+
+
+def _add_dynamic_options(parser):
     dynamic = parser.add_argument_group("dynamic allocation (with --local, --hosts or --slurm)")
     dynamic.add_argument("--dynamic-allocation", action="store_true",
                          help="grow the executors with the backlog, shrink them when idle")
@@ -97,24 +124,6 @@ def build_parser():
                          help="add executors while tasks have waited this long (default 1)")
     dynamic.add_argument("--executor-idle-timeout", type=_TIMEOUT, default=60.0, metavar="S",
                          help="decommission executors idle this long (default 60)")
-    parser.add_argument("--ipc-path", default=None, metavar="PATH",
-                        help="also listen at this Unix socket, in a directory private to you: "
-                             "executors started with --local connect there (lower latency than "
-                             "TCP), and so can clients on this host (ipc://PATH)")
-    parser.add_argument("--private-dir", default=None, metavar="DIR",
-                        help="a directory made for this driver alone by the program that "
-                             "started it (its secret file, its --ipc-path): removed, with "
-                             "what it holds, when the driver stops")
-    parser.add_argument("--client-door", default=None, type=_open_unix_socket, metavar="FD",
-                        help="a Unix socket inherited from the program that started this "
-                             "driver, through which it passes a pipe pair for each of its "
-                             "clients (LocalCluster's client())")
-    parser.add_argument("--exit-on-stdin-close", action="store_true",
-                        help="stop (and stop the executors) when standard input closes: "
-                             "fate-sharing with the program that started the driver")
-    parser.add_argument("--log-level", default="INFO", type=str.upper,
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    return parser
 
 
 def _open_unix_socket(text):
