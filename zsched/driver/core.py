@@ -25,10 +25,11 @@ from ..channel import Channel
 from ..errors import ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from ..protocol import AdminOp, MsgType, TaskState
-from ..scheduler import TaskScheduler
 from ..liveness import HeartbeatMonitor
+from ..scheduler import TaskScheduler
 from ..wakeup import WakeupPipe
 from .admin import Admin
+from .client_door import ClientDoor
 from .clients import ClientEndpoint, ClientSessions
 from .executors import ExecutorEndpoint
 from .loop import Loop
@@ -60,13 +61,8 @@ class Driver:
         self.initial_executors = options.initial_executors
         self.clock = clock = options.clock
         self.stop_on_eof_fd = options.stop_on_eof_fd  # the driver stops at its end of file
-        # a Unix socket from the program that started this driver: each message on it
-        # carries the driver's end of a pipe pair to a client of that program
-        # (LocalCluster's client()), adopted as a link (see _open_client_door)
-        self.client_door = None
-        if options.client_door is not None:
-            os.set_inheritable(options.client_door, False)  # no process it starts holds it
-            self.client_door = socket.socket(fileno=options.client_door)
+        # clients of the program that started this driver come through it (client_door.py)
+        self.client_door = None if options.client_door is None else ClientDoor(options.client_door)
         self.incarnation = secrets.randbits(62)
         self.sessions = ClientSessions()
         self.functions = self.sessions.functions  # digest -> FunctionBlob a client holds
@@ -200,8 +196,7 @@ class Driver:
             loop.watch(self.stop_on_eof_fd, self._on_stdin)
         loop.watch(self.router, self._receive)
         if self.client_door is not None:
-            self.client_door.setblocking(False)
-            loop.watch(self.client_door.fileno(), self._open_client_door)
+            self.client_door.watch(loop, self.peers, self._client_door_closed)
         loop.watch(self.channel.wakeup.fd, self._on_local_wakeup)
         loop.watch(self.monitor, self._on_disconnects)
         loop.every(self.config.revive_interval, self._revive_offers)
@@ -298,30 +293,8 @@ class Driver:
         driver: its end is ``read_fd`` and ``write_fd``. Called in the loop's thread."""
         self.peers.adopt_link(f"executor {executor_id}", read_fd, write_fd)
 
-    def _open_client_door(self):
-        """Adopt the pipe pairs that came through ``client_door``, one per message (a byte
-        with two descriptors); stop watching it at its end."""
-        door = self.client_door
-        while True:
-            try:
-                data, fds, _, _ = socket.recv_fds(door, 1, 2)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                data, fds = b"", []
-                log.warning("stopped watching the client door: %s", exc)
-            if len(fds) == 2:
-                self.peers.adopt_link("a client of the program that started this driver", *fds)
-                continue
-            for fd in fds:
-                os.close(fd)
-            if data:
-                log.warning("ignored a message on the client door without a pipe pair")
-                continue
-            self.loop.unwatch(door.fileno())  # its end: no more clients come this way
-            door.close()
-            self.client_door = None
-            return
+    def _client_door_closed(self):
+        self.client_door = None
 
     def _link_broke(self, rid, error):
         """Peer ``rid`` broke its link (this driver cut it off): that is why it goes."""

@@ -1,0 +1,55 @@
+"""The door through which the program that started this driver sends it its clients.
+
+``LocalCluster`` starts ``bin/driver --client-door FD`` with one end of a Unix socket. For
+each ``client()`` it sends a byte with the driver's end of a new pipe pair; the driver
+talks to that client over the pair as to any other peer (see ``peers.LinkPeer``)."""
+import logging
+import os
+import socket
+
+log = logging.getLogger("zsched.driver")
+
+
+class ClientDoor:
+    """The Unix socket of ``--client-door``: each message on it brings a client's pipes."""
+
+    def __init__(self, fd):
+        os.set_inheritable(fd, False)  # no process this driver starts holds it
+        self.socket = socket.socket(fileno=fd)
+        self._loop = self._peers = self._closed = None
+
+    def watch(self, loop, peers, closed):
+        """Have ``loop`` open the door when something arrives; pairs become ``peers``' links,
+        and ``closed()`` is called once the door has closed."""
+        self._loop, self._peers, self._closed = loop, peers, closed
+        self.socket.setblocking(False)
+        loop.watch(self.socket.fileno(), self.open)
+
+    def open(self):
+        """Adopt the pipe pairs that came, one per message (a byte with two descriptors);
+        stop watching the door at its end."""
+        while True:
+            try:
+                data, fds, _, _ = socket.recv_fds(self.socket, 1, 2)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                data, fds = b"", []
+                log.warning("stopped watching the client door: %s", exc)
+            if len(fds) == 2:
+                self._peers.adopt_link("a client of the program that started this driver", *fds)
+                continue
+            for fd in fds:
+                os.close(fd)
+            if data:
+                log.warning("ignored a message on the client door without a pipe pair")
+                continue
+            self._loop.unwatch(self.socket.fileno())  # its end: no more clients come this way
+            self.close()
+            self._closed()
+            return
+
+    def close(self):
+        if self.socket is not None:
+            self.socket.close()
+            self.socket = None
