@@ -13,7 +13,7 @@ import weakref
 import pytest
 
 import zsched
-from zsched.client import TaskFuture
+from zsched.future import TaskFuture
 from zsched.protocol import MsgType
 
 from conftest import wait_for

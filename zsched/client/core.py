@@ -1,12 +1,4 @@
-"""``zsched.Client``: a ``concurrent.futures.Executor`` that runs tasks on a zsched cluster.
-
-The calling threads pickle tasks and queue them. For a driver in another process, one I/O
-thread owns the DEALER socket, sends whatever has queued up as one SubmitTasks message (a
-lone task leaves at once, a flood leaves in large frames) and completes futures from
-TaskResults. For a driver in this process (``zsched.Client()``, a ``LocalCluster`` with
-``in_process=True``) there is no socket and no I/O thread: the driver's thread takes the
-same messages from the queue and completes the futures itself (``zsched.channel``).
-"""
+"""The ``Client`` class and its ``ClientOptions`` view."""
 import concurrent.futures
 import itertools
 import logging
@@ -24,20 +16,20 @@ from operator import itemgetter
 import cloudpickle
 import zmq
 
-from . import protocol as p
-from .config import Config
-from .errors import DriverConnectionError, MessageTooLarge, TaskFailed
-from .runtime import gc_track, gc_untrack
-from .socket_state import SocketState
-from .future import DONE_STATES, FuturesCondition, TaskFuture
-from .held_functions import HeldFunctions
-from .map_calls import (TASKS_PER_CORE, CallsRunner, auto_chunk_size, check_chunk_arguments, chunks,
+from .. import protocol as p
+from ..config import Config
+from ..errors import DriverConnectionError, MessageTooLarge, TaskFailed
+from ..runtime import gc_track, gc_untrack
+from ..socket_state import SocketState
+from ..future import DONE_STATES, FuturesCondition, TaskFuture
+from ..held_functions import HeldFunctions
+from ..map_calls import (TASKS_PER_CORE, CallsRunner, auto_chunk_size, check_chunk_arguments, chunks,
                         count_calls, MapResults, tasks_ahead)
-from .progress_bar import ProgressBar
-from .protocol import MsgType, TaskState
-from .security import HandshakeWatch, load_keys, make_client
-from .channel import Endpoint
-from .wakeup import WakeupPipe
+from ..progress_bar import ProgressBar
+from ..protocol import MsgType, TaskState
+from ..security import HandshakeWatch, load_keys, make_client
+from ..channel import Endpoint
+from ..wakeup import WakeupPipe
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +79,7 @@ class Client(concurrent.futures.Executor):
         if address is None:
             # the driver in a thread of this process: no socket, no CURVE, no TCP, and no
             # thread of the client's between the caller and the driver
-            from .local_cluster import LocalCluster
+            from ..local_cluster import LocalCluster
             self._owned_cluster = LocalCluster(n_executors=os.cpu_count() or 1, in_process=True)
             try:
                 self._start_in_process(self._owned_cluster.channel)
