@@ -381,7 +381,7 @@ def test_a_function_released_while_a_task_of_it_is_being_submitted_is_sent_again
     """The submit of a second task pickles its arguments slowly; meanwhile the first task
     leaves with the function, which is over the client's limit: it is not released before
     the second task is queued, and both run."""
-    from zsched.client import core as client_module
+    from zsched.client import submission as client_module
     from zsched import held_functions
     monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
     dumps = client_module._dumps

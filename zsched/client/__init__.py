@@ -8,6 +8,6 @@ frames) and completes futures from TaskResults. For a driver in this process
 no I/O thread: the driver's thread takes the same messages from the queue and completes
 the futures itself (``zsched.channel``).
 """
-from .core import Client, ClientOptions
+from .client import Client, ClientOptions
 
 __all__ = ["Client", "ClientOptions"]
