@@ -9,12 +9,14 @@ import zmq
 
 from .. import protocol as p
 from ..errors import DriverConnectionError
+from ..liveness import HeartbeatMonitor
 
 log = logging.getLogger(__package__)  # zsched.client, for every module of the client
 
 # What a client over pipes sends a silent driver while it waits on it: a request with no
 # future (ids of requests start at 1), which the driver's loop answers.
 _PING = p.encode(p.AdminPing(0))
+DRIVER = "driver"  # the one peer a client's heartbeat monitor watches
 
 
 class PipeIO:
@@ -60,33 +62,32 @@ class PipeIO:
         Pipes have no heartbeats, and a driver that is stopped (SIGSTOP) or hung keeps its
         end open. So while tasks or requests wait, a driver silent for
         ``executor_heartbeat_interval`` is pinged (an AdminPing its loop answers), and
-        one silent for ``executor_heartbeat_timeout`` is lost, as its executors judge it:
-        every pending future fails."""
+        one silent for longer than ``executor_heartbeat_timeout`` is lost, as its executors
+        judge it (``HeartbeatMonitor``): every pending future fails."""
         link = self._link
         poller = zmq.Poller()
         poller.register(link.read_fd, zmq.POLLIN)
         poller.register(self._wakeup.fd, zmq.POLLIN)
         polling_writes = False
-        interval = self.config.executor_heartbeat_interval
         timeout = self.config.executor_heartbeat_timeout
-        idle_ms = max(1, min(1000, int(interval * 1000)))
-        heard = pinged = time.monotonic()
+        monitor = HeartbeatMonitor(self.config.executor_heartbeat_interval, timeout,
+                                   send_when_quiet=True, clock=time.monotonic)
+        monitor.heard(DRIVER)
         while True:
+            idle_ms = max(1, int(min(monitor.until_send(), 1.0) * 1000))
             events = self._poll(poller, idle_ms)
             try:
                 goodbye = self._send_outbox(link.send)
                 if link.write_fd in events:
                     link.flush()
+                now = monitor.clock()
                 if link.read_fd in events or not (self._futures or self._admin_futures):
-                    heard = time.monotonic()  # silence counts only while something waits
-                else:
-                    now = time.monotonic()
-                    if now - heard >= timeout:
-                        self._driver_silent(timeout)
-                        return
-                    if now - max(heard, pinged) >= interval:
-                        link.send(_PING)
-                        pinged = now
+                    monitor.heard(DRIVER, now)  # silence counts only while something waits
+                elif monitor.is_silent(DRIVER, now):
+                    self._driver_silent(timeout)
+                    return
+                elif monitor.due_to_send(now):
+                    link.send(_PING)
             except BrokenPipeError:  # the driver is gone: after what it sent before
                 if not self._receive_link():
                     self._driver_lost()
