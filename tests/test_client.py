@@ -2,7 +2,7 @@
 driver in a process of its own (the client's socket and I/O thread), and in a thread of
 this process (the client hands its tasks to the driver's thread, which completes them)."""
 import concurrent.futures
-import functools
+import contextlib
 import os
 import subprocess
 import sys
@@ -281,125 +281,6 @@ def test_many_clients_share_a_cluster(cluster):
         c.shutdown()
 
 
-def slow_scaled(data, x):
-    time.sleep(0.003)
-    return len(data) * x
-
-
-@pytest.mark.parametrize("in_process", [False, True], ids=["driver process", "driver thread"])
-def test_a_client_making_a_function_per_task_keeps_few_held(in_process, monkeypatch):
-    """A new function per task (a partial around each task's data): past a limit the client
-    releases the least recently used ones, and the driver and executors drop them, while
-    tasks queued with them still run; a released function is sent again when needed."""
-    from zsched import held_functions
-    monkeypatch.setattr(held_functions, "MAX_COUNT", 20)
-
-    def held(client):
-        status = client.status()
-        return status["functions"], max(e.get("functions", -1) for e in status["executors"])
-
-    with zsched.LocalCluster(n_executors=2, executor_heartbeat_interval="100ms",
-                             in_process=in_process) as cluster:
-        client = cluster.client()
-        assert client.submit(add, 1, 2).result() == 3  # a plain function: kept throughout
-        partials = [functools.partial(slow_scaled, bytes(i)) for i in range(300)]
-        futures = [client.submit(fn, 2) for fn in partials]  # most are released while queued
-        assert [f.result(60) for f in futures] == [2 * i for i in range(300)]
-        assert client.submit(add, 3, 4).result() == 7
-        wait_for(lambda: max(held(client)) <= 21, message="at most 20 functions and add held")
-        assert client.submit(partials[0], 5).result() == 0  # released: sent again
-        assert client.submit(partials[7], 5).result() == 35
-        client.shutdown()
-
-
-def test_a_released_function_travels_once_per_executor_while_its_tasks_wait(monkeypatch):
-    """A function larger than the client's limit is released once another is used, while
-    its tasks still wait: the driver keeps it for them and the executors keep theirs
-    while tasks of it remain, so it is not sent again with each launch; then they drop
-    it. A map's function is not released before its last group has left, whatever other
-    threads submit meanwhile."""
-    from zsched import held_functions
-    monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
-    with zsched.LocalCluster(n_executors=2, executor_heartbeat_interval="100ms",
-                             in_process=True) as cluster:
-        client = cluster.client()
-        driver = cluster._driver
-        big = functools.partial(slow_scaled, bytes(20_000))
-        sent_before = driver.counters["bytes_out"]
-        futures = [client.submit(big, i) for i in range(300)]
-        other = client.submit(add, 1, 2)  # big is no longer the latest used: released
-        wait_for(lambda: client.status()["functions"] == 1, message="big released by the client")
-        assert not futures[-1].done()  # ... while its tasks wait
-        assert [f.result(60) for f in futures] == [20_000 * i for i in range(300)]
-        assert other.result(10) == 3
-        # once per executor is 40 kB; with each of the ~150 launches, 3 MB
-        assert driver.counters["bytes_out"] - sent_before < 200_000
-        wait_for(lambda: all(e.get("functions", 9) <= 1 for e in client.status()["executors"]),
-                 message="the executors dropped it once its tasks were done")
-
-        fast = functools.partial(scaled, bytes(20_000))
-        done = threading.Event()
-
-        def submit_others():
-            while not done.is_set():
-                client.submit(add, 1, 1).result(10)
-
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            others = pool.submit(submit_others)
-            try:
-                assert list(client.map(fast, range(20_000), chunksize=1)) == \
-                    [20_000 * i for i in range(20_000)]
-            finally:
-                done.set()
-            others.result(30)
-        client.shutdown()
-
-
-@pytest.mark.parametrize("in_process", [False, True], ids=["driver process", "driver thread"])
-def test_a_function_released_at_every_turn_still_reaches_every_task(in_process, monkeypatch):
-    """Several threads submit tasks of one function larger than the client's limit: it is
-    released at the end of nearly every turn, while more tasks of it are being submitted;
-    each of those is sent with it again, and none fails."""
-    from zsched import held_functions
-    monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
-    with zsched.LocalCluster(n_executors=2, in_process=in_process) as cluster:
-        client = cluster.client()
-        big = functools.partial(scaled, bytes(5000))
-
-        def submit_many(start):
-            return [client.submit(big, i) for i in range(start, start + 300)]
-
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            batches = list(pool.map(submit_many, range(0, 1200, 300)))
-        assert [f.result(60) for batch in batches for f in batch] == [5000 * i for i in range(1200)]
-        client.shutdown()
-
-
-@pytest.mark.parametrize("in_process", [False, True], ids=["driver process", "driver thread"])
-def test_a_function_released_while_a_task_of_it_is_being_submitted_is_sent_again(in_process,
-                                                                                monkeypatch):
-    """The submit of a second task pickles its arguments slowly; meanwhile the first task
-    leaves with the function, which is over the client's limit: it is not released before
-    the second task is queued, and both run."""
-    from zsched import client as client_module
-    from zsched import held_functions
-    monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
-    dumps = client_module._dumps
-
-    def slow_dumps(value, protocol):
-        if value == ((-1,), {}):
-            time.sleep(0.2)  # the I/O thread's turn sends the first task meanwhile
-        return dumps(value, protocol)
-
-    monkeypatch.setattr(client_module, "_dumps", slow_dumps)
-    with zsched.LocalCluster(n_executors=1, in_process=in_process) as cluster:
-        client = cluster.client()
-        big = functools.partial(scaled, bytes(5000))
-        first, second = client.submit(big, 1), client.submit(big, -1)
-        assert (first.result(30), second.result(30)) == (5000, -5000)
-        client.shutdown()
-
-
 def executor_driver_urls(driver_pid, app_id):
     """The --driver-url of each executor of application ``app_id`` under ``driver_pid``."""
     import psutil
@@ -409,49 +290,6 @@ def executor_driver_urls(driver_pid, app_id):
         if "--driver-url" in cmdline and cmdline[cmdline.index("--app-id") + 1] == app_id:
             urls.append(cmdline[cmdline.index("--driver-url") + 1])
     return urls
-
-
-
-def scaled(data, x):
-    return len(data) * x
-
-
-@pytest.mark.parametrize("in_process", [False, True], ids=["driver process", "driver thread"])
-def test_functions_of_a_client_that_left_are_dropped_by_the_driver_and_its_executors(in_process):
-    """Each distinct function (here a partial holding its own data) is cached by the driver
-    and by each executor it reached; once no connected client sent it, both drop it, and a
-    later client that needs it again brings it again."""
-    def held(client):
-        """Functions held by the driver, and the most any executor holds (its heartbeat)."""
-        status = client.status()
-        return status["functions"], max(e.get("functions", -1) for e in status["executors"])
-
-    with zsched.LocalCluster(n_executors=2, executor_heartbeat_interval="100ms",
-                             in_process=in_process) as cluster:
-        first, second = cluster.client(), cluster.client()
-        partials = [functools.partial(scaled, bytes(1000 + i)) for i in range(6)]
-        assert [f.result() for f in [first.submit(fn, 2) for fn in partials]] == \
-            [2 * (1000 + i) for i in range(6)]
-        assert first.submit(add, 1, 2).result() == 3   # add: sent by both clients
-        assert second.submit(add, 3, 4).result() == 7
-        wait_for(lambda: held(second)[0] == 7 and held(second)[1] >= 4,
-                 message="7 functions held by the driver, several by an executor")
-
-        first.shutdown()
-        # add stays (the second client sent it too); the partials go, on every executor
-        wait_for(lambda: held(second) in ((1, 0), (1, 1)),
-                 message="only add held, by the driver and by the executors")
-        assert second.submit(add, 5, 6).result() == 11
-        # a function dropped everywhere comes back with the next client that needs it
-        again = functools.partial(scaled, bytes(1000))
-        assert [f.result() for f in [second.submit(again, 3) for _ in range(4)]] == [3000] * 4
-        assert held(second)[0] == 2
-        second.shutdown()
-
-        third = cluster.client()
-        wait_for(lambda: held(third) == (0, 0), message="nothing held once every client left")
-        assert third.submit(add, 1, 1).result() == 2
-        third.shutdown()
 
 
 @pytest.mark.parametrize("in_process", [False, True], ids=["driver process", "driver thread"])
@@ -630,3 +468,65 @@ def test_cluster_started_beside_another_zsched_uses_its_own(tmp_path, monkeypatc
 def test_a_local_cluster_of_impossible_cores_per_executor_is_refused_at_once(cores):
     with pytest.raises(ValueError, match="cores_per_executor must be from 1 to 65536"):
         zsched.LocalCluster(n_executors=1, cores_per_executor=cores)
+
+
+def identity(x):
+    return x
+
+
+def sleep_then_pid(seconds):
+    time.sleep(seconds)
+    return os.getpid()
+
+
+@contextlib.contextmanager
+def after_a_flood(**settings):
+    """A client of 2 one-core executors that have just run 5,000 no-op tasks: their windows
+    are as deep as no-op tasks make them."""
+    with zsched.LocalCluster(n_executors=2, cores_per_executor=1, **settings) as cluster:
+        client = cluster.client()
+        flood = [client.submit(identity, i) for i in range(5000)]
+        assert [f.result(timeout=60) for f in flood] == list(range(5000))
+        yield client
+        client.shutdown()
+
+
+def test_long_tasks_after_an_idle_spell_are_not_hoarded_by_the_windows_short_tasks_opened():
+    # A flood of no-op tasks opens each executor's window to hundreds of tasks. After a
+    # spell with nothing to run they forget that: one long task and six short ones then go
+    # out one per core, and the short ones all run beside the long one, none behind it
+    # (with the flood's windows, half of them would queue behind it on its executor).
+    with after_a_flood(revive_interval=0.1) as client:
+        assert all(e["slots"] > 2 for e in client.status()["executors"])
+        wait_for(lambda: all(e["task_seconds"] is None for e in client.status()["executors"]),
+                 10, message="the executors to forget the no-op tasks' length")
+        long_task = client.submit(sleep_then_pid, 1.5)
+        short_tasks = [client.submit(sleep_then_pid, 0.1) for _ in range(6)]
+        short_pids = {f.result(timeout=60) for f in short_tasks}
+        assert long_task.result(timeout=60) not in short_pids
+
+
+def test_short_tasks_dealt_behind_a_long_one_are_given_back_to_an_idle_executor():
+    # No idle spell this time: right after a flood of no-op tasks, one long task and six
+    # short ones are dealt by the flood's deep windows, some short ones behind the long one.
+    # Once the other executor runs out of work, those are asked back and run there.
+    with after_a_flood() as client:
+        long_task = client.submit(sleep_then_pid, 2.0)
+        short_tasks = [client.submit(sleep_then_pid, 0.1) for _ in range(6)]
+        short_pids = {f.result(timeout=60) for f in short_tasks}
+        assert long_task.result(timeout=60) not in short_pids
+        assert all(f.done() for f in short_tasks)
+
+
+def test_long_tasks_beyond_a_window_that_shrank_are_given_back_to_an_idle_executor():
+    # Right after a no-op flood, ten 0.1 s tasks then ten 10 ms tasks: the flood's windows
+    # deal them in two runs, nearly all the long ones to one executor. That executor keeps
+    # reporting (so it is not silent), but its window shrinks to two: once the other runs
+    # out of work, the long tasks beyond that window are asked back and run there.
+    with after_a_flood() as client:
+        long_tasks = [client.submit(sleep_then_pid, 0.1) for _ in range(10)]
+        short_tasks = [client.submit(sleep_then_pid, 0.01) for _ in range(10)]
+        long_pids = [f.result(timeout=60) for f in long_tasks]
+        assert all(f.result(timeout=60) for f in short_tasks)
+        most = max(long_pids.count(pid) for pid in set(long_pids))
+        assert most < 9, long_pids  # without giving back, all ten ran on one executor

@@ -1,0 +1,134 @@
+"""The client's connection to its driver: the ZMTP heartbeats it takes from the driver,
+and a driver lost or stopped during a flood (zsched/client/socket_io.py,
+zsched/client/in_process.py; the pipes' side is in test_pipe_link.py)."""
+import concurrent.futures
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import zsched
+
+
+FLOOD = 20_000
+
+
+def identity(x):
+    return x
+
+
+class Flood:
+    """A thread submitting to ``client`` until submit raises DriverConnectionError (or
+    50 floods are in); ``started`` is set once 1,000 tasks are in."""
+
+    def __init__(self, client):
+        self.client = client
+        self.submitted = []
+        self.raised = []
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+        self.started.wait(60)
+
+    def _run(self):
+        try:
+            for i in range(50 * FLOOD):
+                self.submitted.append(self.client.submit(identity, i))
+                if i == 1_000:
+                    self.started.set()
+        except zsched.DriverConnectionError as exc:
+            self.raised.append(exc)
+        finally:
+            self.started.set()
+
+    def join(self):
+        self.thread.join(120)
+        assert self.raised, "the flood ended before the driver was gone: make it longer"
+        concurrent.futures.wait(self.submitted, timeout=60)
+        return {type(f.exception(0)) for f in self.submitted}
+
+
+def test_a_driver_lost_during_a_flood_fails_every_future(driver_factory):
+    driver = driver_factory("--insecure")  # no executors: every task waits in the driver
+    client = zsched.Client(driver.url)
+    flood = Flood(client)
+    driver.proc.kill()
+    driver.proc.wait()
+    assert flood.join() == {zsched.DriverConnectionError}
+    client.shutdown()
+
+
+def test_a_driver_thread_stopped_during_a_flood_fails_every_future_of_its_client():
+    """The driver in this process stops while a thread floods its client: every future
+    fails (the driver's own error for the tasks it held, DriverConnectionError for the
+    others) and submitting raises DriverConnectionError."""
+    cluster = zsched.LocalCluster(n_executors=0, in_process=True)
+    try:
+        client = cluster.client()
+        flood = Flood(client)
+        cluster._driver.request_stop()
+        cluster._driver.join(60)
+        errors = flood.join()
+        assert errors <= {zsched.DriverConnectionError, zsched.TaskFailed}, errors
+        with pytest.raises(zsched.DriverConnectionError):
+            client.submit(identity, 1)
+        with pytest.raises(zsched.DriverConnectionError):
+            client.status()
+        client.shutdown()
+    finally:
+        cluster.close()
+
+
+def test_the_client_uses_the_drivers_zmtp_heartbeat_settings(driver_factory):
+    driver = driver_factory("--insecure", "--conf", "zmq_heartbeat_interval=300ms",
+                            "--conf", "zmq_heartbeat_timeout=20s")
+    client = zsched.Client(driver.url)
+    try:
+        assert client._socket.heartbeat_ivl == 300
+        assert client._socket.heartbeat_timeout == 20_000
+        assert client._socket.heartbeat_ttl == 20_000
+        assert client.executor_ids() == []
+    finally:
+        client.shutdown()
+    # a driver with the defaults: one connection, the default values
+    driver = driver_factory("--insecure")
+    client = zsched.Client(driver.url)
+    try:
+        assert client._socket.heartbeat_ivl == 1000 and client._socket.heartbeat_timeout == 10_000
+        assert client.executor_ids() == []
+    finally:
+        client.shutdown()
+
+
+def test_a_secured_cluster_with_its_own_zmtp_heartbeats_serves_its_client():
+    # the client connects again with the driver's values, with its keys (CURVE)
+    with zsched.LocalCluster(n_executors=1, zmq_heartbeat_interval="500ms",
+                             zmq_heartbeat_timeout="5s") as cluster:
+        # cluster.client() talks over pipes (tests/test_pipe_link.py): one through the socket
+        client = zsched.Client(cluster.local_address, secret_file=cluster.secret_file)
+        assert (client._socket.heartbeat_ivl, client._socket.heartbeat_timeout) == (500, 5_000)
+        assert client.submit(identity, 7).result(30) == 7
+        assert len(client.status()["executors"]) == 1
+        client.shutdown()
+
+
+def test_a_driver_silent_longer_than_the_default_but_within_its_own_timeout_keeps_its_client(
+        driver_factory):
+    # zmq_heartbeat_timeout defaults to 10 s: with the default, the client would drop the
+    # connection (and fail its futures) while the driver is stopped for 12 s
+    driver = driver_factory("--insecure", "--conf", "zmq_heartbeat_interval=1s",
+                            "--conf", "zmq_heartbeat_timeout=40s")
+    client = zsched.Client(driver.url)
+    try:
+        assert client.executor_ids() == []
+        os.kill(driver.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(12)
+        finally:
+            os.kill(driver.proc.pid, signal.SIGCONT)
+        assert client.executor_ids() == []
+        assert client._lost is None
+    finally:
+        client.shutdown()
