@@ -14,7 +14,7 @@ class ProgressBar:
         self.done = 0
         self.failed = 0
         self._lock = threading.Lock()
-        from tqdm import tqdm  # imported when a bar is first shown (~90 ms)
+        from tqdm import tqdm  # imported when a bar is first shown: slow to import
         self._bar = tqdm(total=total, desc=desc, unit="task", file=file, leave=leave,
                          dynamic_ncols=True)
 
