@@ -3,6 +3,7 @@ their pure-Python twins. ``COMPILED`` and ``IMPLEMENTATION`` say which; each par
 (``wire``, ``scheduling``, ``runtime``, ``socket_state``) picks its own by ``COMPILED``, as
 ``pipe_link`` does. Importing this module fails with the install command where the
 compiled modules are missing."""
+import importlib
 import importlib.util
 import os
 
@@ -26,3 +27,17 @@ def missing_extension():
 
 if COMPILED and not all(importlib.util.find_spec(f"{__package__}.{name}") for name in EXTENSIONS):
     raise missing_extension()
+
+
+def chosen(names, *compiled):
+    """``names`` from the ``compiled`` modules, or from the twin of the first of them
+    (``<name>_py``) where ``ZSCHED_PUREPYTHON=1``: what a part's selector module exports."""
+    modules = compiled if COMPILED else (compiled[0] + "_py",)
+    try:
+        loaded = [importlib.import_module(f"{__package__}.{name}") for name in modules]
+    except ImportError as exc:
+        if not COMPILED:
+            raise
+        raise missing_extension() from exc
+    return {name: getattr(module, name) for module in loaded for name in names
+            if hasattr(module, name)}
