@@ -93,6 +93,21 @@ def no_process_left_behind():
     _check_nothing_left(before_children | SHARED_PROCESSES, before_zsched | SHARED_PROCESSES)
 
 
+class FakeClock:
+    """A clock that moves only when told; counts how often it is read."""
+
+    def __init__(self, now=1000.0):
+        self.now = now
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+        return self.now
+
+    def set(self, now):
+        self.now = now
+
+
 def wait_for(predicate, timeout=10.0, interval=0.02, message="condition"):
     """Poll ``predicate`` until true; fail with ``message`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -167,6 +182,26 @@ def driver_factory(tmp_path):
     yield start
     for driver in drivers:
         driver.stop()
+
+
+@pytest.fixture(scope="module", params=["driver process", "driver thread"])
+def cluster(request):
+    """A LocalCluster of two one-core executors for a module's tests: its driver a process
+    of its own, or (driver thread) a thread of this one whose loop completes the client's
+    futures. ``CLUSTER_SETTINGS`` in the module adds settings; a module may define its own."""
+    import zsched
+    settings = getattr(request.module, "CLUSTER_SETTINGS", {})
+    with zsched.LocalCluster(n_executors=2, cores_per_executor=1,
+                             in_process=request.param == "driver thread", **settings) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def client(cluster):
+    """A client of the module's cluster, shut down after the test."""
+    client = cluster.client()
+    yield client
+    client.shutdown(cancel_futures=True)
 
 
 def run_executor(*args, env=None, timeout=60):

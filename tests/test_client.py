@@ -19,18 +19,8 @@ from zsched.map_calls import TASKS_PER_CORE, auto_chunk_size
 from conftest import wait_for
 
 
-@pytest.fixture(scope="module", params=["driver process", "driver thread"])
-def cluster(request):
-    with zsched.LocalCluster(n_executors=2, cores_per_executor=1, max_message_size="1MiB",
-                             in_process=request.param == "driver thread") as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def client(cluster):
-    client = cluster.client()
-    yield client
-    client.shutdown(cancel_futures=True)
+# the cluster and client fixtures are conftest's, with this setting
+CLUSTER_SETTINGS = {"max_message_size": "1MiB"}
 
 
 def add(a, b=0):

@@ -21,22 +21,6 @@ from conftest import wait_for
 FLOOD = 20_000
 
 
-@pytest.fixture(scope="module", params=["driver process", "driver thread"])
-def cluster(request):
-    # the client's socket and I/O thread, or (driver thread) the driver's thread taking the
-    # client's tasks and completing its futures
-    with zsched.LocalCluster(n_executors=2, cores_per_executor=1,
-                             in_process=request.param == "driver thread") as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def client(cluster):
-    client = cluster.client()
-    yield client
-    client.shutdown(cancel_futures=True)
-
-
 def identity(x):
     return x
 

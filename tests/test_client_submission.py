@@ -15,22 +15,6 @@ from conftest import wait_for
 FLOOD = 20_000
 
 
-@pytest.fixture(scope="module", params=["driver process", "driver thread"])
-def cluster(request):
-    # the client's socket and I/O thread, or (driver thread) the driver's thread taking the
-    # client's tasks and completing its futures
-    with zsched.LocalCluster(n_executors=2, cores_per_executor=1,
-                             in_process=request.param == "driver thread") as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def client(cluster):
-    client = cluster.client()
-    yield client
-    client.shutdown(cancel_futures=True)
-
-
 def identity(x):
     return x
 
@@ -258,17 +242,6 @@ def test_a_function_released_while_a_task_of_it_is_being_submitted_is_sent_again
         first, second = client.submit(big, 1), client.submit(big, -1)
         assert (first.result(30), second.result(30)) == (5000, -5000)
         client.shutdown()
-
-
-def executor_driver_urls(driver_pid, app_id):
-    """The --driver-url of each executor of application ``app_id`` under ``driver_pid``."""
-    import psutil
-    urls = []
-    for child in psutil.Process(driver_pid).children(recursive=True):
-        cmdline = child.cmdline()
-        if "--driver-url" in cmdline and cmdline[cmdline.index("--app-id") + 1] == app_id:
-            urls.append(cmdline[cmdline.index("--driver-url") + 1])
-    return urls
 
 
 def scaled(data, x):

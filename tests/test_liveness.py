@@ -33,26 +33,13 @@ from zsched.config import Config
 from zsched.errors import ConfigError
 from zsched.driver import Driver, DriverOptions
 
+from conftest import FakeClock
+
 
 pytestmark = pytest.mark.timeout(120)
 
 T0 = 1000.0
 APP = "liveness"
-
-
-class FakeClock:
-    """A clock that moves only when told; counts how often it is read."""
-
-    def __init__(self, now=T0):
-        self.now = now
-        self.calls = 0
-
-    def __call__(self):
-        self.calls += 1
-        return self.now
-
-    def set(self, now):
-        self.now = now
 
 
 # ================================================================ driver side
