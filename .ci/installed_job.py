@@ -33,7 +33,7 @@ def read_address(driver, timeout=60):
 def main():
     checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     installed = os.path.dirname(zsched.__file__)
-    if installed.startswith(checkout + os.sep) or not zsched.fastpath.COMPILED:
+    if installed == os.path.join(checkout, "zsched") or not zsched.fastpath.COMPILED:
         sys.exit(f"this client runs {installed} ({zsched.fastpath.IMPLEMENTATION}), "
                  "not an installed, compiled zsched")
     with tempfile.TemporaryDirectory() as tmp:
