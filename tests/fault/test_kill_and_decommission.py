@@ -264,15 +264,12 @@ def test_task_blocked_in_c_is_reaped_and_its_executor_replaced(tmp_path):
     """task_kill_timeout=1: a cancelled task stuck in time.sleep takes its executor down;
     a loss names the reason, a replacement registers, and the tasks that were running or
     queued on the reaped executor complete elsewhere with their right values."""
-    # revive_interval: an executor that ran nothing for that long forgets its task length,
-    # which a loaded machine could reach before the ten tasks below are queued
-    with zsched.LocalCluster(n_executors=1, cores_per_executor=2, task_kill_timeout=1,
-                             revive_interval=30) as cluster:
+    with zsched.LocalCluster(n_executors=1, cores_per_executor=2, task_kill_timeout=1) as cluster:
         client = cluster.client()
         [old] = client.status()["executors"]
-        # tiny tasks first: with their length known the executor queues tasks behind the
-        # ones it runs
-        assert list(client.map(square, range(50))) == [i * i for i in range(50)]
+        # tiny tasks first, one call each: with their length known the executor queues tasks
+        # behind the ones it runs (chunks of calls would measure longer, and queue fewer)
+        assert list(client.map(square, range(50), chunksize=1)) == [i * i for i in range(50)]
 
         sleeper = client.submit(blocked_sleep, tmp_path / "sleeper", 120)
         wait_for(lambda: read_lines(tmp_path / "sleeper"), timeout=30, message="sleeper running")
