@@ -12,7 +12,7 @@ import pytest
 from zsched import LocalCluster
 from zsched.config import Config
 from zsched.driver.cli import build_parser, options_from_args
-from zsched.driver.options import DriverOptions, check_ipc_path, local_manager
+from zsched.driver.options import DriverOptions, check_ipc_path, local_manager, local_options
 from zsched.dynamic_allocation import DynamicAllocationPolicy
 from zsched.errors import ConfigError
 
@@ -33,13 +33,10 @@ def from_keywords(n_executors=2, cores_per_executor=1, *, host="127.0.0.1", port
     if dynamic_allocation:
         policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
                                          executor_idle_timeout)
-        if initial_executors is not None:
-            n_executors = initial_executors
-    return DriverOptions.create(
-        Config.from_mapping(settings), secret_file=secret_file, insecure=insecure,
-        cluster_manager=local_manager(host, cores_per_executor, "WARNING"),
-        initial_executors=n_executors, dynamic_allocation=policy, host=host, port=port,
-        app_id=app_id)
+    return local_options(Config.from_mapping(settings), n_executors, cores_per_executor,
+                         host=host, dynamic_allocation=policy,
+                         initial_executors=initial_executors, secret_file=secret_file,
+                         insecure=insecure, port=port, app_id=app_id)
 
 
 def summary(options):

@@ -221,7 +221,7 @@ class LocalCluster:
                           min_executors, max_executors, initial_executors, backlog_timeout,
                           executor_idle_timeout):
         """The driver in a thread of this process (see the class docstring)."""
-        from .driver import Driver, DriverOptions, local_manager
+        from .driver import Driver, local_options
         if type(self)._manager_arguments is not LocalCluster._manager_arguments:
             raise ValueError(f"{type(self).__name__} runs its driver in a process of its own: "
                              "in_process=True is for LocalCluster")
@@ -229,15 +229,13 @@ class LocalCluster:
         if dynamic_allocation:
             policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
                                              executor_idle_timeout)
-            if initial_executors is not None:
-                n_executors = initial_executors
         try:
-            options = DriverOptions.create(
-                config, secret_file=secret_file or os.path.join(self._private_dir, "secret"),
-                insecure=insecure, cluster_manager=local_manager(host, cores_per_executor, log_level),
-                initial_executors=n_executors, dynamic_allocation=policy, ipc_path=ipc_path,
-                host=host, port=port, app_id=self.app_id, inproc=True,
-                dashboard_port=0 if dashboard else None)
+            options = local_options(
+                config, n_executors, cores_per_executor, host=host, log_level=log_level,
+                dynamic_allocation=policy, initial_executors=initial_executors,
+                secret_file=secret_file or os.path.join(self._private_dir, "secret"),
+                insecure=insecure, ipc_path=ipc_path, port=port, app_id=self.app_id,
+                inproc=True, dashboard_port=0 if dashboard else None)
             self.secret_file = options.secret_file
             n_executors = options.initial_executors
             self._driver = Driver(options)

@@ -87,6 +87,19 @@ def _secure(secret_file):
     return load_keys(secret_file, use_environment=False)
 
 
+def local_options(config, n_executors, cores_per_executor, *, host="127.0.0.1",
+                  log_level="WARNING", dynamic_allocation=None, initial_executors=None,
+                  **others):
+    """The options of a driver that runs its executors on this host, as ``LocalCluster``
+    gives them: ``initial_executors`` counts only with a dynamic allocation policy."""
+    if dynamic_allocation is not None and initial_executors is not None:
+        n_executors = initial_executors
+    return DriverOptions.create(
+        config, cluster_manager=local_manager(host, cores_per_executor, log_level),
+        initial_executors=n_executors, dynamic_allocation=dynamic_allocation, host=host,
+        **others)
+
+
 def local_manager(host, cores_per_executor, log_level):
     """The cluster manager of executors on this host, for a driver bound to ``host``."""
     hostname = host if host not in ("0.0.0.0", "*") else socket.gethostname()
