@@ -141,6 +141,7 @@ class FakeExecutor(Peer):
         self.pings = itertools.count(1 << 40)  # apart from the ids a test picks
         self.pongs = set()    # request ids of the pings answered
         self.registered = None
+        self.unexpected = []  # what the driver sends clients, not executors
         self.send(p.RegisterExecutor(executor_id, hostname, cores, APP_ID, os.getpid()))
         self.receive_until(lambda: self.registered is not None, what=f"registration of {executor_id}")
         assert self.registered is True, self.stopped
@@ -183,6 +184,8 @@ class FakeExecutor(Peer):
         elif isinstance(msg, p.ForgetFunctions):
             for digest in msg.digests:
                 self.functions.pop(digest, None)
+        elif not isinstance(msg, p.HeartbeatAck):
+            self.unexpected.append(msg)
 
     def outcome(self, digest, args):
         """(state, payload) of running a task, as an executor reports it: a function or
@@ -684,14 +687,18 @@ def test_messages_meant_for_executors_or_clients_are_refused(bus):
         bus.fake.send(msg)
     bus.fake.sync()
     assert bus.fake.stopped is None, "a registered executor was stopped for a client's message"
+    # refused for its role, before any handler: no welcome, results or admin reply
+    assert bus.fake.unexpected == [] and 99 not in bus.fake.pongs
     executors = bus.client.executor_ids()
     for msg in [p.StatusUpdates(bus.fake.incarnation, 0.0, [[1, 1, 1, b"x"]]),
                 p.Heartbeat(bus.fake.incarnation, bus.fake.executor_id, {}),
+                p.RemoveExecutor(bus.fake.executor_id, "a client's word", True),
                 p.RegisterExecutor(bus.fake.executor_id, "h", 1, APP_ID, 1),
                 p.RegisterExecutor("from-a-client", "h", 1, APP_ID, 1)]:
         bus.hostile.send(msg)
     bus.hostile.sync()
     assert bus.client.executor_ids() == executors, "a client's message changed the executors"
+    assert bus.hostile.stops == 0, "a client was answered as an executor"
     bus.assert_still_serving()
 
 

@@ -151,16 +151,21 @@ def _raw_client(url):
     return context, sock
 
 
-def test_remove_executor_and_stop_executors_messages(driver_factory):
+def test_a_clients_remove_executor_is_refused_and_stop_executors_obeyed(driver_factory):
     driver = driver_factory("--insecure", "--local", "3")
     client = zsched.Client(driver.url, timeout=20)
     wait_for(lambda: client.executor_ids() == ["1", "2", "3"], message="3 executors")
     pids = {e["id"]: e["pid"] for e in client.status()["executors"]}
     context, sock = _raw_client(driver.url)
+    # RemoveExecutor is an executor's word for its own exit: a client's is refused
     sock.send(p.encode(p.RemoveExecutor("2", "removed by the test", True)))
+    sock.send(p.encode(p.AdminPing(7)))
+    assert p.decode(sock.recv()) == p.AdminReply(7, True, True)
+    assert client.executor_ids() == ["1", "2", "3"]
+    assert client.kill_executors(["2"]) == ["2"]
     wait_for(lambda: client.executor_ids() == ["1", "3"], message="executor 2 removed")
     losses = client.status()["losses"]
-    assert [(loss["id"], loss["reason"]) for loss in losses] == [("2", "removed by the test")]
+    assert [loss["id"] for loss in losses] == ["2"]
     wait_for(lambda: not psutil.pid_exists(pids["2"]) or
              psutil.Process(pids["2"]).status() == psutil.STATUS_ZOMBIE, message="executor 2 exits")
     assert list(client.map(square, range(50))) == [x * x for x in range(50)]

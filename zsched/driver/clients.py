@@ -106,9 +106,6 @@ class ClientEndpoint:
 
     def on_hello(self, rid, msg):
         d = self.driver
-        if rid in d.registry.by_rid:
-            d.warn_peer(rid, "ClientHello from a registered executor")
-            return
         d.sessions.connect(rid, msg.pid)
         d.peers.peer_for(rid).role = Role.CLIENT  # an administrator too: the secret is theirs
         d.peers.send(rid, p.ClientWelcome(d.incarnation, d.app_id, d.config.to_settings()))

@@ -33,7 +33,7 @@ from .client_door import ClientDoor
 from .clients import ClientEndpoint, ClientSessions
 from .executors import ExecutorEndpoint
 from .loop import Loop
-from .peers import Peers, open_router
+from .peers import Peers, Role, open_router
 from .registry import ExecutorRegistry
 
 log = logging.getLogger("zsched.driver")  # also when run as __main__
@@ -257,28 +257,39 @@ class Driver:
             self._handle(rid, msg)
 
     def _message_handlers(self):
-        """The handler of each message type a peer may send the driver: handler(rid, msg)."""
+        """For each message type a peer may send the driver: the roles that may send it and
+        its handler(rid, msg). A peer not yet known (UNKNOWN) may send any: the handler
+        answers one that did not register or say hello."""
         executors, clients = self.executor_endpoint, self.client_endpoint
+        by_executors = frozenset((Role.UNKNOWN, Role.EXECUTOR))
+        by_clients = frozenset((Role.UNKNOWN, Role.CLIENT, Role.ADMINISTRATOR))
+        by_anyone = frozenset(Role)  # a ping only says that the loop is alive
         return {
-            MsgType.REGISTER_EXECUTOR: executors.on_register,
-            MsgType.STATUS_UPDATES: executors.on_status_updates,
-            MsgType.HEARTBEAT: executors.on_heartbeat,
-            MsgType.REMOVE_EXECUTOR: executors.on_remove,
-            MsgType.CLIENT_HELLO: clients.on_hello,
-            MsgType.SUBMIT_TASKS: clients.on_submit_tasks,
-            MsgType.CANCEL_TASKS: clients.on_cancel_tasks,
-            **dict.fromkeys(map(MsgType, AdminOp), clients.on_admin),
-            MsgType.STOP_EXECUTORS: clients.on_stop_executors,
-            MsgType.CLIENT_GOODBYE: clients.on_goodbye,
-            MsgType.FORGET_FUNCTIONS: clients.on_forget_functions,
+            MsgType.REGISTER_EXECUTOR: (by_executors, executors.on_register),
+            MsgType.STATUS_UPDATES: (by_executors, executors.on_status_updates),
+            MsgType.HEARTBEAT: (by_executors, executors.on_heartbeat),
+            MsgType.REMOVE_EXECUTOR: (by_executors, executors.on_remove),
+            MsgType.CLIENT_HELLO: (by_clients, clients.on_hello),
+            MsgType.SUBMIT_TASKS: (by_clients, clients.on_submit_tasks),
+            MsgType.CANCEL_TASKS: (by_clients, clients.on_cancel_tasks),
+            **dict.fromkeys(map(MsgType, AdminOp), (by_clients, clients.on_admin)),
+            MsgType.ADMIN_PING: (by_anyone, clients.on_admin),
+            MsgType.STOP_EXECUTORS: (by_clients, clients.on_stop_executors),
+            MsgType.CLIENT_GOODBYE: (by_clients, clients.on_goodbye),
+            MsgType.FORGET_FUNCTIONS: (by_clients, clients.on_forget_functions),
         }
 
     def _handle(self, rid, msg):
         """Handle a well-formed message from peer ``rid`` (of the ROUTER, or a client in this
-        process)."""
-        handler = self._handlers.get(msg.TYPE)
-        if handler is None:
+        process), if a peer of its role may send it."""
+        entry = self._handlers.get(msg.TYPE)
+        if entry is None:
             self.warn_peer(rid, f"{type(msg).__name__} is not a message for the driver")
+            return
+        roles, handler = entry
+        role = self.peers.role_of(rid)
+        if role not in roles:
+            self.warn_peer(rid, f"{type(msg).__name__} from a peer whose role is {role.value}")
             return
         try:
             handler(rid, msg)

@@ -97,9 +97,6 @@ class ExecutorEndpoint:
         if executor is not None:  # the executor reports its own exit
             self.remove_executor(executor.executor_id, msg.reason, notify=False,
                                  count_failure=msg.charge_tasks)
-        elif rid in d.clients:
-            self.remove_executor(msg.executor_id, msg.reason or "removed by a client",
-                                 count_failure=msg.charge_tasks)
         else:
             d.warn_peer(rid, "RemoveExecutor from an unknown peer")
 

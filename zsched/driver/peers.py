@@ -255,6 +255,11 @@ class Peers:
     def get(self, rid):
         return self._peers.get(rid)
 
+    def role_of(self, rid):
+        """What peer ``rid`` is: UNKNOWN until it registers or says hello."""
+        peer = self._peers.get(rid)
+        return Role.UNKNOWN if peer is None else peer.role
+
     def in_process(self, rid):
         return rid in self._in_process
 
