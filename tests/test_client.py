@@ -290,7 +290,7 @@ def test_executors_and_clients_on_this_host_use_a_private_unix_socket(in_process
         assert cluster.local_address.startswith("ipc://") and os.path.exists(path)
         private = os.path.dirname(path)
         assert os.stat(private).st_mode & 0o077 == 0  # no one else may reach the socket
-        driver_pid = os.getpid() if in_process else cluster._process.pid
+        driver_pid = cluster.driver_pid
         assert executor_driver_urls(driver_pid, cluster.app_id) == [cluster.local_address] * 2
         client = cluster.client()
         if not in_process:
@@ -387,7 +387,7 @@ OWNER_SCRIPT = """
 import time, zsched
 cluster = zsched.LocalCluster(n_executors=2)
 client = cluster.client()
-pids = [cluster._process.pid] + [e["pid"] for e in client.status()["executors"]]
+pids = [cluster.driver_pid] + [e["pid"] for e in client.status()["executors"]]
 print(" ".join(map(str, pids)), flush=True)
 print(cluster.secret_file, flush=True)
 time.sleep(120)

@@ -10,6 +10,8 @@ import time
 import pytest
 
 import zsched
+from zsched.config import Config
+from zsched.driver import Driver, DriverOptions
 
 
 FLOOD = 20_000
@@ -64,12 +66,13 @@ def test_a_driver_thread_stopped_during_a_flood_fails_every_future_of_its_client
     """The driver in this process stops while a thread floods its client: every future
     fails (the driver's own error for the tasks it held, DriverConnectionError for the
     others) and submitting raises DriverConnectionError."""
-    cluster = zsched.LocalCluster(n_executors=0, in_process=True)
+    driver = Driver(DriverOptions(Config(), app_id="flood-test"))
+    driver.start_thread()
     try:
-        client = cluster.client()
+        client = zsched.Client.in_process(driver.channel)
         flood = Flood(client)
-        cluster._driver.request_stop()
-        cluster._driver.join(60)
+        driver.request_stop()
+        driver.join(60)
         errors = flood.join()
         assert errors <= {zsched.DriverConnectionError, zsched.TaskFailed}, errors
         with pytest.raises(zsched.DriverConnectionError):
@@ -78,7 +81,8 @@ def test_a_driver_thread_stopped_during_a_flood_fails_every_future_of_its_client
             client.status()
         client.shutdown()
     finally:
-        cluster.close()
+        driver.request_stop()
+        driver.join(60)
 
 
 def test_the_client_uses_the_drivers_zmtp_heartbeat_settings(driver_factory):
@@ -86,9 +90,9 @@ def test_the_client_uses_the_drivers_zmtp_heartbeat_settings(driver_factory):
                             "--conf", "zmq_heartbeat_timeout=20s")
     client = zsched.Client(driver.url)
     try:
-        assert client._socket.heartbeat_ivl == 300
-        assert client._socket.heartbeat_timeout == 20_000
-        assert client._socket.heartbeat_ttl == 20_000
+        assert client.socket.heartbeat_ivl == 300
+        assert client.socket.heartbeat_timeout == 20_000
+        assert client.socket.heartbeat_ttl == 20_000
         assert client.executor_ids() == []
     finally:
         client.shutdown()
@@ -96,7 +100,7 @@ def test_the_client_uses_the_drivers_zmtp_heartbeat_settings(driver_factory):
     driver = driver_factory("--insecure")
     client = zsched.Client(driver.url)
     try:
-        assert client._socket.heartbeat_ivl == 1000 and client._socket.heartbeat_timeout == 10_000
+        assert client.socket.heartbeat_ivl == 1000 and client.socket.heartbeat_timeout == 10_000
         assert client.executor_ids() == []
     finally:
         client.shutdown()
@@ -108,7 +112,7 @@ def test_a_secured_cluster_with_its_own_zmtp_heartbeats_serves_its_client():
                              zmq_heartbeat_timeout="5s") as cluster:
         # cluster.client() talks over pipes (tests/test_pipe_link.py): one through the socket
         client = zsched.Client(cluster.local_address, secret_file=cluster.secret_file)
-        assert (client._socket.heartbeat_ivl, client._socket.heartbeat_timeout) == (500, 5_000)
+        assert (client.socket.heartbeat_ivl, client.socket.heartbeat_timeout) == (500, 5_000)
         assert client.submit(identity, 7).result(30) == 7
         assert len(client.status()["executors"]) == 1
         client.shutdown()
@@ -129,6 +133,6 @@ def test_a_driver_silent_longer_than_the_default_but_within_its_own_timeout_keep
         finally:
             os.kill(driver.proc.pid, signal.SIGCONT)
         assert client.executor_ids() == []
-        assert client._lost is None
+        assert client.connection_error is None
     finally:
         client.shutdown()

@@ -367,11 +367,11 @@ def test_results_piled_up_in_the_driver_reach_the_client_in_frames_of_512_rows_a
         # windows open: each executor has measured its tasks
         assert [f.result(60) for f in [client.submit(identity, i) for i in range(FLOOD)]] == list(range(FLOOD))
         futures = [client.submit(identity, i) for i in range(FLOOD)]
-        os.kill(cluster._process.pid, signal.SIGSTOP)
+        os.kill(cluster.driver_pid, signal.SIGSTOP)
         try:
             time.sleep(1.0)  # the executors finish what they hold and report it
         finally:
-            os.kill(cluster._process.pid, signal.SIGCONT)
+            os.kill(cluster.driver_pid, signal.SIGCONT)
         assert [f.result(60) for f in futures] == list(range(FLOOD))
         client.shutdown()
     assert sum(sizes) == 2 * FLOOD

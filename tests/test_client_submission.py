@@ -167,9 +167,8 @@ def test_a_released_function_travels_once_per_executor_while_its_tasks_wait(monk
     with zsched.LocalCluster(n_executors=2, executor_heartbeat_interval="100ms",
                              in_process=True) as cluster:
         client = cluster.client()
-        driver = cluster._driver
         big = functools.partial(slow_scaled, bytes(20_000))
-        sent_before = driver.counters["bytes_out"]
+        sent_before = client.status()["counters"]["bytes_out"]
         futures = [client.submit(big, i) for i in range(300)]
         other = client.submit(add, 1, 2)  # big is no longer the latest used: released
         wait_for(lambda: client.status()["functions"] == 1, message="big released by the client")
@@ -177,7 +176,7 @@ def test_a_released_function_travels_once_per_executor_while_its_tasks_wait(monk
         assert [f.result(60) for f in futures] == [20_000 * i for i in range(300)]
         assert other.result(10) == 3
         # once per executor is 40 kB; with each of the ~150 launches, 3 MB
-        assert driver.counters["bytes_out"] - sent_before < 200_000
+        assert client.status()["counters"]["bytes_out"] - sent_before < 200_000
         wait_for(lambda: all(e.get("functions", 9) <= 1 for e in client.status()["executors"]),
                  message="the executors dropped it once its tasks were done")
 

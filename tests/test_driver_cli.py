@@ -471,7 +471,7 @@ def test_client_of_a_stopped_driver_gets_errors_not_hangs(tmp_path):
     assert first.wait(30) == 0
     with pytest.raises((zsched.TaskFailed, zsched.DriverConnectionError), match="driver stopped|lost the connection"):
         pending.result(30)
-    wait_for(lambda: client._lost is not None, timeout=30)
+    wait_for(lambda: client.connection_error is not None, timeout=30)
     second = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         second.stdout.readline()

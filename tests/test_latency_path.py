@@ -41,10 +41,11 @@ def test_a_flood_travels_in_large_frames_both_ways():
     with zsched.LocalCluster(n_executors=1, cores_per_executor=1, in_process=True) as cluster:
         client = cluster.client()
         assert client.submit(abs, -1).result(30) == 1
-        counters = cluster._driver.counters
+        counters = client.status()["counters"]
         before = counters["messages_in"], counters["messages_out"]
         n = 5000
         assert list(client.map(abs, range(-n, 0), chunksize=1)) == list(range(n, 0, -1))
+        counters = client.status()["counters"]
         messages_in = counters["messages_in"] - before[0]
         messages_out = counters["messages_out"] - before[1]
         # one message per task either way would be 2 x 5000 and more
@@ -108,7 +109,7 @@ def test_in_process_cluster_serves_tcp_and_inproc_clients_and_leaves_nothing_beh
             sock.close(linger=1000)
         pids = [e["pid"] for e in client.status()["executors"]]
         client.shutdown()
-    assert not cluster._driver.is_running()
+    assert not cluster.driver_running
     assert all(process_gone(pid) for pid in pids)
 
 

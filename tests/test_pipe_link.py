@@ -366,8 +366,8 @@ def test_a_local_cluster_s_clients_talk_to_its_driver_over_pipes_of_their_own():
         first = cluster.client()
         second = cluster.client()
         for client in (first, second):
-            assert client._link is not None and client._socket is None
-        assert first._link.read_fd != second._link.read_fd
+            assert client.transport == "pipes"
+        assert first.link.read_fd != second.link.read_fd
         assert first.submit(abs, -3).result(30) == 3
         assert list(first.map(abs, range(-3000, 0))) == list(range(3000, 0, -1))
         assert second.submit(abs, -4).result(30) == 4
@@ -379,13 +379,13 @@ def test_a_local_cluster_s_clients_talk_to_its_driver_over_pipes_of_their_own():
         first.shutdown(wait=False, cancel_futures=True)
         assert all(future.cancelled() for future in long)
         assert second.submit(abs, -5).result(30) == 5
-        wait_for(lambda: first._link.closed, timeout=30, message="the first client closed")
+        wait_for(lambda: first.link.closed, timeout=30, message="the first client closed")
 
 
 def a_piped_client_waiting(cluster):
     """A client of ``cluster`` over pipes, and the future of its task running for a minute."""
     client = cluster.client()
-    assert client._link is not None
+    assert client.transport == "pipes"
     future = client.submit(time.sleep, 60)
     wait_for(lambda: client.status()["tasks"]["running"] == 1, timeout=30, message="the task running")
     return client, future
@@ -396,7 +396,7 @@ def test_a_piped_client_fails_its_futures_at_once_when_its_driver_dies():
     with zsched.LocalCluster(1, executor_heartbeat_interval=600,
                              executor_heartbeat_timeout=3600) as cluster:
         client, future = a_piped_client_waiting(cluster)
-        os.kill(cluster._process.pid, signal.SIGKILL)
+        os.kill(cluster.driver_pid, signal.SIGKILL)
         with pytest.raises(zsched.DriverConnectionError, match="lost the connection"):
             future.result(30)
         with pytest.raises(zsched.DriverConnectionError):
@@ -417,13 +417,13 @@ def test_a_piped_client_fails_its_futures_when_its_driver_is_stopped():
     with zsched.LocalCluster(1, **FAST_LIVENESS) as cluster:
         client, future = a_piped_client_waiting(cluster)
         started = time.monotonic()
-        os.kill(cluster._process.pid, signal.SIGSTOP)
+        os.kill(cluster.driver_pid, signal.SIGSTOP)
         try:
             with pytest.raises(zsched.DriverConnectionError, match="answered nothing for 2 s"):
                 future.result(30)
             waited = time.monotonic() - started
         finally:
-            os.kill(cluster._process.pid, signal.SIGCONT)
+            os.kill(cluster.driver_pid, signal.SIGCONT)
         assert waited >= 2, waited  # not before the timeout; the message names the silence
         with pytest.raises(zsched.DriverConnectionError):
             client.submit(abs, 1)
@@ -436,9 +436,9 @@ def test_a_piped_client_fails_its_futures_when_its_driver_is_stopped():
 def test_a_piped_client_keeps_a_live_driver_through_a_task_longer_than_the_timeout():
     with zsched.LocalCluster(1, **FAST_LIVENESS) as cluster:
         client = cluster.client()
-        assert client._link is not None
+        assert client.transport == "pipes"
         assert client.submit(sleep_then_return, 5, "done").result(30) == "done"  # 2.5 timeouts
-        assert client._lost is None
+        assert client.connection_error is None
 
 
 def sleep_then_return(seconds, value):
@@ -532,7 +532,7 @@ def test_a_piped_client_whose_driver_breaks_the_link_fails_its_futures():
         with pytest.raises(zsched.DriverConnectionError, match="broke the link: a frame of"):
             future.result(30)
         client.shutdown()
-        assert client._link.closed
+        assert client.link.closed
     finally:
         driver_end.close()
 
@@ -574,8 +574,8 @@ def test_clients_made_at_once_in_several_threads_get_pipes_of_their_own():
             thread.start()
         for thread in threads:
             thread.join(60)
-        assert len(clients) == 6 and all(client._link is not None for client in clients)
-        assert len({client._link.read_fd for client in clients}) == 6
+        assert len(clients) == 6 and all(client.transport == "pipes" for client in clients)
+        assert len({client.link.read_fd for client in clients}) == 6
         assert [client.submit(abs, -i).result(30) for i, client in enumerate(clients)] == list(range(6))
 
 

@@ -289,6 +289,18 @@ class LocalCluster:
         self._clients.add(client)
         return client
 
+    @property
+    def driver_pid(self):
+        """The driver's process id: this process's own when the driver runs in a thread."""
+        return os.getpid() if self._driver is not None else self._process.pid
+
+    @property
+    def driver_running(self):
+        """Whether the driver still runs: False once it stopped, as after ``close()``."""
+        if self._driver is not None:
+            return self._driver.is_running()
+        return self._process.poll() is None
+
     def wait_for_executors(self, n, timeout):
         """Wait until ``n`` executors have registered."""
         from .client import Client
@@ -300,7 +312,7 @@ class LocalCluster:
             return
         with Client(self.local_address, secret_file=self.secret_file, timeout=timeout) as client:
             self._wait_until_registered(n, timeout, deadline, lambda: len(client.executor_ids()),
-                                        lambda: self._process.poll() is None)
+                                        lambda: self.driver_running)
 
     @staticmethod
     def _wait_until_registered(n, timeout, deadline, registered, driver_running):
@@ -320,7 +332,7 @@ class LocalCluster:
         self._closed = True
         _live_clusters.discard(self)
         for client in list(self._clients):
-            client.shutdown(wait=False, cancel_futures=True, _now=True)
+            client.close()
         self._close_client_door()
         if self._driver is not None:
             self._driver.request_stop()  # it stops its executors, then closes its sockets

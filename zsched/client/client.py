@@ -275,9 +275,34 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         """Decommission every executor on ``host``; True if there was one."""
         return self._admin(p.AdminDecommissionExecutorsOnHost, host)
 
+    # ------------------------------------------------------------ the connection
+
+    @property
+    def transport(self):
+        """How this client reaches its driver: "socket", "pipes" or "in-process"."""
+        if self._channel is not None:
+            return "in-process"
+        return "pipes" if self._link is not None else "socket"
+
+    @property
+    def socket(self):
+        """The DEALER connected to the driver (None over pipes or in process). Its options
+        may be read; only the client's I/O thread uses it."""
+        return self._socket
+
+    @property
+    def link(self):
+        """The ``PipeLink`` to the driver (None unless the client talks over pipes)."""
+        return self._link
+
+    @property
+    def connection_error(self):
+        """The DriverConnectionError that ended the connection, or None while it holds."""
+        return self._lost
+
     # ------------------------------------------------------------ shutting down
 
-    def shutdown(self, wait=True, *, cancel_futures=False, _now=False):
+    def shutdown(self, wait=True, *, cancel_futures=False):
         with self._submit_lock:
             already = self._shutdown
             self._shutdown = True
@@ -286,14 +311,21 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         if cancel_futures:
             for future in list(self._futures.values()):
                 future.cancel()
-        if _now:  # the cluster is going away: close at once
-            self._close()
-        elif wait:
+        if wait:
             concurrent.futures.wait(list(self._futures.values()))
             self._close()
         else:
             threading.Thread(target=self._close_when_done, name="zsched-client-close",
                              daemon=True).start()
+
+    def close(self):
+        """Shut down at once: tasks not started are cancelled, and futures of tasks still
+        running fail with TaskFailed. Used when the cluster itself goes away."""
+        with self._submit_lock:
+            self._shutdown = True
+        for future in list(self._futures.values()):
+            future.cancel()
+        self._close()
 
     def _close_when_done(self):
         concurrent.futures.wait(list(self._futures.values()))

@@ -101,6 +101,7 @@ class Admin:
             "allocation": self._allocation_status(),
             "losses": [{"id": i, "host": h, "reason": r, "time": t}
                        for i, h, r, t in registry.losses],
+            "counters": dict(d.counters),
         }
 
     def publish_snapshot(self):
@@ -114,7 +115,6 @@ class Admin:
         self._history.append([now, tasks["finished"], tasks["failed"], tasks["queued"],
                               tasks["running"], len(status["executors"])])
         self._snapshot = {**status, "time": now, "history": list(self._history),
-                          "counters": dict(d.counters),
                           "scheduling_latency": d.scheduling_latency.snapshot()}
 
     def last_snapshot(self):
