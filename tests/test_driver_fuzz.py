@@ -561,6 +561,7 @@ def wrongly_typed_frames():
         p.StatusUpdates: [1, 0.0, []],
         p.Heartbeat: [1, "x", {}],
         p.RemoveExecutor: ["nobody", "r", False],
+        p.AttachRelief: [1, "nobody", 1],
         p.RegisteredExecutor: [1, {}],
         p.RegisterExecutorFailed: ["r"],
         p.LaunchTasks: [{}, []],
@@ -773,6 +774,47 @@ def test_a_status_update_with_a_wrong_incarnation_is_ignored_and_the_executor_to
 
 
 # ---------------------------------------------------------------- explicit cases: executors
+
+
+def test_a_relief_connection_is_bound_to_its_executor_and_gets_copies_of_kills(fresh_bus):
+    """AttachRelief binds a second connection to an executor of this driver at its pid,
+    once; that connection gets a copy of each kill and its heartbeats are answered. Any
+    other attach is refused, and the executor keeps serving either way."""
+    bus = fresh_bus(real_executor=False)
+    fake = bus.fake
+    relief = Peer(bus)
+    heard = []
+    relief.on = heard.append
+    for incarnation, executor_id, pid in [
+            (fake.incarnation, fake.executor_id, os.getpid() + 1),   # another process
+            (fake.incarnation + 1, fake.executor_id, os.getpid()),   # another driver's
+            (fake.incarnation, "no-such-executor", os.getpid())]:
+        relief.send(p.AttachRelief(incarnation, executor_id, pid))
+    bus.hostile.send(p.AttachRelief(fake.incarnation, fake.executor_id, os.getpid()))
+    bus.hostile.sync()
+    assert [e["relief"] for e in bus.client.status()["executors"]] == [False]
+    relief.send(p.AttachRelief(fake.incarnation, fake.executor_id, os.getpid()))
+    wait_for(lambda: bus.client.status()["executors"][0]["relief"], timeout=WAIT,
+             message="the relief connection attached")
+    second = Peer(bus)
+    second.on = heard.append
+    second.send(p.AttachRelief(fake.incarnation, fake.executor_id, os.getpid()))
+    future = bus.client.submit(square, 3)
+    fake.receive_until(lambda: len(fake.held) == 1, what="a launch")
+    [(task_id, (attempt, _, _))] = fake.held.items()
+    assert future.cancel() or future.running()
+    bus.client.submit(square, 1)  # the cancel leaves with the next message
+    fake.receive_until(lambda: fake.kills, what="the kill")
+    relief.receive_until(lambda: heard, what="a copy of the kill")
+    assert heard == [p.KillTask(task_id, attempt, "cancelled by the client")]
+    relief.send(p.Heartbeat(fake.incarnation, fake.executor_id, {"rss": 1, "cpu": 0.0}))
+    relief.receive_until(lambda: len(heard) == 2, what="the heartbeat's answer")
+    assert heard[1] == p.HeartbeatAck(fake.incarnation)
+    second.receive(0.2)
+    assert len(heard) == 2, "a second relief connection was attached"
+    assert fake.stopped is None and fake.executor_id in bus.client.executor_ids()
+    second.close()
+    relief.close()
 
 
 @pytest.mark.parametrize("fields", [

@@ -107,6 +107,52 @@ def test_a_duplicate_executor_id_or_connection_is_refused_and_leaves_nothing_sta
     assert registry.for_rid(b"first") is None and len(registry) == 0
 
 
+def test_a_relief_connection_finds_its_executor_until_either_goes():
+    registry = ExecutorRegistry()
+    a, b = executor("1"), executor("2")
+    registry.add(a)
+    registry.add(b)
+    registry.attach_relief("1", b"relief-1")
+    assert registry.for_rid(b"relief-1") is a and registry.reliefs == {"1": b"relief-1"}
+    for executor_id, rid in [("1", b"relief-x"),   # it has one already
+                             ("3", b"relief-3"),   # no such executor
+                             ("2", b"rid-1"),      # an executor's own connection
+                             ("2", b"relief-1")]:  # another's relief
+        with pytest.raises(ValueError):
+            registry.attach_relief(executor_id, rid)
+    assert registry.reliefs == {"1": b"relief-1"}
+    assert not registry.detach_relief(b"rid-1")  # not a relief: kept
+    assert registry.detach_relief(b"relief-1")
+    assert registry.for_rid(b"relief-1") is None and registry.get("1") is a
+    registry.attach_relief("2", b"relief-2")
+    registry.remove("2", "gone")  # its relief goes with it
+    assert registry.for_rid(b"relief-2") is None and registry.reliefs == {}
+    assert not registry.detach_relief(b"relief-2")
+
+
+def test_while_its_relief_covers_an_executor_is_reached_there():
+    registry = ExecutorRegistry()
+    a = executor("1")
+    registry.add(a)
+    registry.cover(a)  # no relief: nothing changes
+    assert a.routing_id == b"rid-1" and registry.covering == {}
+    registry.attach_relief("1", b"relief-1")
+    registry.cover(a)
+    registry.cover(a)  # a second heartbeat there changes nothing more
+    assert a.routing_id == b"relief-1" and registry.covering == {"1": b"rid-1"}
+    assert registry.for_rid(b"rid-1") is a and registry.for_rid(b"relief-1") is a
+    registry.uncover(a)
+    assert a.routing_id == b"rid-1" and registry.covering == {}
+    registry.cover(a)
+    assert registry.detach_relief(b"relief-1")  # the relief goes: its own connection again
+    assert a.routing_id == b"rid-1" and registry.covering == {}
+    registry.attach_relief("1", b"relief-2")
+    registry.cover(a)
+    assert registry.remove("1", "gone") is a  # removed while covered: both keys go
+    assert a.routing_id == b"rid-1"
+    assert registry.by_rid == {} and registry.reliefs == {} and registry.covering == {}
+
+
 def test_cores_count_every_executor_or_only_the_active_ones():
     registry = ExecutorRegistry()
     a, b, c = executor("1", cores=1), executor("2", cores=4), executor("3", cores=8)

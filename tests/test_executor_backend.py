@@ -50,12 +50,12 @@ class StallingBackend(ExecutorBackend):
         self.stalled = threading.Event()
         self.release = threading.Event()
 
-    def send_heartbeat(self):
+    def send_heartbeat(self, connection=None):
         if self.stall_next.is_set():
             self.stall_next.clear()
             self.stalled.set()
             assert self.release.wait(30)
-        super().send_heartbeat()
+        super().send_heartbeat(connection)
 
 
 class FakeDriver:
@@ -71,6 +71,9 @@ class FakeDriver:
                                      registration_timeout=30, clock=self.clock)
         self.exit_code = None
         self.task_id = 0
+        self.rid = self.relief_rid = None
+        self.from_relief = []  # what the relief's connection sent that no test asked for
+        self.came_from = None
         self.thread = threading.Thread(target=self._run, name="executor-under-test", daemon=True)
 
     def start(self):
@@ -90,13 +93,37 @@ class FakeDriver:
     def _run(self):
         self.exit_code = self.backend.run()
 
-    def send(self, msg):
-        self.router.send_multipart([self.rid, p.encode(msg)])
+    def send(self, msg, rid=None):
+        self.router.send_multipart([rid or self.rid, p.encode(msg)])
 
-    def recv(self, timeout=10000):
-        assert self.router.poll(timeout), "nothing from the executor"
-        self.rid, frame = self.router.recv_multipart()
-        return p.decode(frame)
+    def recv(self, timeout=10000, relief=False):
+        """The next message of the executor's loop (with ``relief``: of either of its
+        connections, recorded in ``self.came_from``). The relief thread's connection says
+        AttachRelief first: its routing id is kept as ``relief_rid``."""
+        while True:
+            assert self.router.poll(timeout), "nothing from the executor"
+            rid, frame = self.router.recv_multipart()
+            msg = p.decode(frame)
+            if isinstance(msg, p.AttachRelief):
+                assert (msg.incarnation, msg.executor_id) == (INCARNATION, "x1"), msg
+                self.relief_rid = rid
+                continue
+            if rid == self.relief_rid and not relief:
+                self.from_relief.append(msg)
+                continue
+            if relief:
+                self.came_from = "relief" if rid == self.relief_rid else "loop"
+            if rid != self.relief_rid:
+                self.rid = rid
+            return msg
+
+    def wait_for_relief(self):
+        """Until the relief thread's connection said AttachRelief (it connects on its own)."""
+        deadline = time.monotonic() + 10
+        while self.relief_rid is None:
+            assert time.monotonic() < deadline, "no AttachRelief from the executor"
+            if self.router.poll(100):
+                self.from_relief.append(self.recv(relief=True))
 
     def speak(self):
         """Answer a heartbeat, then launch a no-op task and wait for its result: the
@@ -205,3 +232,43 @@ def test_executor_stalled_past_the_timeout_stays_if_the_driver_spoke_meanwhile(f
     f.let_run_at(T0 + 61.25)
     f.thread.join(10)
     assert f.exit_code == 1 and "driver silent" in backend.stopping
+
+
+SPIN_DIGEST = b"spin-digest-0001"
+
+
+def spin():
+    """Run Python until killed (an interrupt reaches it)."""
+    while True:
+        pass
+
+
+def test_the_relief_thread_covers_a_long_inline_task_over_a_connection_of_its_own(fake_driver):
+    """A lone task runs in the loop's thread; past its grace the relief thread covers for
+    the loop over its own connection: it says so at once with a heartbeat, sends the
+    heartbeats due, and obeys what the driver sends there (a launch waits for the one core,
+    a kill stops the task). The loop's connection carries nothing meanwhile."""
+    f = fake_driver()
+    f.speak()  # the first task: its status update says the loop took it in
+    f.wait_for_relief()
+    assert f.relief_rid != f.rid
+    f.send(p.LaunchTasks({SPIN_DIGEST: cloudpickle.dumps(spin)},
+                         [[9, 1, SPIN_DIGEST, pickle.dumps(((), {}))]]))
+    for due in (None, T0 + 6):  # the cover begins; then a heartbeat is due
+        if due is not None:
+            f.clock.set(due)
+        heartbeat = f.recv(relief=True)
+        assert isinstance(heartbeat, p.Heartbeat) and f.came_from == "relief", heartbeat
+        assert heartbeat.metrics["busy_threads"] == 1
+    f.send(p.HeartbeatAck(INCARNATION), rid=f.relief_rid)
+    f.send(p.LaunchTasks({}, [[10, 1, NOOP_DIGEST, pickle.dumps(((), {}))]]), rid=f.relief_rid)
+    f.send(p.KillTask(9, 1, "killed by the test"), rid=f.relief_rid)
+    rows = []
+    while len(rows) < 2:
+        msg = f.recv(relief=True)
+        if isinstance(msg, p.StatusUpdates):
+            assert f.came_from == "loop", msg
+            rows += [row[:3] for row in msg.updates]
+    assert rows == [[9, 1, p.TaskState.KILLED], [10, 1, p.TaskState.FINISHED]]
+    f.speak()  # the loop goes on
+    assert f.backend.stopping is None

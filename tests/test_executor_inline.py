@@ -39,6 +39,13 @@ def touch_then_sleep(path, seconds):
     return threading.current_thread().name
 
 
+def touch_then_wait(path, seconds):
+    """Say it runs, then sleep in short steps: a kill reaches it between them."""
+    say_started(path, threading.current_thread().name)
+    for _ in range(int(seconds * 100)):
+        time.sleep(0.01)
+
+
 def busy_python(path):
     """Spin in Python (an interrupt stops it) after saying it runs, in which thread."""
     say_started(path, threading.current_thread().name)
@@ -77,15 +84,20 @@ def test_an_executor_of_two_cores_runs_every_task_in_its_task_threads():
     with zsched.LocalCluster(n_executors=1, cores_per_executor=2) as cluster:
         client = cluster.client()
         assert {client.submit(thread_name).result(30) for _ in range(10)} <= {"task-0", "task-1"}
+        assert client.status()["executors"][0]["relief"] is False  # no relief thread
         client.shutdown()
 
 
-def test_heartbeats_flow_while_a_lone_task_runs_in_the_loop_thread(tmp_path):
-    """While the loop's own thread runs a long task the relief thread runs the loop: the
-    driver hears heartbeats sent during the task (they count one busy thread)."""
-    with zsched.LocalCluster(n_executors=1, cores_per_executor=1,
+@pytest.mark.parametrize("link", ["pipe", "socket"])
+def test_heartbeats_flow_while_a_lone_task_runs_in_the_loop_thread(tmp_path, link):
+    """While the loop's own thread runs a long task the relief thread covers for it, over
+    a connection of its own (pipes or a socket, as the executor's): the driver hears
+    heartbeats sent during the task (they count one busy thread)."""
+    with zsched.LocalCluster(n_executors=1, cores_per_executor=1, local_executor_link=link,
                              executor_heartbeat_interval=0.1) as cluster:
         client = cluster.client()
+        wait_for(lambda: client.status()["executors"][0]["relief"], timeout=30,
+                 message="the relief thread's connection attached")
         started = tmp_path / "started"
         future = client.submit(touch_then_sleep, started, 3)
         wait_for(started.exists, timeout=30, message="the task running")
@@ -120,8 +132,35 @@ def test_tasks_launched_while_a_lone_task_runs_inline_wait_for_the_one_core(tmp_
         client.shutdown()
 
 
-def test_cancel_interrupts_a_python_loop_running_in_the_loop_thread(tmp_path):
-    with zsched.LocalCluster(n_executors=1, cores_per_executor=1) as cluster:
+@pytest.mark.parametrize("link", ["pipe", "socket"])
+def test_tasks_held_behind_a_long_inline_task_go_to_an_executor_that_joins(tmp_path, link):
+    """While the relief thread covers, the driver sends to it: when an idle executor joins,
+    the tasks launched behind the long one are given back and run there meanwhile."""
+    with zsched.LocalCluster(n_executors=1, cores_per_executor=1, tasks_per_core=4,
+                             prefetch_seconds=10, local_executor_link=link) as cluster:
+        client = cluster.client()
+        assert len(list(client.map(abs, range(200)))) == 200  # short tasks: a deep window
+        started = tmp_path / "started"
+        long = client.submit(touch_then_wait, started, 120)
+        wait_for(started.exists, timeout=30, message="the long task running")
+        wait_for(lambda: client.status()["executors"][0].get("busy_threads") == 1, timeout=30,
+                 message="the relief thread's first heartbeat")
+        later = [client.submit(os.getpid) for _ in range(3)]
+        wait_for(lambda: client.status()["tasks"]["running"] == 4, timeout=30,
+                 message="three more tasks launched behind the long one")
+        assert client.request_total_executors(2)
+        pids = {f.result(60) for f in later}  # long before the long task ends
+        assert not long.done()
+        [first] = [e["pid"] for e in client.status()["executors"] if e["id"] == "1"]
+        assert first not in pids
+        assert long.cancel()
+        client.shutdown()
+
+
+@pytest.mark.parametrize("link", ["pipe", "socket"])
+def test_cancel_interrupts_a_python_loop_running_in_the_loop_thread(tmp_path, link):
+    with zsched.LocalCluster(n_executors=1, cores_per_executor=1,
+                             local_executor_link=link) as cluster:
         client = cluster.client()
         [before] = client.status()["executors"]
         started = tmp_path / "started"

@@ -152,6 +152,9 @@ def test_a_local_cluster_s_executors_talk_to_its_driver_over_pipes(in_process):
         assert len(commands) == 2
         for command in commands:
             assert "--driver-fds" in command and "--secret-file" not in command
+            assert "--relief-fds" in command  # one core: a relief thread, pipes of its own
+        wait_for(lambda: [e["relief"] for e in client.status()["executors"]] == [True, True],
+                 timeout=30, message="both relief threads' pipes attached")
         client.shutdown()
 
 
@@ -346,15 +349,26 @@ def test_a_piped_executor_whose_driver_closes_before_answering_does_not_register
     assert status == 1 and "Cannot register with driver pipe:test: it closed its pipe" in err, err
 
 
+@pytest.mark.parametrize("option", ["--driver-fds", "--relief-fds"])
 @pytest.mark.parametrize("value", ["", "3", "a,b", "1,2,3", "900,901"])
-def test_bad_driver_fds_print_usage_and_exit_1(value):
+def test_bad_driver_or_relief_fds_print_usage_and_exit_1(option, value):
+    others = ["--driver-fds", "0,1"] if option == "--relief-fds" else []
     proc = subprocess.run(
         [sys.executable, os.path.join(BIN, "executor"), "--driver-url", "pipe:x", "--executor-id",
-         "1", "--hostname", "h", "--cores", "1", "--app-id", "a", "--driver-fds", value],
+         "1", "--hostname", "h", "--cores", "1", "--app-id", "a", *others, option, value],
         capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc
-    assert "--driver-fds must be two open file descriptors" in proc.stderr, proc.stderr
+    assert f"{option} must be two open file descriptors" in proc.stderr, proc.stderr
     assert "Usage" in proc.stderr
+
+
+def test_relief_fds_without_driver_fds_print_usage_and_exit_1():
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BIN, "executor"), "--driver-url", "tcp://127.0.0.1:1",
+         "--executor-id", "1", "--hostname", "h", "--cores", "1", "--app-id", "a",
+         "--relief-fds", "0,1"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc
+    assert "--relief-fds goes with --driver-fds" in proc.stderr and "Usage" in proc.stderr
 
 
 # ---------------------------------------------------------------- the cluster's own client

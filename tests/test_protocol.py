@@ -12,6 +12,7 @@ SAMPLES = [
     p.StatusUpdates(99, 0.5, [[1, 1, p.TaskState.FINISHED, b"x"], [2, 3, p.TaskState.FAILED, b""]]),
     p.Heartbeat(99, "1", {"rss": 1000, "cpu": 12.5, "running": 2}),
     p.RemoveExecutor("3", "exited with code 1", True),
+    p.AttachRelief(1 << 62, "3", 4242),
     p.RegisteredExecutor(99, {"max_failures": 4, "revive_interval": 1.0}),
     p.RegisterExecutorFailed("Duplicate executor ID: 1"),
     p.LaunchTasks({b"d" * 16: b"fn"}, [[1, 1, b"d" * 16, b"args"]]),

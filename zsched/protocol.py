@@ -93,8 +93,8 @@ class MsgType(IntEnum):
     REGISTER_EXECUTOR = 1
     STATUS_UPDATES = 2
     HEARTBEAT = 3
-    # executor -> driver (its own exit) and client -> driver (remove one executor)
     REMOVE_EXECUTOR = 4
+    ATTACH_RELIEF = 5
     # driver -> executor
     REGISTERED_EXECUTOR = 10
     REGISTER_EXECUTOR_FAILED = 11
@@ -233,8 +233,18 @@ class Heartbeat(Message):
 @_message(MsgType.REMOVE_EXECUTOR, _str, _str, lambda v: isinstance(v, bool))
 class RemoveExecutor(Message):
     executor_id: str
-    reason: str  # why the executor leaves (sent by itself) or should be removed (by a client)
+    reason: str  # why the executor leaves
     charge_tasks: bool  # whether the tasks it held count this loss as one of their failures
+
+
+@_message(MsgType.ATTACH_RELIEF, _int, _str, _int)
+class AttachRelief(Message):
+    """The first message of an executor's second connection, its relief thread's own: the
+    driver sends it copies of the kills and stops it sends the executor, and hears its
+    heartbeats while the executor's loop thread runs a long task."""
+    incarnation: int
+    executor_id: str
+    pid: int
 
 
 # -- driver -> executor

@@ -64,12 +64,14 @@ def child_environment():
 
 
 def executor_command(driver_url, executor_id, hostname, cores, app_id, secret_file=None,
-                     python=sys.executable, log_level=None, driver_fds=None):
+                     python=sys.executable, log_level=None, driver_fds=None, relief_fds=None):
     command = module_command("zsched.executor", python) + ["--driver-url", driver_url,
                "--executor-id", executor_id, "--hostname", hostname,
                "--cores", str(cores), "--app-id", app_id]
     if driver_fds is not None:
         command += ["--driver-fds", "%d,%d" % driver_fds]
+        if relief_fds is not None:
+            command += ["--relief-fds", "%d,%d" % relief_fds]
     elif secret_file:
         command += ["--secret-file", secret_file]
     if log_level:
@@ -106,23 +108,26 @@ class LocalClusterManager(ClusterManager):
         """Start an executor; with a driver that adopts links (``adopt_link``), it talks to
         the driver over a pipe pair instead of the driver's sockets."""
         executor_id = str(next(self._ids))
-        ours = theirs = None
+        pairs = []  # (ours, theirs): the executor's link, and its relief thread's (one core)
         if self.adopt_link is not None:
-            ours, theirs = pipe_pair()
+            pairs = [pipe_pair() for _ in range(2 if self.cores_per_executor == 1 else 1)]
+        theirs = [fd for _, fds in pairs for fd in fds]
         command = executor_command(self.driver_url, executor_id, self.hostname,
                                    self.cores_per_executor, self.app_id, self.secret_file,
-                                   log_level=self.log_level, driver_fds=theirs)
+                                   log_level=self.log_level,
+                                   driver_fds=pairs[0][1] if pairs else None,
+                                   relief_fds=pairs[1][1] if len(pairs) > 1 else None)
         try:
             process = subprocess.Popen(command, env=child_environment(), stdin=subprocess.DEVNULL,
-                                       pass_fds=theirs or ())
+                                       pass_fds=theirs)
         except BaseException:
-            for fd in (ours or ()) + (theirs or ()):
+            for fd in [fd for pair in pairs for fds in pair for fd in fds]:
                 os.close(fd)
             raise
         self._processes[executor_id] = process
-        if theirs is not None:
-            for fd in theirs:  # the child's now: its exit closes the pipes' last ends
-                os.close(fd)
+        for fd in theirs:  # the child's now: its exit closes the pipes' last ends
+            os.close(fd)
+        for ours, _ in pairs:
             self.adopt_link(executor_id, *ours)
         log.info("started executor %s (pid %d)", executor_id, process.pid)
 

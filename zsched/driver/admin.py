@@ -93,7 +93,8 @@ class Admin:
                  "free_slots": max(0, scheduler.slots.free(e.slot)),
                  "task_seconds": e.task_seconds,
                  "tasks_done": e.tasks_done, "tasks_failed": e.tasks_failed,
-                 "last_heartbeat_age": registry.silence(e.executor_id, now)}
+                 "last_heartbeat_age": registry.silence(e.executor_id, now),
+                 "relief": e.executor_id in registry.reliefs}
                 for e in (registry.get(i) for i in registry.ids())
             ],
             "tasks": counts,
@@ -150,7 +151,8 @@ class Admin:
             d.scheduler.decommission(executor)
             if adjust_target:
                 self.forget_target(executor_id)
-            self.send(executor.routing_id, p.DecommissionExecutor("decommissioned by the driver"))
+            d.executor_endpoint.send_control(executor,
+                                             p.DecommissionExecutor("decommissioned by the driver"))
             acknowledged.append(executor_id)
         return acknowledged
 

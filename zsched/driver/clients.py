@@ -143,7 +143,7 @@ class ClientEndpoint:
     def kill(self, to_kill, reason):
         d = self.driver
         for executor, task in to_kill:
-            d.peers.send(executor.routing_id, p.KillTask(task.task_id, task.attempt, reason))
+            d.executor_endpoint.send_control(executor, p.KillTask(task.task_id, task.attempt, reason))
 
     def on_goodbye(self, rid, msg):
         d = self.driver

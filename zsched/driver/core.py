@@ -118,7 +118,7 @@ class Driver:
                            take=self._take, handle=self._handle, warn=self.warn_peer,
                            lost=self._peer_unreachable, broke=self._link_broke)
         self._send = self.peers.send  # (rid, msg, quiet=False): True if the peer took it
-        self._handlers = self._message_handlers()
+        self._handlers = message_handlers(self.executor_endpoint, self.client_endpoint)
         self._watch()
 
     # ------------------------------------------------------------ set-up
@@ -256,29 +256,6 @@ class Driver:
         else:
             self._handle(rid, msg)
 
-    def _message_handlers(self):
-        """For each message type a peer may send the driver: the roles that may send it and
-        its handler(rid, msg). A peer not yet known (UNKNOWN) may send any: the handler
-        answers one that did not register or say hello."""
-        executors, clients = self.executor_endpoint, self.client_endpoint
-        by_executors = frozenset((Role.UNKNOWN, Role.EXECUTOR))
-        by_clients = frozenset((Role.UNKNOWN, Role.CLIENT, Role.ADMINISTRATOR))
-        by_anyone = frozenset(Role)  # a ping only says that the loop is alive
-        return {
-            MsgType.REGISTER_EXECUTOR: (by_executors, executors.on_register),
-            MsgType.STATUS_UPDATES: (by_executors, executors.on_status_updates),
-            MsgType.HEARTBEAT: (by_executors, executors.on_heartbeat),
-            MsgType.REMOVE_EXECUTOR: (by_executors, executors.on_remove),
-            MsgType.CLIENT_HELLO: (by_clients, clients.on_hello),
-            MsgType.SUBMIT_TASKS: (by_clients, clients.on_submit_tasks),
-            MsgType.CANCEL_TASKS: (by_clients, clients.on_cancel_tasks),
-            **dict.fromkeys(map(MsgType, AdminOp), (by_clients, clients.on_admin)),
-            MsgType.ADMIN_PING: (by_anyone, clients.on_admin),
-            MsgType.STOP_EXECUTORS: (by_clients, clients.on_stop_executors),
-            MsgType.CLIENT_GOODBYE: (by_clients, clients.on_goodbye),
-            MsgType.FORGET_FUNCTIONS: (by_clients, clients.on_forget_functions),
-        }
-
     def _handle(self, rid, msg):
         """Handle a well-formed message from peer ``rid`` (of the ROUTER, or a client in this
         process), if a peer of its role may send it."""
@@ -309,6 +286,8 @@ class Driver:
 
     def _link_broke(self, rid, error):
         """Peer ``rid`` broke its link (this driver cut it off): that is why it goes."""
+        if self.executor_endpoint.relief_gone(rid):
+            return
         executor = self.registry.by_rid.get(rid)
         if executor is not None:
             self.remove_executor(executor.executor_id, f"broke its link: {error}", notify=False)
@@ -369,6 +348,8 @@ class Driver:
                 self._send(executor.routing_id, p.Encoded(p.LaunchTasks, frame))
 
     def _peer_unreachable(self, rid, problem, msg):
+        if self.executor_endpoint.relief_gone(rid):
+            return
         executor = self.registry.by_rid.get(rid)
         if executor is not None:
             reason = f"disconnected ({problem})"
@@ -423,7 +404,7 @@ class Driver:
         if self.router.closed:  # closed already: a second close does nothing
             return
         for executor in list(self.executors.values()):
-            self._send(executor.routing_id, p.Shutdown(), quiet=True)
+            self.executor_endpoint.send_control(executor, p.Shutdown(), quiet=True)
         for client in list(self.clients.values()):
             for client_task_id in list(client.tasks):
                 client.results.add(client_task_id, TaskState.ERROR, b"the driver stopped")
@@ -454,3 +435,27 @@ class Driver:
                 pass
         self._wakeup.close()
         log.info("driver stopped")
+
+
+def message_handlers(executors, clients):
+    """For each message type a peer may send the driver: the roles that may send it and
+    its handler(rid, msg). A peer not yet known (UNKNOWN) may send any: the handler
+    answers one that did not register or say hello."""
+    by_executors = frozenset((Role.UNKNOWN, Role.EXECUTOR))
+    by_clients = frozenset((Role.UNKNOWN, Role.CLIENT, Role.ADMINISTRATOR))
+    by_anyone = frozenset(Role)  # a ping only says that the loop is alive
+    return {
+        MsgType.REGISTER_EXECUTOR: (by_executors, executors.on_register),
+        MsgType.STATUS_UPDATES: (by_executors, executors.on_status_updates),
+        MsgType.HEARTBEAT: (by_executors, executors.on_heartbeat),
+        MsgType.REMOVE_EXECUTOR: (by_executors, executors.on_remove),
+        MsgType.ATTACH_RELIEF: (by_executors, executors.on_attach_relief),
+        MsgType.CLIENT_HELLO: (by_clients, clients.on_hello),
+        MsgType.SUBMIT_TASKS: (by_clients, clients.on_submit_tasks),
+        MsgType.CANCEL_TASKS: (by_clients, clients.on_cancel_tasks),
+        **dict.fromkeys(map(MsgType, AdminOp), (by_clients, clients.on_admin)),
+        MsgType.ADMIN_PING: (by_anyone, clients.on_admin),
+        MsgType.STOP_EXECUTORS: (by_clients, clients.on_stop_executors),
+        MsgType.CLIENT_GOODBYE: (by_clients, clients.on_goodbye),
+        MsgType.FORGET_FUNCTIONS: (by_clients, clients.on_forget_functions),
+    }

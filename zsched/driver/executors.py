@@ -68,8 +68,11 @@ class ExecutorEndpoint:
                                      "sent a message of another driver incarnation (told to exit)",
                                      notify=False, count_failure=False)
             return None
-        if d.registry.heard_from(executor.executor_id, d.clock()):
+        registry = d.registry
+        if registry.heard_from(executor.executor_id, d.clock()):
             log.warning("executor %s is heard from again", executor.executor_id)
+        if registry.covering and rid == registry.covering.get(executor.executor_id):
+            registry.uncover(executor)  # its loop speaks: the long task has ended
         return executor
 
     def on_status_updates(self, rid, msg):
@@ -89,7 +92,39 @@ class ExecutorEndpoint:
         if executor is None:
             return
         executor.metrics = p.heartbeat_metrics(msg.metrics)  # what the dashboard can serve
+        if rid == d.registry.reliefs.get(executor.executor_id):
+            d.registry.cover(executor)  # its loop runs a long task: the relief reads
         d.peers.send(rid, p.HeartbeatAck(d.incarnation))
+
+    def on_attach_relief(self, rid, msg):
+        """An executor's relief thread connected: it gets a copy of each kill and stop."""
+        d = self.driver
+        executor = d.registry.get(msg.executor_id)
+        try:
+            if executor is None or msg.incarnation != d.incarnation or msg.pid != executor.pid:
+                raise ValueError("no such executor of this driver")
+            d.registry.attach_relief(msg.executor_id, rid)
+        except ValueError as exc:
+            d.warn_peer(rid, f"AttachRelief of executor {msg.executor_id!r} refused: {exc}")
+            return
+        d.peers.peer_for(rid).role = Role.EXECUTOR
+
+    def send_control(self, executor, msg, quiet=False):
+        """Send ``executor`` a kill or a stop, and a copy to its relief thread (its loop's
+        thread may be in a long task); True if the executor took it."""
+        d = self.driver
+        relief = d.registry.reliefs.get(executor.executor_id)
+        if relief is not None and relief != executor.routing_id:
+            d.peers.send(relief, msg, quiet=True)
+        return d.peers.send(executor.routing_id, msg, quiet)
+
+    def relief_gone(self, rid):
+        """If ``rid`` is an executor's relief connection, forget it: True if it was one."""
+        d = self.driver
+        if not d.registry.detach_relief(rid):
+            return False
+        d.peers.forget(rid)
+        return True
 
     def on_remove(self, rid, msg):
         d = self.driver
@@ -104,7 +139,8 @@ class ExecutorEndpoint:
         """Forget an executor (its tasks run elsewhere) for ``reason``; ``notify`` tells it to
         exit; ``count_failure`` is False when the driver caused the loss."""
         d = self.driver
-        executor = d.registry.remove(executor_id, reason)
+        relief = d.registry.reliefs.get(executor_id)
+        executor = d.registry.remove(executor_id, reason)  # its routing id is its own again
         if executor is None:
             return False
         if executor.decommissioning:
@@ -118,7 +154,11 @@ class ExecutorEndpoint:
             d.cluster_manager.kill([executor_id])  # if it still runs; it is replaced
         if notify:
             d.peers.send(executor.routing_id, p.StopExecutor(reason), quiet=True)
+            if relief is not None:
+                d.peers.send(relief, p.StopExecutor(reason), quiet=True)
         d.peers.forget(executor.routing_id)  # if piped: it stops at the end of its input
+        if relief is not None:
+            d.peers.forget(relief)
         d.offers_needed = True
         return True
 

@@ -10,14 +10,21 @@ _LOSSES_KEPT = 100
 class ExecutorRegistry:
     """Registered executors and what the driver remembers of those lost.
 
-    ``by_id`` maps executor id to ``ExecutorData`` and ``by_rid`` routing id to the same;
-    both are read directly on the hot path. Only the driver's loop changes them.
+    ``by_id`` maps executor id to ``ExecutorData`` and ``by_rid`` routing id to the same
+    (an executor's relief connection included); both are read directly on the hot path.
+    ``reliefs`` maps executor id to the routing id of its relief thread's connection;
+    ``covering`` holds, for an executor whose relief thread covers for its loop (which
+    runs a long task), its own routing id: its ``routing_id`` is the relief's meanwhile,
+    so that what the driver sends reaches the thread that reads. Only the driver's loop
+    changes them.
     ``liveness`` watches each registered executor's heartbeats (by default: a 5 s interval
     and a 30 s timeout on the monotonic clock)."""
 
     def __init__(self, liveness=None):
         self.by_id = {}
         self.by_rid = {}
+        self.reliefs = {}
+        self.covering = {}
         self.liveness = liveness if liveness is not None else HeartbeatMonitor(5.0, 30.0)
         self.losses = []      # recent (executor id, host, reason, wall-clock time)
 
@@ -51,11 +58,47 @@ class ExecutorRegistry:
         executor = self.by_id.pop(executor_id, None)
         if executor is None:
             return None
+        self.uncover(executor)
         del self.by_rid[executor.routing_id]
+        relief = self.reliefs.pop(executor_id, None)
+        if relief is not None:
+            del self.by_rid[relief]
         self.liveness.forget(executor_id)
         self.losses.append((executor_id, executor.hostname, reason, time.time()))
         del self.losses[:-_LOSSES_KEPT]
         return executor
+
+    def attach_relief(self, executor_id, rid):
+        """Connection ``rid`` is the relief thread's of ``executor_id``; ValueError if the
+        executor is not registered, has one already, or ``rid`` is taken."""
+        executor = self.by_id.get(executor_id)
+        if executor is None or executor_id in self.reliefs or rid in self.by_rid:
+            raise ValueError(f"no relief connection for executor {executor_id} from here")
+        self.reliefs[executor_id] = rid
+        self.by_rid[rid] = executor
+
+    def detach_relief(self, rid):
+        """Forget ``rid`` if it is a relief connection (it is gone): True if it was one."""
+        executor = self.by_rid.get(rid)
+        if executor is None or self.reliefs.get(executor.executor_id) != rid:
+            return False
+        self.uncover(executor)
+        del self.reliefs[executor.executor_id]
+        del self.by_rid[rid]
+        return True
+
+    def cover(self, executor):
+        """``executor``'s relief thread covers for its loop: send to the relief."""
+        relief = self.reliefs.get(executor.executor_id)
+        if relief is not None and executor.executor_id not in self.covering:
+            self.covering[executor.executor_id] = executor.routing_id
+            executor.routing_id = relief
+
+    def uncover(self, executor):
+        """``executor``'s loop speaks again: send to its own connection."""
+        own = self.covering.pop(executor.executor_id, None)
+        if own is not None:
+            executor.routing_id = own
 
     def add_to_loss_reason(self, executor_id, reason):
         """Append ``reason`` to the last loss recorded for ``executor_id``; True if it was

@@ -39,7 +39,7 @@ class ExecutorBackend:
 
     def __init__(self, driver_url, executor_id, hostname, cores, app_id, *, keys=None,
                  worker_url=None, registration_timeout=30.0, clock=time.monotonic,
-                 driver_fds=None):
+                 driver_fds=None, relief_fds=None):
         self.driver_url = driver_url
         self.executor_id = executor_id
         self.hostname = hostname
@@ -55,12 +55,13 @@ class ExecutorBackend:
         # (read fd, write fd) inherited from the driver that started this executor: its link
         # to the driver instead of a socket (see pipe_link)
         self.link = None
+        self.relief_fds = relief_fds         # the relief thread's own pipe pair, if piped
         self.driver = None                   # DriverConnection, once registered (the link's: at once)
         if driver_fds is not None:
             self.link = PipeLink(*driver_fds, p.frame_limit(self.config.max_message_size))
             self.driver = DriverConnection(link=self.link)
-        self._wakeup = WakeupPipe()
-        self.tasks = TaskRunner(self._wakeup, self.config.max_message_size)
+        self.wakeup = WakeupPipe()
+        self.tasks = TaskRunner(self.wakeup, self.config.max_message_size)
         self.inline = None                   # InlinePath of a one-core executor
         self.liveness = None                 # HeartbeatMonitor of the driver, once registered
         self._early_frames = []              # read from the link with the registration's answer
@@ -94,7 +95,7 @@ class ExecutorBackend:
                                      os.getpid())
         registration = Registration(self.driver_url, request,
                                     self.clock() + self.registration_timeout, clock=self.clock,
-                                    wakeup_fd=self._wakeup.fd, abandoned=lambda: self._stopping)
+                                    wakeup_fd=self.wakeup.fd, abandoned=lambda: self._stopping)
         if self.link is not None:
             msg, self._early_frames = registration.over_link(self.link)
             how = " (over pipes)"
@@ -144,7 +145,7 @@ class ExecutorBackend:
         run_pending = self.inline.run_pending if self.inline is not None else (lambda: None)
         if self.link is not None:  # what came with the registration's answer
             for frame in self._early_frames:
-                self._handle_frame(frame)
+                self.handle_frame(frame)
             self._early_frames = []
             self._check_connection(None)
             run_pending()
@@ -156,7 +157,7 @@ class ExecutorBackend:
     def _make_poller(self):
         """The loop's poller: the wake-up pipe, the driver and the worker watch."""
         poller = zmq.Poller()
-        poller.register(self._wakeup.fd, zmq.POLLIN)
+        poller.register(self.wakeup.fd, zmq.POLLIN)
         self.driver.watch(poller)
         if self.worker_url:
             self._worker = WorkerWatch(self.context, self.worker_url, self.config,
@@ -165,14 +166,12 @@ class ExecutorBackend:
         return poller
 
     def turn(self):
-        """One turn of the loop: wait for something to do, then do it. Run by the loop's
-        thread, or by the relief thread while the loop's thread runs a task inline."""
+        """One turn of the loop: wait for something to do, then do it."""
         events = self._wait()
         # silence counts only when nothing is waiting: after this process itself was
         # stalled (a task holding the GIL), the driver's answers are already here
         if self.driver.key not in events and self.liveness.is_silent(DRIVER, self.clock()):
-            self._stop(f"driver silent for {self.config.executor_heartbeat_timeout:g} s", 1,
-                       driver_gone=True)
+            self.driver_lost()
             return
         self._serve_tasks(events)
         if self._decommissioning and self._outstanding == 0:
@@ -189,7 +188,7 @@ class ExecutorBackend:
         # Task threads write the wake-up pipe only while ``pending`` is False, that is while
         # this thread sleeps in poll with no result to send: while it is awake they make no
         # system call, and this turn takes every row added meanwhile.
-        wakeup = self._wakeup
+        wakeup = self.wakeup
         wakeup.pending = False
         if self.tasks.results:  # after pending: a row added later wakes the poll
             events = dict(self._poller.poll(0))
@@ -206,11 +205,11 @@ class ExecutorBackend:
             reason = worker.event()
             if reason is not None:
                 self._stop(reason, 1)
-        if self._wakeup.fd in events:
-            self._wakeup.drain()
+        if self.wakeup.fd in events:
+            self.wakeup.drain()
         self.send_status_updates()
         if self._kill_deadlines:
-            self._reap_killed_tasks()
+            self.reap_killed_tasks()
         if worker is not None:
             reason = worker.check()
             if reason is not None:
@@ -220,11 +219,16 @@ class ExecutorBackend:
         """Write what waits for the driver, read and handle what it sent; notice that it
         is gone."""
         driver = self.driver
+        forwarded = self.inline.forwarded() if self.inline is not None else ()
+        if forwarded:  # what came on the relief thread's connection
+            self.liveness.heard(DRIVER, self.clock())
+            for frame in forwarded:
+                self.handle_frame(frame)
         if not driver.flush(events):
             self._stop(LOST, 1, driver_gone=True)
         if driver.key in events:
             self.liveness.heard(DRIVER, self.clock())
-            driver.read(self._handle_frame, lambda: self._stopping is not None)
+            driver.read(self.handle_frame, lambda: self._stopping is not None)
         self._check_connection(events)
 
     def _check_connection(self, events):
@@ -233,7 +237,8 @@ class ExecutorBackend:
         if lost is not None:
             self._stop(lost, 1, driver_gone=True)
 
-    def _handle_frame(self, frame):
+    def handle_frame(self, frame):
+        """Decode and obey one frame of the driver's."""
         try:
             msg = p.decode(frame)
         except p.ProtocolError as exc:
@@ -245,24 +250,34 @@ class ExecutorBackend:
         else:
             handler(self, msg)
 
-    def _leave(self):
+    def _leave(self, connection=None):
         if not self._driver_gone:
             # finished work and why this executor leaves reach the driver at once, rather
             # than leave it to notice the lost connection
-            self.send_status_updates()
-            self._send(p.RemoveExecutor(self.executor_id, self._stopping, self._charge_tasks))
+            self.send_status_updates(connection)
+            self._send(p.RemoveExecutor(self.executor_id, self._stopping, self._charge_tasks),
+                       connection)
 
-    def exit_while_a_task_runs(self):
+    def exit_while_a_task_runs(self, connection):
         """The loop must end while the loop's own thread is in a task, which may never
-        return: say goodbye, close and end the process from here."""
+        return: say goodbye over ``connection`` (the relief thread's), close it and end the
+        process from here."""
         log.info("executor %s stopped: %s (a task was still running)", self.executor_id,
                  self._stopping)
-        self._leave()
-        self._close(linger=0 if self._driver_gone else 2000)
+        if connection is not None:
+            self._leave(connection)
+            # the loop thread's connection is its own: the process's end closes it
+            connection.close(0 if self._driver_gone else 2000)
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(self._exit_code)
+
+    def driver_lost(self, connection_lost=False):
+        """End the loop: the connection to the driver is lost, or the driver is silent."""
+        reason = LOST if connection_lost else (
+            f"driver silent for {self.config.executor_heartbeat_timeout:g} s")
+        self._stop(reason, 1, driver_gone=True)
 
     def _stop(self, reason, exit_code, driver_gone=False, charge_tasks=True):
         """End the loop; unless the driver is gone or sent the stop, it hears why, and
@@ -280,7 +295,7 @@ class ExecutorBackend:
 
     def wake(self):
         """Have the loop go round now, even if it sleeps; safe from any thread."""
-        self._wakeup.wake_always()
+        self.wakeup.wake_always()
 
     # ------------------------------------------------------------ the driver's messages
 
@@ -305,6 +320,8 @@ class ExecutorBackend:
 
     def _on_decommission_executor(self, msg):
         """Take nothing new, give back what has not started, finish what runs, then exit 0."""
+        if self._decommissioning:  # the relief thread's copy, or the loop's
+            return
         log.info("executor %s decommissioned: %s", self.executor_id, msg.reason)
         self._decommissioning = True
         self.wake()  # the next turn does not sleep: it may be time to leave
@@ -325,7 +342,7 @@ class ExecutorBackend:
             self._kill_deadlines[msg.task_id, msg.attempt] = (self.clock()
                                                               + self.config.task_kill_timeout)
 
-    def _reap_killed_tasks(self):
+    def reap_killed_tasks(self):
         """Spark's task reaper: a killed task still running after ``task_kill_timeout``
         takes its executor down (the driver replaces it); nothing else can stop it."""
         now = self.clock()
@@ -373,20 +390,21 @@ class ExecutorBackend:
 
     # ------------------------------------------------------------ to the driver
 
-    def _send(self, msg):
-        if not self.driver.send(msg):
+    def _send(self, msg, connection=None):
+        if not (connection or self.driver).send(msg):
             self._stop(LOST, 1, driver_gone=True)
 
-    def send_heartbeat(self):
+    def send_heartbeat(self, connection=None):
         """Send the driver a Heartbeat with this process's memory, CPU and task figures."""
         with self._process.oneshot():
             metrics = {"rss": self._process.memory_info().rss,
                        "cpu": self._process.cpu_percent(None),
                        **self.tasks.metrics()}
-        self._send(p.Heartbeat(self.incarnation, self.executor_id, metrics))
+        self._send(p.Heartbeat(self.incarnation, self.executor_id, metrics), connection)
 
-    def send_status_updates(self):
-        """Send the status rows of the tasks that ended since the last call, in batches."""
+    def send_status_updates(self, connection=None):
+        """Send the status rows of the tasks that ended since the last call, in batches
+        (over ``connection``: the relief thread's own)."""
         results = self.tasks.results
         if not results:
             return
@@ -397,7 +415,8 @@ class ExecutorBackend:
             self.tasks.all_reported()
         busy = self.tasks.take_busy()
         for batch in p.batch_rows(rows, 3, self.config.max_message_size):
-            self._send(p.StatusUpdates(self.incarnation, busy * len(batch) / len(rows), batch))
+            self._send(p.StatusUpdates(self.incarnation, busy * len(batch) / len(rows), batch),
+                       connection)
 
     # ------------------------------------------------------------ closing
 
@@ -410,4 +429,4 @@ class ExecutorBackend:
         if self.driver is not None:
             self.driver.close(linger)
         self.context.term()
-        self._wakeup.close()
+        self.wakeup.close()

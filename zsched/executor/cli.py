@@ -28,6 +28,7 @@ Usage: zsched-executor [options]
    --worker-url <workerUrl>
    --secret-file <path>
    --driver-fds <readFd>,<writeFd>
+   --relief-fds <readFd>,<writeFd>
    --log-level <level>
 """
 
@@ -41,16 +42,19 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)
 
 
-def _fd_pair(text):
-    """``--driver-fds READ,WRITE``: two open descriptors inherited from the driver."""
-    try:
-        read_fd, write_fd = (int(part) for part in text.split(","))
-        for fd in (read_fd, write_fd):
-            os.fstat(fd)
-    except (ValueError, OSError, OverflowError):
-        raise argparse.ArgumentTypeError(
-            f"--driver-fds must be two open file descriptors READ,WRITE, got {text!r}") from None
-    return read_fd, write_fd
+def _fd_pair(option):
+    """The type of ``option`` (``--driver-fds`` or ``--relief-fds``): READ,WRITE, two open
+    descriptors inherited from the driver."""
+    def fd_pair(text):
+        try:
+            read_fd, write_fd = (int(part) for part in text.split(","))
+            for fd in (read_fd, write_fd):
+                os.fstat(fd)
+        except (ValueError, OSError, OverflowError):
+            raise argparse.ArgumentTypeError(
+                f"{option} must be two open file descriptors READ,WRITE, got {text!r}") from None
+        return read_fd, write_fd
+    return fd_pair
 
 
 def _registration_timeout():
@@ -75,8 +79,11 @@ def parse_args(argv):
     parser.add_argument("--worker-url", default=None)
     parser.add_argument("--secret-file", default=None)
     parser.add_argument("--log-level", default="INFO")
-    parser.add_argument("--driver-fds", default=None, type=_fd_pair)
+    parser.add_argument("--driver-fds", default=None, type=_fd_pair("--driver-fds"))
+    parser.add_argument("--relief-fds", default=None, type=_fd_pair("--relief-fds"))
     args = parser.parse_args(argv)
+    if args.relief_fds is not None and args.driver_fds is None:
+        raise _UsageError("--relief-fds goes with --driver-fds")
     if not 1 <= args.cores <= p.MAX_CORES:
         raise _UsageError(f"--cores must be from 1 to {p.MAX_CORES}, got {args.cores}")
     if not isinstance(logging.getLevelName(args.log_level.upper()), int):
@@ -105,7 +112,8 @@ def main(argv=None):
         return 1
     backend = ExecutorBackend(args.driver_url, args.executor_id, args.hostname, args.cores,
                               args.app_id, keys=keys, worker_url=args.worker_url,
-                              registration_timeout=timeout, driver_fds=args.driver_fds)
+                              registration_timeout=timeout, driver_fds=args.driver_fds,
+                              relief_fds=args.relief_fds)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: backend.request_stop(
             f"received signal {signal.Signals(signum).name}"))

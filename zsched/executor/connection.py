@@ -23,6 +23,7 @@ class DriverConnection:
         self._socket_state = SocketState(socket) if socket is not None else None  # ZMQ_EVENTS
         self._monitor = None                 # events of the socket's connection
         self._poller = None
+        self._closed = False
 
     def watch(self, poller):
         """Register with the loop's ``poller``: the driver's input, the loss of the
@@ -37,6 +38,16 @@ class DriverConnection:
             # driver has dropped it too: a reconnection would be a stranger to it)
             self._monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             poller.register(self._monitor, zmq.POLLIN)
+
+    def unwatch(self, poller):
+        """Leave ``poller`` (see ``watch``)."""
+        for what in (self.key, self._monitor, self.link.write_fd if self.link else None):
+            if what is not None:
+                try:
+                    poller.unregister(what)
+                except KeyError:
+                    pass
+        self._poller = None
 
     def send(self, msg):
         """Send ``msg``; False if the driver is gone. A socket the driver does not read
@@ -99,7 +110,10 @@ class DriverConnection:
         return LOST if self._monitor is not None and self._monitor in events else None
 
     def close(self, linger):
-        """Close, waiting up to ``linger`` milliseconds for output to leave."""
+        """Close, waiting up to ``linger`` milliseconds for output to leave; once."""
+        if self._closed:
+            return
+        self._closed = True
         if self._monitor is not None:
             self.socket.disable_monitor()
             self._monitor.close(linger=0)

@@ -1,30 +1,63 @@
-"""Lone tasks of an idle one-core executor, run by the loop's own thread.
+"""Lone tasks of an idle one-core executor, run by the loop's own thread, and the relief
+thread that stands in for the loop while one runs long.
 
 Such a task's status update leaves at once: two thread hand-offs fewer, which is most of
 what an executor adds to one task's latency. While the task runs the loop stands still;
 if it runs longer than ``INLINE_GRACE`` the relief thread, woken by a kernel timer (no
-wake-up at all for shorter tasks), takes the loop over (heartbeats, KillTask,
-StopExecutor, ...) until the task ends, then hands it back. The driver's socket or link
-is used by one thread at a time: the loop's own, or the relief thread while it covers;
-the hand-over goes through a lock, which orders each thread's use after the other's.
+wake-up at all for shorter tasks), covers for it until the task ends: heartbeats, kills,
+stops, launches (they wait for the one core) and requests to give tasks back.
+
+The relief thread has a connection of its own (a DEALER, or a pipe pair of its own): each
+connection is used by one thread only. The driver sends it a copy of every kill and
+stop, and, once it hears a heartbeat there, everything, until the loop's connection
+speaks again. What the relief thread reads while it does not cover goes to the loop's
+thread, which obeys it in its next turn; what the loop's thread has not taken when a
+cover begins (a kill of the task that has just started) the relief thread obeys itself.
 """
-import select
+import collections
+import logging
+import os
 import threading
 
+import zmq
+
+from .. import protocol as p
+from ..pipe_link import PipeLink
+from .connection import DriverConnection
+from .registration import connect
 from .timer import KernelTimer
+
+log = logging.getLogger("zsched.executor")
 
 # Until a task run inline has run this long, heartbeats, kills and new launches wait (at
 # most this long); after it, the hand-over costs about two thread wake-ups.
 INLINE_GRACE = 0.005
+DRIVER = "driver"  # the peer the executor's heartbeat monitor watches
+
+
+def open_relief(backend):
+    """A connection of its own for ``backend``'s relief thread: its pipe pair, or a new
+    DEALER; None for an executor over pipes given no pair for it."""
+    limit = p.frame_limit(backend.config.max_message_size)
+    if backend.relief_fds is not None:
+        return DriverConnection(link=PipeLink(*backend.relief_fds, limit))
+    if backend.link is not None:
+        return None
+    sock, watch = connect(backend.context, backend.driver_url, backend.config, backend.keys)
+    watch.close()
+    return DriverConnection(socket=sock)
 
 
 class InlinePath:
-    """The lone task kept to run in the loop's thread, the tasks that wait for it, and the
-    relief thread that runs the loop (``backend.turn``) while it runs long."""
+    """The lone task kept to run in the loop's thread, and the relief thread that covers
+    for the loop while it runs long."""
 
     @classmethod
     def create(cls, backend):
-        """An InlinePath for ``backend``, or None where there is no kernel timer."""
+        """An InlinePath for ``backend``, or None where there is no kernel timer or no
+        connection for the relief thread."""
+        if backend.link is not None and backend.relief_fds is None:
+            return None
         timer = KernelTimer.create(INLINE_GRACE)
         return None if timer is None else cls(backend, timer)
 
@@ -35,9 +68,10 @@ class InlinePath:
         self._lone = None                    # a task received, to run inline after this turn
         self._inline_task = None             # the task running inline, until the loop is back
         self._deferred = []                  # tasks launched meanwhile (the one core is busy)
+        self._forwarded = collections.deque()  # frames the relief read for the loop's thread
         self._handover = threading.Lock()    # guards _inline_running and _covering
         self._inline_running = False
-        self._covering = False               # the relief thread runs the loop
+        self._covering = False               # the relief thread stands in for the loop
         self._handed_back = threading.Event()
         self._exit = False
 
@@ -46,18 +80,22 @@ class InlinePath:
 
     def take(self, tasks, idle):
         """Of the tasks of a LaunchTasks, those to queue for the task threads now: a lone
-        task reaching an ``idle`` executor is kept to run inline, and tasks that come while
-        one runs inline wait for it."""
+        task reaching an ``idle`` executor is kept to run inline."""
         if self._lone is not None:  # more came before the lone task started: it queues first
             tasks = [self._lone, *tasks]
             self._lone = None
-        elif idle and len(tasks) == 1 and not self._covering:
+        elif idle and len(tasks) == 1 and self._inline_task is None:
             self._lone = tasks[0]  # run by the loop's thread at the end of this turn
             return []
-        if self._inline_task is not None:
+        if self._inline_task is not None:  # launched to the relief thread while it covers
             self._deferred.extend(tasks)
             return []
         return tasks
+
+    def forwarded(self):
+        """The frames the relief thread read for the loop's thread since the last call."""
+        forwarded = self._forwarded
+        return [forwarded.popleft() for _ in range(len(forwarded))]
 
     def run_pending(self):
         """Run the lone task kept by ``take``, if any, unless the loop is ending."""
@@ -90,7 +128,7 @@ class InlinePath:
 
     def _run_inline(self):
         """Run the lone task in this thread (the loop's) and report it at once. The relief
-        thread may take the loop meanwhile; it is taken back before this returns."""
+        thread may cover meanwhile; it hands back before this returns."""
         backend = self._backend
         tasks = backend.tasks
         task = self._inline_task = self._lone
@@ -100,40 +138,115 @@ class InlinePath:
         self._timer.arm()
         row = tasks.run_here(task)
         self._timer.disarm()
-        tasks.results.append(row)
         with self._handover:
             self._inline_running = False
             covered = self._covering
-        if covered:  # the relief thread runs the loop: have it back
-            backend.wake()
+        if covered:  # the relief thread covers: have it hand back
+            self._timer.fire_now()
             self._handed_back.wait()
             self._handed_back.clear()
         self._inline_task = None
+        tasks.results.append(row)  # after the hand-back: its update leaves on this connection
         if self._deferred:
             tasks.queue(self._deferred)
             self._deferred = []
         backend.send_status_updates()
 
+    # ------------------------------------------------------------ the relief thread
+
     def _relief_thread(self):
-        """Sleep until an inline task has run for ``INLINE_GRACE``, then run the loop until
-        that task ends (so that heartbeats, kills and stops are handled meanwhile)."""
+        """Open the relief's connection, then sleep until an inline task has run for
+        ``INLINE_GRACE`` and cover until it ends; meanwhile pass what the driver sends on
+        to the loop's thread."""
         backend = self._backend
-        timer = self._timer
+        try:
+            connection = open_relief(backend)
+        except zmq.ZMQError as exc:
+            log.warning("the relief thread has no connection to the driver: %s", exc)
+            connection = None
+        poller = zmq.Poller()
+        poller.register(self._timer.fd, zmq.POLLIN)
+        if connection is not None:
+            connection.send(p.AttachRelief(backend.incarnation, backend.executor_id, os.getpid()))
+            connection.watch(poller)
+        try:
+            while not self._exit:
+                events = dict(poller.poll())
+                before = len(self._forwarded)
+                connection = self._read(connection, poller, events, self._forwarded.append)
+                if len(self._forwarded) != before:
+                    backend.wake()
+                if self._timer.fd in events:
+                    self._timer.clear()
+                    if not self._exit:
+                        connection = self._cover(connection, poller)
+        finally:
+            if connection is not None:
+                connection.close(linger=0)
+
+    @staticmethod
+    def _read(connection, poller, events, handle):
+        """Pass what came on the relief's connection to ``handle``; the connection, or
+        None once it is lost."""
+        if connection is None:
+            return None
+        if not connection.flush(events) or connection.lost(events) is not None:
+            connection.unwatch(poller)
+            connection.close(linger=0)
+            return None
+        if connection.key in events:
+            connection.read(handle, lambda: False)
+        return connection
+
+    def _cover(self, connection, poller):
+        """Stand in for the loop while the inline task runs, then hand back. Returns the
+        relief's connection."""
+        backend = self._backend
+        with self._handover:
+            if not self._inline_running:
+                return connection  # it ended meanwhile
+            self._covering = True
+        if connection is not None:  # the driver sends everything here once it hears this
+            backend.send_heartbeat(connection)
+        for frame in self.forwarded():  # not taken by the loop's thread before the task
+            backend.handle_frame(frame)
+        poller.register(backend.wakeup.fd, zmq.POLLIN)  # a stop asked by a signal
         while True:
-            select.select([timer.fd], [], [])
-            timer.clear()
-            if self._exit:
-                return
             with self._handover:
                 if not self._inline_running:
-                    continue  # ended meanwhile
-                self._covering = True
-            while True:
-                with self._handover:
-                    if not self._inline_running:
-                        self._covering = False
-                        break
-                if backend.stopping is not None:
-                    backend.exit_while_a_task_runs()
-                backend.turn()
-            self._handed_back.set()
+                    self._covering = False
+                    break
+            if backend.stopping is not None:
+                backend.exit_while_a_task_runs(connection)
+            connection = self._cover_turn(connection, poller)
+        poller.unregister(backend.wakeup.fd)
+        self._handed_back.set()
+        return connection
+
+    def _cover_turn(self, connection, poller):
+        """One turn of the cover: a heartbeat when due, then wait for the driver, the
+        timer or a stop; the relief's connection (None once it is lost)."""
+        backend = self._backend
+        liveness = backend.liveness
+        now = backend.clock()
+        if connection is not None and liveness.due_to_send(now):
+            backend.send_heartbeat(connection)
+        events = dict(poller.poll(min(liveness.until_send(now), 1.0) * 1000))
+        if self._timer.fd in events:
+            self._timer.clear()
+        if backend.wakeup.fd in events:
+            backend.wakeup.drain()
+        if connection is None:  # none from the start: the task's end is all to wait for
+            return None
+        heard = connection.key in events
+        connection = self._read(connection, poller, events, backend.handle_frame)
+        if connection is None:
+            backend.driver_lost(connection_lost=True)
+            return None
+        if heard:
+            liveness.heard(DRIVER, backend.clock())
+        elif liveness.is_silent(DRIVER, backend.clock()):
+            backend.driver_lost()
+        backend.send_status_updates(connection)
+        backend.reap_killed_tasks()
+        return connection

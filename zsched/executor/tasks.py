@@ -133,13 +133,16 @@ class TaskRunner:
         """Interrupt the attempt if it runs, or keep it from starting; True if it runs
         (an exception reaches a thread only when it runs Python code: a task blocked in C
         may not stop)."""
+        key = (task_id, attempt)
         with self._lock:
-            self._killed.add((task_id, attempt))  # before _running is read: see run_here
+            again = key in self._killed  # a second kill (a copy) interrupts nothing more
+            self._killed.add(key)  # before _running is read: see run_here
             running = self._running.get(task_id)
             if running is None or running[0] != attempt:
                 return False
             # under the lock: the task's thread withdraws it when the task leaves _running
-            _raise_in_thread(running[1], TaskKilled)
+            if not again:
+                _raise_in_thread(running[1], TaskKilled)
         return True
 
     def running_attempt(self, task_id):
