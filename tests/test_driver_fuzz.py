@@ -807,11 +807,31 @@ def test_a_relief_connection_is_bound_to_its_executor_and_gets_copies_of_kills(f
     fake.receive_until(lambda: fake.kills, what="the kill")
     relief.receive_until(lambda: heard, what="a copy of the kill")
     assert heard == [p.KillTask(task_id, attempt, "cancelled by the client")]
+    bus.serve_until(bus.idle, what="no task out")  # the fake executor reports what it holds
+    # a heartbeat there says the relief covers for a long task: the driver sends it all
     relief.send(p.Heartbeat(fake.incarnation, fake.executor_id, {"rss": 1, "cpu": 0.0}))
     relief.receive_until(lambda: len(heard) == 2, what="the heartbeat's answer")
     assert heard[1] == p.HeartbeatAck(fake.incarnation)
+    covered = bus.client.submit(square, 4)
+    relief.receive_until(lambda: len(heard) == 3, what="a launch sent to the relief")
+    assert isinstance(heard[2], p.LaunchTasks) and not fake.held
+    [[task_id, attempt, _, _]] = heard[2].tasks
+    kills = len(fake.kills)
+    assert covered.cancel() or covered.running()
+    bus.client.executor_ids()  # the cancel leaves with the next message
+    relief.receive_until(lambda: len(heard) == 4, what="the kill sent to the relief")
+    # ... and to the executor's own connection, after every launch sent there before
+    fake.receive_until(lambda: len(fake.kills) > kills, what="the kill on its own connection")
+    assert heard[3] == p.KillTask(task_id, attempt, "cancelled by the client")
+    assert fake.kills[-1] == (task_id, attempt)
+    fake.sync()  # its own connection speaks: the driver sends there again
+    relief.send(p.StatusUpdates(fake.incarnation, 0.0, [[task_id, attempt, TaskState.KILLED, b""]]))
+    after = bus.client.submit(square, 5)
+    fake.receive_until(lambda: fake.held, what="a launch on its own connection again")
+    fake.report()
+    assert after.result(WAIT) == 25
     second.receive(0.2)
-    assert len(heard) == 2, "a second relief connection was attached"
+    assert len(heard) == 4, "a second relief connection was attached"
     assert fake.stopped is None and fake.executor_id in bus.client.executor_ids()
     second.close()
     relief.close()

@@ -110,13 +110,16 @@ class ExecutorEndpoint:
         d.peers.peer_for(rid).role = Role.EXECUTOR
 
     def send_control(self, executor, msg, quiet=False):
-        """Send ``executor`` a kill or a stop, and a copy to its relief thread (its loop's
-        thread may be in a long task); True if the executor took it."""
+        """Send ``executor`` a kill or a stop on each of its connections: its relief thread
+        may cover for a long task, and on its own one the message follows every launch
+        sent there before. True if the executor's own connection took it."""
         d = self.driver
-        relief = d.registry.reliefs.get(executor.executor_id)
-        if relief is not None and relief != executor.routing_id:
+        registry = d.registry
+        relief = registry.reliefs.get(executor.executor_id)
+        if relief is not None:
             d.peers.send(relief, msg, quiet=True)
-        return d.peers.send(executor.routing_id, msg, quiet)
+        own = registry.covering.get(executor.executor_id, executor.routing_id)
+        return d.peers.send(own, msg, quiet)
 
     def relief_gone(self, rid):
         """If ``rid`` is an executor's relief connection, forget it: True if it was one."""
