@@ -274,15 +274,22 @@ os.write(link.write_fd, (1 << 30).to_bytes(8, "little"))
 class FakeDriver:
     """The test as a driver: an executor process started with ``--driver-fds``."""
 
-    def __init__(self, tmp_path, cores=1):
+    def __init__(self, tmp_path, cores=1, relief=False):
         ours, theirs = pipe_pair()
         self.link = PipeLink(*ours, 1 << 30)
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(BIN, "executor"), "--driver-url", "pipe:test",
-             "--executor-id", "7", "--hostname", "localhost", "--cores", str(cores),
-             "--app-id", "app", "--driver-fds", "%d,%d" % theirs],
-            pass_fds=theirs, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for fd in theirs:
+        command = [sys.executable, os.path.join(BIN, "executor"), "--driver-url", "pipe:test",
+                   "--executor-id", "7", "--hostname", "localhost", "--cores", str(cores),
+                   "--app-id", "app", "--driver-fds", "%d,%d" % theirs]
+        passed = list(theirs)
+        self.relief = None  # the relief thread's link, with ``relief``
+        if relief:
+            relief_ours, relief_theirs = pipe_pair()
+            self.relief = PipeLink(*relief_ours, 1 << 30)
+            command += ["--relief-fds", "%d,%d" % relief_theirs]
+            passed += relief_theirs
+        self.proc = subprocess.Popen(command, pass_fds=passed, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        for fd in passed:
             os.close(fd)
 
     def receive(self, timeout=30):
@@ -309,6 +316,8 @@ class FakeDriver:
             self.proc.communicate()
             raise AssertionError("the executor did not exit") from None
         self.link.close()
+        if self.relief is not None:
+            self.relief.close()
         return self.proc.returncode, err
 
 
@@ -327,6 +336,32 @@ def test_a_piped_executor_runs_tasks_and_exits_when_its_driver_s_end_closes(tmp_
     driver.link.close()  # the driver is gone
     status, err = driver.finish()
     assert status == 1 and "lost the connection to the driver" in err, err
+
+
+def sleep_in_steps(seconds):
+    for _ in range(int(seconds * 100)):
+        time.sleep(0.01)
+
+
+def test_a_piped_executor_whose_relief_link_closed_leaves_once_a_long_task_begins(tmp_path):
+    """The relief's pipes closed (the driver is gone) while no task ran: when a lone task
+    runs long, the relief cannot cover for the loop, and the executor leaves at once
+    rather than run the task with nobody listening for the driver."""
+    import cloudpickle
+    import pickle
+    driver = FakeDriver(tmp_path, relief=True)
+    driver.register()
+    deadline = time.monotonic() + 30
+    while not (frames := driver.relief.receive()):
+        assert time.monotonic() < deadline, "no AttachRelief"
+        select.select([driver.relief.read_fd], [], [], 0.5)
+    assert isinstance(p.decode(frames[0]), p.AttachRelief)
+    driver.relief.close()
+    time.sleep(0.2)  # the relief thread reads the end of its pipes
+    blob = cloudpickle.dumps(sleep_in_steps)
+    driver.link.send(p.encode(p.LaunchTasks({b"d": blob}, [[1, 1, b"d", pickle.dumps(((60,), {}))]])))
+    status, err = driver.finish(timeout=30)
+    assert status == 1 and "lost the connection to the driver (a task was still running)" in err, err
 
 
 def test_a_piped_executor_ignores_junk_and_stops_on_an_oversized_frame(tmp_path):

@@ -73,6 +73,7 @@ class InlinePath:
         self._inline_running = False
         self._covering = False               # the relief thread stands in for the loop
         self._handed_back = threading.Event()
+        self._relief_lost = False            # the relief's connection ended: so did the driver
         self._exit = False
 
     def start(self):
@@ -184,8 +185,7 @@ class InlinePath:
             if connection is not None:
                 connection.close(linger=0)
 
-    @staticmethod
-    def _read(connection, poller, events, handle):
+    def _read(self, connection, poller, events, handle):
         """Pass what came on the relief's connection to ``handle``; the connection, or
         None once it is lost."""
         if connection is None:
@@ -193,6 +193,7 @@ class InlinePath:
         if not connection.flush(events) or connection.lost(events) is not None:
             connection.unwatch(poller)
             connection.close(linger=0)
+            self._relief_lost = True
             return None
         if connection.key in events:
             connection.read(handle, lambda: False)
@@ -210,6 +211,8 @@ class InlinePath:
             backend.send_heartbeat(connection)
         for frame in self.forwarded():  # not taken by the loop's thread before the task
             backend.handle_frame(frame)
+        if connection is None and self._relief_lost:  # lost before this cover began
+            backend.driver_lost(connection_lost=True)
         poller.register(backend.wakeup.fd, zmq.POLLIN)  # a stop asked by a signal
         while True:
             with self._handover:
@@ -236,13 +239,13 @@ class InlinePath:
             self._timer.clear()
         if backend.wakeup.fd in events:
             backend.wakeup.drain()
-        if connection is None:  # none from the start: the task's end is all to wait for
-            return None
-        heard = connection.key in events
-        connection = self._read(connection, poller, events, backend.handle_frame)
+        if connection is not None:
+            heard = connection.key in events
+            connection = self._read(connection, poller, events, backend.handle_frame)
         if connection is None:
-            backend.driver_lost(connection_lost=True)
-            return None
+            if self._relief_lost:  # perhaps before this cover began
+                backend.driver_lost(connection_lost=True)
+            return None  # none from the start: the task's end is all to wait for
         if heard:
             liveness.heard(DRIVER, backend.clock())
         elif liveness.is_silent(DRIVER, backend.clock()):
