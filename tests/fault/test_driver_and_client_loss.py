@@ -287,7 +287,10 @@ def _executor_args(driver, executor_id, app_id, worker_url):
             "--cores", "1", "--app-id", app_id, "--worker-url", worker_url]
 
 
-def test_executor_exits_when_its_worker_dies(driver_factory, tmp_path):
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "running-a-long-task"])
+def test_executor_exits_when_its_worker_dies(driver_factory, tmp_path, busy):
+    """Also while its loop's thread runs a long lone task: the relief thread watches the
+    worker too, with a connection of its own."""
     driver = driver_factory("--insecure", "--app-id", "worker-test")
     worker = subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=_child_env())
@@ -301,6 +304,10 @@ def test_executor_exits_when_its_worker_dies(driver_factory, tmp_path):
         assert worker.stdout.readline().strip() == "connected"  # the executor watches it
         assert client.submit(answer).result(timeout=30) == 42
         assert executor.poll() is None
+        if busy:  # a lone task on the idle executor: its loop's thread runs it
+            client.submit(nap, 120)
+            wait_for(lambda: client.status()["executors"][0].get("busy_threads") == 1,
+                     timeout=30, message="the relief thread's heartbeat during the task")
 
         worker.send_signal(signal.SIGKILL)
         worker.wait(10)

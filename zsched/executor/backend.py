@@ -201,19 +201,15 @@ class ExecutorBackend:
     def _serve_tasks(self, events):
         """The worker watch, finished tasks and kills that are overdue."""
         worker = self._worker
-        if worker is not None and worker.monitor in events:
-            reason = worker.event()
+        if worker is not None:
+            reason = (worker.event() if worker.monitor in events else None) or worker.check()
             if reason is not None:
-                self._stop(reason, 1)
+                self.fail(reason)
         if self.wakeup.fd in events:
             self.wakeup.drain()
         self.send_status_updates()
         if self._kill_deadlines:
             self.reap_killed_tasks()
-        if worker is not None:
-            reason = worker.check()
-            if reason is not None:
-                self._stop(reason, 1)
 
     def _serve_driver(self, events):
         """Write what waits for the driver, read and handle what it sent; notice that it
@@ -278,6 +274,10 @@ class ExecutorBackend:
         reason = LOST if connection_lost else (
             f"driver silent for {self.config.executor_heartbeat_timeout:g} s")
         self._stop(reason, 1, driver_gone=True)
+
+    def fail(self, reason):
+        """End the loop with exit status 1 for ``reason``, which the driver hears."""
+        self._stop(reason, 1)
 
     def _stop(self, reason, exit_code, driver_gone=False, charge_tasks=True):
         """End the loop; unless the driver is gone or sent the stop, it hears why, and

@@ -16,9 +16,10 @@ class DriverConnection:
     """Frames to and from the driver over ``socket`` (registered) or ``link``. ``key`` is
     what the loop's poller reports when the driver's input is ready."""
 
-    def __init__(self, socket=None, link=None):
+    def __init__(self, socket=None, link=None, context=None):
         self.socket = socket
         self.link = link
+        self._context = context              # the socket's own, ended by close
         self.key = link.read_fd if link is not None else socket
         self._socket_state = SocketState(socket) if socket is not None else None  # ZMQ_EVENTS
         self._monitor = None                 # events of the socket's connection
@@ -119,6 +120,8 @@ class DriverConnection:
             self._monitor.close(linger=0)
         if self.socket is not None:
             self.socket.close(linger=linger)
+        if self._context is not None:  # waits up to ``linger`` for output to leave
+            self._context.term()
         if self.link is not None:
             try:
                 self.link.flush_within(linger / 1000)

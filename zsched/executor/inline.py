@@ -26,6 +26,7 @@ from ..pipe_link import PipeLink
 from .connection import DriverConnection
 from .registration import connect
 from .timer import KernelTimer
+from .worker import WorkerWatch
 
 log = logging.getLogger("zsched.executor")
 
@@ -43,9 +44,12 @@ def open_relief(backend):
         return DriverConnection(link=PipeLink(*backend.relief_fds, limit))
     if backend.link is not None:
         return None
-    sock, watch = connect(backend.context, backend.driver_url, backend.config, backend.keys)
+    # a context of its own: closing it waits for a goodbye to leave, while the loop's
+    # socket, which only its own thread may close, stays open
+    context = zmq.Context()
+    sock, watch = connect(context, backend.driver_url, backend.config, backend.keys)
     watch.close()
-    return DriverConnection(socket=sock)
+    return DriverConnection(socket=sock, context=context)
 
 
 class InlinePath:
@@ -74,6 +78,8 @@ class InlinePath:
         self._covering = False               # the relief thread stands in for the loop
         self._handed_back = threading.Event()
         self._relief_lost = False            # the relief's connection ended: so did the driver
+        self._worker = None                  # the relief's own WorkerWatch of --worker-url
+        self._worker_lost = None             # why, once that watch saw the worker go
         self._exit = False
 
     def start(self):
@@ -170,9 +176,14 @@ class InlinePath:
         if connection is not None:
             connection.send(p.AttachRelief(backend.incarnation, backend.executor_id, os.getpid()))
             connection.watch(poller)
+        if backend.worker_url:  # the loop's thread connects by its deadline: none here
+            self._worker = WorkerWatch(backend.context, backend.worker_url, backend.config,
+                                       None, backend.clock)
+            poller.register(self._worker.monitor, zmq.POLLIN)
         try:
             while not self._exit:
                 events = dict(poller.poll())
+                self._watch_worker(events)
                 before = len(self._forwarded)
                 connection = self._read(connection, poller, events, self._forwarded.append)
                 if len(self._forwarded) != before:
@@ -184,6 +195,16 @@ class InlinePath:
         finally:
             if connection is not None:
                 connection.close(linger=0)
+            if self._worker is not None:
+                self._worker.close()
+
+    def _watch_worker(self, events):
+        """Note why to exit if the worker watch saw the worker go."""
+        worker = self._worker
+        if worker is not None and worker.monitor in events:
+            reason = worker.event()
+            if reason is not None and self._worker_lost is None:
+                self._worker_lost = reason
 
     def _read(self, connection, poller, events, handle):
         """Pass what came on the relief's connection to ``handle``; the connection, or
@@ -213,6 +234,8 @@ class InlinePath:
             backend.handle_frame(frame)
         if connection is None and self._relief_lost:  # lost before this cover began
             backend.driver_lost(connection_lost=True)
+        if self._worker_lost is not None:
+            backend.fail(self._worker_lost)
         poller.register(backend.wakeup.fd, zmq.POLLIN)  # a stop asked by a signal
         while True:
             with self._handover:
@@ -239,6 +262,9 @@ class InlinePath:
             self._timer.clear()
         if backend.wakeup.fd in events:
             backend.wakeup.drain()
+        self._watch_worker(events)
+        if self._worker_lost is not None:
+            backend.fail(self._worker_lost)
         if connection is not None:
             heard = connection.key in events
             connection = self._read(connection, poller, events, backend.handle_frame)
