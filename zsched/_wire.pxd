@@ -273,7 +273,6 @@ cdef inline object read_number(Reader *r):
 
 
 cdef int int_bits(object value, int64_t *bits, unsigned char *big) except -1
-cdef bytes launch_frame(bytes header, dict needed, Buffer *rows, Py_ssize_t n_rows)
 
 
 cdef inline bytes as_bytes(object value, str what):
@@ -308,14 +307,17 @@ cdef class ResultRows:
                     Py_ssize_t n) except -1
 
 
-cdef inline int write_launch_row(Buffer *rows, uint64_t task_id, uint64_t attempt, bytes digest,
-                                 const char *args, Py_ssize_t args_len) except -1:
-    """The LaunchTasks row ``[task id, attempt, function digest, pickled arguments]``."""
-    reserve(rows, 1 + 2 * UINT_ROOM + 2 * HEADER_ROOM + len(digest) + args_len)
-    rows.data[rows.length] = 0x94
-    rows.length += 1
-    write_uint(rows, task_id)
-    write_uint(rows, attempt)
-    write_bin(rows, PyBytes_AS_STRING(digest), len(digest))
-    write_bin(rows, args, args_len)
-    return 0
+cdef class LaunchWriter:
+    cdef bytes _header
+    cdef set _known           # the executor's digests
+    cdef dict _needed         # functions the frame being written carries
+    cdef object _last_digest  # of the row before: held by the executor or in _needed
+    cdef list _frames
+    cdef Buffer _rows         # the rows of the frame being written
+    cdef Py_ssize_t _n_rows
+    cdef Py_ssize_t _size     # its rows' arguments and its functions, in bytes
+    cdef Py_ssize_t _limit
+    cdef int add(self, uint64_t task_id, uint64_t attempt, object digest, object blob,
+                 const char *args, Py_ssize_t args_len) except -1
+    cdef int _cut(self) except -1
+    cdef list finish(self)

@@ -4,7 +4,7 @@ user outside the scheduling core."""
 from .fastpath import chosen
 
 NAMES = ("StatusRows", "SubmitRows", "read_status_updates", "read_submit_tasks", "rows_have_types",
-         "ResultRows")
+         "ResultRows", "launch_frames")
 __all__ = list(NAMES)
 
 globals().update(chosen(NAMES, "_wire"))
