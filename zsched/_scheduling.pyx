@@ -4,9 +4,10 @@ for what each name does).
 
 ``Task`` is a C struct with typed fields. ``queue_tasks`` and ``apply_status_updates`` read
 the rows of SubmitTasks and StatusUpdates frames where they lie (checked by the wire's
-readers); a launch feeds each row to the wire's ``LaunchWriter`` from the task's C fields
-and each result goes to the client's ``ResultRows``, so a task makes one Python object in
-the driver, its ``Task``.
+readers), and each result goes to the client's ``ResultRows``. ``launch_tasks`` hands back
+launch decisions, as the twin does; ``offer_and_launch``, the driver's usual offer, is
+fused: each decision goes from the task's C fields to the wire's ``LaunchWriter``. So on
+the driver's path a task makes one Python object, its ``Task``.
 ``RunningTasks`` and ``ClientTasks`` keep their tasks in C arrays, so a task joins and leaves
 them without a dict entry made and dropped per task.
 """
@@ -619,16 +620,17 @@ def queue_tasks(client, SubmitRows rows, next_id, double now, pending, dict func
     return task_id, missing
 
 
-def launch_tasks(tasks, long count, executor, Py_ssize_t limit,
-                 LatencyHistogram latency, double now, bytes header):
+def launch_tasks(tasks, long count, executor, LatencyHistogram latency, double now):
     cdef long launched = 0
-    cdef LaunchWriter writer = LaunchWriter(header, executor.functions, limit)
-    launch(tasks, count, executor, latency, now, writer, &launched)
-    return writer.finish(), launched
+    cdef list rows = []
+    cdef dict functions = {}
+    launch(tasks, count, executor, latency, now, None, rows, functions, &launched)
+    return rows, functions, launched
 
 
 def offer_and_launch(SlotTable slots, dict executors_by_slot, pending, long n_pending,
                      Py_ssize_t limit, LatencyHistogram latency, double now, bytes header):
+    # Fused: the wire's LaunchWriter writes each row from the task as soon as it is decided.
     cdef Py_ssize_t i, index, n = slots._offer(n_pending)
     cdef long count, launched = 0, total = 0
     cdef list launches = []
@@ -639,7 +641,7 @@ def offer_and_launch(SlotTable slots, dict executors_by_slot, pending, long n_pe
         count = slots._offered[i]
         executor = executors_by_slot[index]
         writer = LaunchWriter(header, executor.functions, limit)
-        launch(pending, count, executor, latency, now, writer, &launched)
+        launch(pending, count, executor, latency, now, writer, None, None, &launched)
         frames = writer.finish()
         total += launched
         if launched < count:
@@ -650,10 +652,9 @@ def offer_and_launch(SlotTable slots, dict executors_by_slot, pending, long n_pe
 
 
 cdef int launch(tasks, long count, executor, LatencyHistogram latency, double now,
-                LaunchWriter writer, long *n_launched) except -1:
-    """``launch_tasks``, with the number launched in ``n_launched``.
-
-    Fused: each row goes to ``writer`` as soon as it is decided."""
+                LaunchWriter writer, list rows, dict functions, long *n_launched) except -1:
+    """``launch_tasks``, each launch written by ``writer`` as soon as it is decided, or else
+    appended to ``rows`` (its function in ``functions``); the number in ``n_launched``."""
     cdef RunningTasks running = executor.running
     cdef dict avoid = executor.suspect_losses
     cdef Py_ssize_t available = len(tasks)
@@ -671,8 +672,12 @@ cdef int launch(tasks, long count, executor, LatencyHistogram latency, double no
         task.executor = executor
         running._add(task)
         latency.observe_one(now - task.queued_at)
-        writer.add(<uint64_t>task._id, <uint64_t>task.attempt, task.function, task.function_blob,
-                   PyBytes_AS_STRING(task._frame) + task._args_at, task._args_len)
+        if writer is not None:
+            writer.add(<uint64_t>task._id, <uint64_t>task.attempt, task.function, task.function_blob,
+                       PyBytes_AS_STRING(task._frame) + task._args_at, task._args_len)
+        else:
+            rows.append([task._id, task.attempt, task.function, task.args])
+            functions.setdefault(task.function, task.function_blob)
         launched += 1
     n_launched[0] = launched
     return 0

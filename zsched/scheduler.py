@@ -13,7 +13,7 @@ from .protocol import LaunchTasks, TaskState, frame_header
 from .runtime import gc_untrack
 from .scheduling import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
                          launch_tasks, offer_and_launch, queue_tasks, slots_per_core, window)
-from .wire import ResultRows
+from .wire import ResultRows, launch_frames
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +320,8 @@ class TaskScheduler:
 
     def resource_offers(self):
         """Deal queued tasks to free slots: ``[(executor, [frame, ...]), ...]``, each
-        executor's LaunchTasks frames, ready to send (see ``launch_tasks``)."""
+        executor's LaunchTasks frames, ready to send (see ``launch_tasks``; the wire's
+        ``launch_frames`` writes them where suspects wait)."""
         if self.n_pending == 0:
             return []
         if self.suspects and not self.clamped:
@@ -339,13 +340,13 @@ class TaskScheduler:
         for slot, count in self.slots.offer(self.n_pending):
             executor = self.executors_by_slot[slot]
             tasks = self._choose_among_suspects(executor, count) if self.suspects else self.pending
-            frames, launched = launch_tasks(tasks, count, executor, limit, self.latency, now,
-                                            _LAUNCH_HEADER)
+            rows, functions, launched = launch_tasks(tasks, count, executor, self.latency, now)
             self.n_pending -= launched
             if launched < count:
                 self.slots.release(slot, count - launched)
-            if frames:
-                launches.append((executor, frames))
+            if rows:  # the decisions, then the frames
+                launches.append((executor, launch_frames(_LAUNCH_HEADER, rows, functions,
+                                                         executor.functions, limit)))
         if self.clamped and not self.suspects:
             self._set_clamped(False)
         return launches
