@@ -23,8 +23,8 @@ from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcmp
 
 from ._slot_table cimport SlotTable
-from ._wire cimport (LaunchWriter, Reader, ResultRows, StatusRows, SubmitRows, grow_array, int_bits,
-                     read_array_header, read_bin, read_int)
+from ._wire cimport (LaunchWriter, Reader, ResultRows, StatusRows, SubmitRows, add_launch_row,
+                     grow_array, int_bits, read_array_header, read_bin, read_int)
 
 
 cdef extern from "Python.h":
@@ -630,7 +630,7 @@ def launch_tasks(tasks, long count, executor, LatencyHistogram latency, double n
 
 def offer_and_launch(SlotTable slots, dict executors_by_slot, pending, long n_pending,
                      Py_ssize_t limit, LatencyHistogram latency, double now, bytes header):
-    # Fused: the wire's LaunchWriter writes each row from the task as soon as it is decided.
+    # Fused: each row goes from the task to the wire's LaunchWriter as soon as it is decided.
     cdef Py_ssize_t i, index, n = slots._offer(n_pending)
     cdef long count, launched = 0, total = 0
     cdef list launches = []
@@ -673,8 +673,9 @@ cdef int launch(tasks, long count, executor, LatencyHistogram latency, double no
         running._add(task)
         latency.observe_one(now - task.queued_at)
         if writer is not None:
-            writer.add(<uint64_t>task._id, <uint64_t>task.attempt, task.function, task.function_blob,
-                       PyBytes_AS_STRING(task._frame) + task._args_at, task._args_len)
+            add_launch_row(writer, <uint64_t>task._id, <uint64_t>task.attempt, task.function,
+                           <PyObject *>task.function_blob,
+                           PyBytes_AS_STRING(task._frame) + task._args_at, task._args_len)
         else:
             rows.append([task._id, task.attempt, task.function, task.args])
             functions.setdefault(task.function, task.function_blob)

@@ -3,6 +3,7 @@
 # msgpack-python's shortest form, so a frame is byte for byte what ``protocol.encode`` makes.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
+from cpython.ref cimport PyObject
 from libc.stdint cimport INT64_MAX, int8_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
@@ -317,7 +318,42 @@ cdef class LaunchWriter:
     cdef Py_ssize_t _n_rows
     cdef Py_ssize_t _size     # its rows' arguments and its functions, in bytes
     cdef Py_ssize_t _limit
-    cdef int add(self, uint64_t task_id, uint64_t attempt, object digest, object blob,
-                 const char *args, Py_ssize_t args_len) except -1
     cdef int _cut(self) except -1
     cdef list finish(self)
+
+
+cdef inline int write_launch_row(Buffer *rows, uint64_t task_id, uint64_t attempt, bytes digest,
+                                 const char *args, Py_ssize_t args_len) except -1:
+    """The LaunchTasks row ``[task id, attempt, function digest, pickled arguments]``."""
+    reserve(rows, 1 + 2 * UINT_ROOM + 2 * HEADER_ROOM + len(digest) + args_len)
+    rows.data[rows.length] = 0x94
+    rows.length += 1
+    write_uint(rows, task_id)
+    write_uint(rows, attempt)
+    write_bin(rows, PyBytes_AS_STRING(digest), len(digest))
+    write_bin(rows, args, args_len)
+    return 0
+
+
+cdef inline int add_launch_row(LaunchWriter writer, uint64_t task_id, uint64_t attempt,
+                               object digest, PyObject *blob, const char *args,
+                               Py_ssize_t args_len) except -1:
+    """``writer``'s next row ``[task id, attempt, digest, args]``; ``blob``: the function of
+    ``digest``, borrowed (read only if the executor does not hold it). The scheduling core's
+    fused launch calls it for each task: inline, and taking no reference to the blob."""
+    cdef bytes digest_bytes = as_bytes(digest, "a function digest")
+    cdef Py_ssize_t row_size = args_len
+    cdef bint new = False
+    if digest is not writer._last_digest:  # a run of rows of one function shares its digest
+        new = digest not in writer._known and digest not in writer._needed
+        writer._last_digest = digest
+    if new:
+        row_size += len(<object>blob)
+    if writer._n_rows and writer._size + row_size > writer._limit:
+        writer._cut()  # ``new`` stays: _needed did not hold digest
+    if new:
+        writer._needed[digest] = <object>blob
+    write_launch_row(&writer._rows, task_id, attempt, digest_bytes, args, args_len)
+    writer._n_rows += 1
+    writer._size += row_size
+    return 0

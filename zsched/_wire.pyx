@@ -4,10 +4,10 @@ with (see it for what each name does).
 
 SubmitTasks and StatusUpdates frames are checked once (``read_submit_tasks``,
 ``read_status_updates``) and their rows left in the frame, for the scheduling core to read
-in place; ``ResultRows`` writes TaskResults rows, and ``LaunchWriter`` (in ``_wire.pxd``)
-LaunchTasks rows, straight into the frames' bytes. So the per-task messages make no Python
-object per task. ``launch_frames`` writes launch decisions through the same ``LaunchWriter``
-that the scheduling core's fused launch feeds from its task tables.
+in place; ``ResultRows`` writes TaskResults rows, and a ``LaunchWriter`` (``add_launch_row``,
+in ``_wire.pxd``) LaunchTasks rows, straight into the frames' bytes. So the per-task
+messages make no Python object per task. ``launch_frames`` writes launch decisions through
+a ``LaunchWriter``, as the scheduling core's fused launch does from its task tables.
 """
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject
@@ -146,19 +146,6 @@ cdef class ResultRows:
         return rows
 
 
-cdef inline int write_launch_row(Buffer *rows, uint64_t task_id, uint64_t attempt, bytes digest,
-                                 const char *args, Py_ssize_t args_len) except -1:
-    """The LaunchTasks row ``[task id, attempt, function digest, pickled arguments]``."""
-    reserve(rows, 1 + 2 * UINT_ROOM + 2 * HEADER_ROOM + len(digest) + args_len)
-    rows.data[rows.length] = 0x94
-    rows.length += 1
-    write_uint(rows, task_id)
-    write_uint(rows, attempt)
-    write_bin(rows, PyBytes_AS_STRING(digest), len(digest))
-    write_bin(rows, args, args_len)
-    return 0
-
-
 cdef bytes launch_frame(bytes header, dict needed, Buffer *rows, Py_ssize_t n_rows):
     """The LaunchTasks frame ``header + [needed, rows]``, ``rows`` being ``n_rows`` rows
     written in ``rows`` (``write_launch_row``)."""
@@ -189,8 +176,8 @@ cdef bytes launch_frame(bytes header, dict needed, Buffer *rows, Py_ssize_t n_ro
 
 cdef class LaunchWriter:
     """One executor's LaunchTasks frames (``header`` then the body ``[functions, rows]``),
-    written row by row as the launches are decided: what the twin's ``launch_frames`` makes
-    of the same rows. A frame is cut where its rows' arguments and its functions would pass
+    written row by row as the launches are decided (``add_launch_row``): what the twin's
+    ``launch_frames`` makes of the same rows. A frame is cut where its rows' arguments and its functions would pass
     ``limit`` bytes (a single larger row goes alone); each carries the functions its rows
     need that the executor does not hold (``known``, its digests, updated at each cut)."""
 
@@ -203,27 +190,6 @@ cdef class LaunchWriter:
 
     def __dealloc__(self):
         release(&self._rows)
-
-    cdef int add(self, uint64_t task_id, uint64_t attempt, object digest, object blob,
-                 const char *args, Py_ssize_t args_len) except -1:
-        """The row ``[task id, attempt, digest, args]``; ``blob``: the function of ``digest``
-        (read only if the executor does not hold it)."""
-        cdef bytes digest_bytes = as_bytes(digest, "a function digest")
-        cdef Py_ssize_t row_size = args_len
-        cdef bint new = False
-        if digest is not self._last_digest:  # a run of rows of one function shares its digest
-            new = digest not in self._known and digest not in self._needed
-            self._last_digest = digest
-        if new:
-            row_size += len(blob)
-        if self._n_rows and self._size + row_size > self._limit:
-            self._cut()  # ``new`` stays: _needed did not hold digest
-        if new:
-            self._needed[digest] = blob
-        write_launch_row(&self._rows, task_id, attempt, digest_bytes, args, args_len)
-        self._n_rows += 1
-        self._size += row_size
-        return 0
 
     cdef int _cut(self) except -1:
         """The frame of the rows written since the last cut."""
@@ -252,7 +218,8 @@ def launch_frames(bytes header, list rows, dict functions, set known, Py_ssize_t
             last = digest
             blob = functions[digest] if digest not in known else None
         data = as_bytes(args, "pickled arguments")
-        writer.add(task_id, attempt, digest, blob, PyBytes_AS_STRING(data), len(data))
+        add_launch_row(writer, task_id, attempt, digest, <PyObject *>blob, PyBytes_AS_STRING(data),
+                       len(data))
     return writer.finish()
 
 
