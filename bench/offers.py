@@ -8,9 +8,9 @@ with simulated executors (no sockets, no processes).
 For each size, a ``TaskScheduler`` gets that many executors and the tasks, in SubmitTasks
 of ``SUBMIT_BATCH`` rows (``submit``: the frame read, Tasks made, queued, indexed for their
 client), then runs them as the driver's loop would. Each wake-up makes a resource offer
-(``resource_offers``: the slot table's deal, each task's launch, the LaunchTasks frames
-with their functions and size limit, the scheduling-latency histogram) and handles one
-StatusUpdates from each executor holding tasks, at most ``RECV_BATCH`` of them
+(``offer_frames``, as the driver does: the slot table's deal, each task's launch, the
+LaunchTasks frames with their functions and size limit, the scheduling-latency histogram)
+and handles one StatusUpdates from each executor holding tasks, at most ``RECV_BATCH`` of them
 (``status_updates``: the frame read, the tasks found, finished and queued as results for
 their client, the slots freed, the window adapted); an executor reports its oldest
 ``--batch`` tasks FINISHED. At the end of the wake-up the client's results become
@@ -135,7 +135,7 @@ def run_once(n_executors, cores, n_tasks, batch):
     while done < n_tasks:  # one wake-up of the driver's loop
         faults.start()
         start = clock()
-        launches = scheduler.resource_offers()
+        launches = scheduler.offer_frames()
         offers_ns += clock() - start - timer_ns
         faults.stop("offers")
         n_offers += 1

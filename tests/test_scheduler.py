@@ -2,6 +2,7 @@
 import pytest
 
 from zsched import protocol as p
+from zsched import wire
 from zsched.config import Config
 from zsched.protocol import TaskState
 from zsched.scheduler import ClientData, ExecutorData, TaskScheduler
@@ -16,9 +17,10 @@ def make(**settings):
 
 
 def offers(scheduler):
-    """``resource_offers`` as ``[(executor, [Task, ...])]``: each launched row's task."""
+    """``offer_frames``, as the driver makes offers, as ``[(executor, [Task, ...])]``: each
+    launched row's task."""
     return [(executor, [executor.running[row[0]] for frame in frames for row in p.decode(frame).tasks])
-            for executor, frames in scheduler.resource_offers()]
+            for executor, frames in scheduler.offer_frames()]
 
 
 def results_of(client):
@@ -452,3 +454,112 @@ def test_queues_and_waiting_results_are_out_of_the_collector_and_still_hold_thei
     if COMPILED:  # the rows a client in the driver's process gets: ints and bytes, out of it
         assert not gc.is_tracked(results) and not any(gc.is_tracked(row) for row in results)
     assert len(held[a]) == 2 and b.tasks_done == 100
+
+
+# ---------------------------------------------------------------- decisions and frames
+
+def test_resource_offers_hands_back_the_launch_decisions_for_the_wire_to_write():
+    scheduler, client = make()
+    scheduler.functions[b"g"] = b"g blob"
+    a = scheduler.add_executor("a", b"ra", "h", 2, 10, 0.0)
+    b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
+    rows = [[1, b"f", b"x1", 0], [2, b"g", b"x2", 0], [3, b"f", b"x3", 0], [4, b"g", b"x4", 0]]
+    scheduler.submit(client, p.decode(p.encode(p.SubmitTasks({}, rows))).tasks)
+    scheduler.cancel(client, [2])
+    launches = scheduler.resource_offers()
+    # one task per idle core, round robin: a, b, a; the cancelled one is skipped
+    assert launches == [(a, [[1, 1, b"f", b"x1"], [3, 1, b"f", b"x3"]], {b"f": b"function blob"}),
+                        (b, [[4, 1, b"g", b"x4"]], {b"g": b"g blob"})]
+    assert list(a.running) == [1, 3] and list(b.running) == [4]
+    assert scheduler.n_pending == 0 and not scheduler.pending and scheduler.latency.count == 3
+    assert a.functions == b.functions == set()  # nothing written yet: the wire records what it sends
+    header, limit = p.frame_header(p.LaunchTasks), scheduler.config.max_message_size
+    for executor, decided, functions in launches:
+        frames = wire.launch_frames(header, decided, functions, executor.functions, limit)
+        (message,) = [p.decode(frame) for frame in frames]
+        assert message.tasks == decided and message.functions == functions
+        assert executor.functions == set(functions)
+    finish_all(scheduler, a, [a.running[1]])
+    submit(scheduler, client, 1, start=5)
+    assert scheduler.resource_offers() == [(a, [[5, 1, b"f", b"args"]], {b"f": b"function blob"})]
+    assert wire.launch_frames(header, [[5, 1, b"f", b"args"]], {b"f": b"function blob"},
+                              a.functions, limit) == [p.encode(p.LaunchTasks({}, [[5, 1, b"f", b"args"]]))]
+
+
+class _Clock:
+    """A clock both schedulers of a pair read alike: each read a step later."""
+
+    def __init__(self):
+        self.now = 10.0
+
+    def __call__(self):
+        self.now += 0.00025
+        return self.now
+
+
+_FUNCTIONS = {b"f": b"F" * 100, b"g": p.FunctionBlob(b"G" * 10), b"big": b"B" * 3000}
+_LIMIT = 1000  # smaller than the big function: a task of it goes in a frame of its own
+_SUBMITTING = 7  # steps that submit tasks; the later ones run the queue out
+
+
+def _pair_step(scheduler, client, step, lose):
+    """Step ``step`` of the scenario the two schedulers of a pair go through alike."""
+    if step == 0:
+        for i, cores in enumerate((1, 2, 3)):
+            scheduler.add_executor(str(i), b"r%d" % i, "h", cores, 10 + i, 0.0)
+    if step < _SUBMITTING:
+        digests = sorted(_FUNCTIONS)
+        rows = [[100 * step + i, digests[(step + i) % 3], b"a" * ((37 * i + step) % 300), 0]
+                for i in range(60)]
+        scheduler.submit(client, p.decode(p.encode(p.SubmitTasks({}, rows))).tasks)
+        scheduler.cancel(client, [100 * step + i for i in range(0, 60, 7)])  # queued ones
+    executors = list(scheduler.executors_by_slot.values())
+    for n, executor in enumerate(executors):
+        done = list(executor.running.values())[:5 + 20 * n]
+        report(scheduler, executor, [[t.task_id, t.attempt, TaskState.FINISHED, b""] for t in done],
+               1e-6 * len(done))
+    if lose and step in (2, 4):  # the executor holding most tasks is lost
+        lost = max(executors, key=lambda executor: len(executor.running))
+        scheduler.remove_executor(lost, "killed by signal SIGKILL")
+        scheduler.add_executor("new%d" % step, b"n%d" % step, "h", 2, 20 + step, 0.0)
+
+
+def _state(scheduler):
+    """Everything an offer changes in ``scheduler``."""
+    return (scheduler.n_pending, scheduler.clamped, dict(scheduler.counts),
+            [(t.task_id, t.cancelled) for t in scheduler.pending],
+            {loss: [t.task_id for t in group] for loss, group in scheduler.suspects.items()},
+            scheduler.latency.counts, scheduler.latency.sum, scheduler.latency.count,
+            [(slot, e.executor_id, e.slots, scheduler.slots.free(slot), sorted(e.functions),
+              dict(e.suspect_losses), [(t.task_id, t.attempt) for t in e.running.values()])
+             for slot, e in scheduler.executors_by_slot.items()])
+
+
+@pytest.mark.parametrize("lose", [False, True], ids=["no suspects", "suspects"])
+def test_offer_frames_are_the_decisions_the_wire_writes(lose):
+    """Two schedulers in the same state: the driver's fused call (``offer_frames``) gives
+    byte for byte the frames the wire writes of ``resource_offers``, and leaves the same
+    state, offer after offer: tasks of several functions to several executors, frames cut
+    at the size limit, cancelled tasks in the queue, and (``lose``) suspects waiting."""
+    fused, stepwise = (TaskScheduler(Config(max_message_size=_LIMIT, tasks_per_core=32),
+                                     functions=dict(_FUNCTIONS), clock=_Clock()) for _ in range(2))
+    clients = ClientData(b"c", 1), ClientData(b"c", 1)
+    header = p.frame_header(p.LaunchTasks)
+    split = with_suspects = 0
+    for step in range(100):
+        if step >= _SUBMITTING and not stepwise.n_pending:
+            break
+        for scheduler, client in zip((fused, stepwise), clients):
+            _pair_step(scheduler, client, step, lose)
+        assert _state(fused) == _state(stepwise)
+        with_suspects += bool(stepwise.suspects)
+        written = [(executor, wire.launch_frames(header, rows, functions, executor.functions, _LIMIT))
+                   for executor, rows, functions in stepwise.resource_offers()]
+        sent = fused.offer_frames()
+        assert [(e.executor_id, frames) for e, frames in sent] == \
+            [(e.executor_id, frames) for e, frames in written]
+        assert _state(fused) == _state(stepwise)
+        assert all(p.encode(p.decode(frame)) == frame for _, frames in sent for frame in frames)
+        split += sum(len(frames) > 1 for _, frames in sent)
+    assert not fused.n_pending and not fused.clamped  # the queue ran out, suspects and all
+    assert split and bool(with_suspects) == lose  # the cases it is for did occur

@@ -270,9 +270,24 @@ def _apply(impl, executor, rows, pending, now, counts):
     return impl.apply_status_updates(executor, _updates(impl, rows), pending, now, counts)
 
 
+def _launch_frames(impl, tasks, count, executor, limit, latency, now):
+    """``launch_tasks``, its decisions written by the wire (``launch_frames``): ``(frames,
+    launched)``. The frames carry the rows decided, and the functions among those the
+    decisions name that the executor did not hold."""
+    known = set(executor.functions)
+    rows, functions, launched = impl.launch_tasks(tasks, count, executor, latency, now)
+    assert len(rows) == launched and set(functions) == {row[2] for row in rows}
+    frames = impl.launch_frames(LAUNCH_HEADER, rows, functions, executor.functions, limit)
+    batches = _decoded(frames)
+    assert [row for _, batch in batches for row in batch] == rows
+    assert {digest: blob for needed, _ in batches for digest, blob in needed.items()} == {
+        digest: getattr(blob, "data", blob) for digest, blob in functions.items() if digest not in known}
+    return frames, launched
+
+
 def _launch(impl, tasks, count, executor, limit, latency, now):
-    """``launch_tasks``, its frames decoded (``_decoded``)."""
-    frames, launched = impl.launch_tasks(tasks, count, executor, limit, latency, now, LAUNCH_HEADER)
+    """``_launch_frames``, its frames decoded (``_decoded``)."""
+    frames, launched = _launch_frames(impl, tasks, count, executor, limit, latency, now)
     return _decoded(frames), launched
 
 
@@ -452,9 +467,7 @@ def _simulate(impl, ops):
             next_id = _queue(impl, clients[b % 2], rows, next_id, now, pending, functions)
         elif op == "launch":
             executor = executors[a % 3]
-            frames, launched = impl.launch_tasks(pending, b % 9, executor, 16 + a % 40, latency, now,
-                                                 LAUNCH_HEADER)
-            _decoded(frames)
+            frames, launched = _launch_frames(impl, pending, b % 9, executor, 16 + a % 40, latency, now)
             out.append(("launch", executor.executor_id, launched, frames))  # byte for byte
         elif op == "update":
             executor = executors[a % 3]
@@ -728,8 +741,8 @@ def test_launch_frames_are_what_encode_makes_whatever_the_sizes(impl):
     rows = [[i, b"d%02d" % (i % 16), b"a" * sizes[i % 3] if i < 30 else b"x", 0] for i in range(70_000)]
     _queue(impl, client, rows, 2 ** 32 - 5, 0.0, pending, functions)
     executor = _executor(impl, 0, cores=8)
-    frames, launched = impl.launch_tasks(pending, 70_000, executor, 1 << 30, impl.LatencyHistogram(),
-                                         0.0, LAUNCH_HEADER)
+    frames, launched = _launch_frames(impl, pending, 70_000, executor, 1 << 30, impl.LatencyHistogram(),
+                                      0.0)
     assert launched == 70_000 and len(frames) == 1
     (needed, launched_rows), = _decoded(frames)
     assert needed == {digest: blob.data for digest, blob in functions.items()}
@@ -743,7 +756,7 @@ def test_launch_frames_agree_byte_for_byte():
         rows = [[i, b"f" if i % 7 else b"g", b"x" * (i % 300), i % 2] for i in range(3000)]
         _queue(impl, client, rows, 1, 0.0, pending, {b"f": b"F" * 100, b"g": p.FunctionBlob(b"G")})
         executor = _executor(impl, 0, cores=4)
-        return [impl.launch_tasks(pending, n, executor, 5000, impl.LatencyHistogram(), 0.0, LAUNCH_HEADER)
+        return [_launch_frames(impl, pending, n, executor, 5000, impl.LatencyHistogram(), 0.0)
                 for n in (1, 10, 500, 3000)]
     assert run(COMPILED) == run(REFERENCE)
 

@@ -223,16 +223,23 @@ def test_submit_tasks_of_the_wrong_shape_are_refused_alike(body):
     assert _read_submit_alike(b"\x01\x15" + msgpack.packb(body, use_bin_type=True)) == "refused"
 
 
-@given(st.lists(st.tuples(st.integers(0, 2 ** 64 - 1), st.integers(0, 2 ** 32), st.sampled_from([b"f", b"g", b"h"]),
+# a digest is mostly one object for a run of rows of one function, but equal ones may be others
+DIGESTS = st.sampled_from([b"f", b"g", b"h"]) | st.sampled_from([b"f", b"g", b"h"]).map(bytearray).map(bytes)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2 ** 64 - 1), st.integers(0, 2 ** 32), DIGESTS,
                           st.binary(max_size=40)).map(list), max_size=60),
        st.integers(0, 120))
 @settings(max_examples=200, deadline=None)
 def test_launch_frames_are_what_encode_makes(rows, limit):
-    """The twin's LaunchTasks writer (the compiled scheduling core writes its rows as it
-    launches them: its frames are held to the twin's there)."""
+    """The LaunchTasks writers: the compiled one (which the scheduling core's fused launch
+    feeds too) writes the twin's frames byte for byte."""
     functions = {b"f": b"F" * 30, b"g": p.FunctionBlob(b"G" * 5), b"h": b"H"}
     known = {b"h"}
+    compiled_known = {b"h"}
     frames = _wire_py.launch_frames(LAUNCH_HEADER, rows, functions, known, limit)
+    assert _wire.launch_frames(LAUNCH_HEADER, rows, functions, compiled_known, limit) == frames
+    assert compiled_known == known
     decoded = [p.decode(frame) for frame in frames]
     assert all(p.encode(msg) == frame for msg, frame in zip(decoded, frames))
     assert [row for msg in decoded for row in msg.tasks] == rows
@@ -242,3 +249,13 @@ def test_launch_frames_are_what_encode_makes(rows, limit):
     for msg in decoded[:-1]:  # a frame is cut only where the next row would pass the limit
         size = sum(len(row[3]) for row in msg.tasks) + sum(len(f) for f in msg.functions.values())
         assert size <= limit or len(msg.tasks) == 1
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=["reference", "compiled"])
+def test_launch_frames_look_up_only_the_functions_that_travel(impl):
+    rows = [[1, 1, b"held", b"x"], [2, 1, b"new", b"y"]]
+    frames = impl.launch_frames(LAUNCH_HEADER, rows, {b"new": b"N"}, {b"held"}, 100)
+    assert frames == [p.encode(p.LaunchTasks({b"new": b"N"}, rows))]
+    with pytest.raises(KeyError):
+        impl.launch_frames(LAUNCH_HEADER, rows, {b"held": b"H"}, set(), 100)
+    assert impl.launch_frames(LAUNCH_HEADER, [], {}, set(), 100) == []

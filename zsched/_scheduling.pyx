@@ -4,9 +4,10 @@ for what each name does).
 
 ``Task`` is a C struct with typed fields. ``queue_tasks`` and ``apply_status_updates`` read
 the rows of SubmitTasks and StatusUpdates frames where they lie (checked by the wire's
-readers); a launch writes each row with the wire's ``write_launch_row`` and each result
-goes to the client's ``ResultRows``, so a task makes one Python object in the driver, its
-``Task``.
+readers), and each result goes to the client's ``ResultRows``. ``launch_tasks`` hands back
+launch decisions, as the twin does; ``offer_and_launch``, the driver's usual offer, is
+fused: each decision goes from the task's C fields to the wire's ``LaunchWriter``. So on
+the driver's path a task makes one Python object, its ``Task``.
 ``RunningTasks`` and ``ClientTasks`` keep their tasks in C arrays, so a task joins and leaves
 them without a dict entry made and dropped per task.
 """
@@ -22,8 +23,8 @@ from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcmp
 
 from ._slot_table cimport SlotTable
-from ._wire cimport (Buffer, Reader, ResultRows, StatusRows, SubmitRows, as_bytes, grow_array, int_bits,
-                     launch_frame, read_array_header, read_bin, read_int, release, write_launch_row)
+from ._wire cimport (LaunchWriter, Reader, ResultRows, StatusRows, SubmitRows, add_launch_row,
+                     grow_array, int_bits, read_array_header, read_bin, read_int)
 
 
 cdef extern from "Python.h":
@@ -619,24 +620,29 @@ def queue_tasks(client, SubmitRows rows, next_id, double now, pending, dict func
     return task_id, missing
 
 
-def launch_tasks(tasks, long count, executor, Py_ssize_t limit,
-                 LatencyHistogram latency, double now, bytes header):
+def launch_tasks(tasks, long count, executor, LatencyHistogram latency, double now):
     cdef long launched = 0
-    frames = launch(tasks, count, executor, limit, latency, now, header, &launched)
-    return frames, launched
+    cdef list rows = []
+    cdef dict functions = {}
+    launch(tasks, count, executor, latency, now, None, rows, functions, &launched)
+    return rows, functions, launched
 
 
 def offer_and_launch(SlotTable slots, dict executors_by_slot, pending, long n_pending,
                      Py_ssize_t limit, LatencyHistogram latency, double now, bytes header):
+    # Fused: each row goes from the task to the wire's LaunchWriter as soon as it is decided.
     cdef Py_ssize_t i, index, n = slots._offer(n_pending)
     cdef long count, launched = 0, total = 0
     cdef list launches = []
     cdef list frames
+    cdef LaunchWriter writer
     for i in range(n):
         index = slots._touched[i]
         count = slots._offered[i]
         executor = executors_by_slot[index]
-        frames = launch(pending, count, executor, limit, latency, now, header, &launched)
+        writer = LaunchWriter(header, executor.functions, limit)
+        launch(pending, count, executor, latency, now, writer, None, None, &launched)
+        frames = writer.finish()
         total += launched
         if launched < count:
             slots.release(index, count - launched)
@@ -645,67 +651,37 @@ def offer_and_launch(SlotTable slots, dict executors_by_slot, pending, long n_pe
     return launches, total
 
 
-cdef list launch(tasks, long count, executor, Py_ssize_t limit, LatencyHistogram latency,
-                 double now, bytes header, long *n_launched):
-    """``launch_tasks``, with the number launched in ``n_launched``.
-
-    Fused: each row is written, by the wire's writers, as soon as it is decided."""
+cdef int launch(tasks, long count, executor, LatencyHistogram latency, double now,
+                LaunchWriter writer, list rows, dict functions, long *n_launched) except -1:
+    """``launch_tasks``, each launch written by ``writer`` as soon as it is decided, or else
+    appended to ``rows`` (its function in ``functions``); the number in ``n_launched``."""
     cdef RunningTasks running = executor.running
     cdef dict avoid = executor.suspect_losses
-    cdef set known = executor.functions
-    cdef list frames = []
-    cdef dict needed = {}
-    cdef Py_ssize_t size = 0, row_size, n_rows = 0, available = len(tasks)
+    cdef Py_ssize_t available = len(tasks)
     cdef long launched = 0
     cdef Task task
-    cdef object digest, last_digest = None
-    cdef bytes digest_bytes
-    cdef bint new
-    cdef Buffer rows
-    rows.data = NULL
-    rows.length = rows.capacity = 0
     running._reserve(count if count < available else available)
-    try:
-        while launched < count and available > 0:
-            task = queue_popleft(tasks)
-            available -= 1
-            if task._cancelled:
-                continue
-            if is_suspect(task):  # no suspect of the same loss may join it here
-                avoid[task.loss] = avoid.get(task.loss, 0) + 1
-            task.attempt += 1
-            task.executor = executor
-            running._add(task)
-            latency.observe_one(now - task.queued_at)
-            digest = task.function
-            if digest is last_digest:  # seen in this call: held by the executor or in needed
-                new = False
-            else:
-                new = digest not in known and digest not in needed
-                last_digest = digest
-            digest_bytes = as_bytes(digest, "a function digest")
-            row_size = task._args_len
-            if new:
-                row_size += len(task.function_blob)
-            if n_rows and size + row_size > limit:  # ``new`` stays: needed did not hold digest
-                frames.append(launch_frame(header, needed, &rows, n_rows))
-                known.update(needed)
-                needed = {}
-                rows.length = n_rows = size = 0
-            if new:
-                needed[digest] = task.function_blob
-            write_launch_row(&rows, <uint64_t>task._id, <uint64_t>task.attempt, digest_bytes,
-                             PyBytes_AS_STRING(task._frame) + task._args_at, task._args_len)
-            n_rows += 1
-            size += row_size
-            launched += 1
-        if n_rows:
-            frames.append(launch_frame(header, needed, &rows, n_rows))
-            known.update(needed)
-    finally:
-        release(&rows)
+    while launched < count and available > 0:
+        task = queue_popleft(tasks)
+        available -= 1
+        if task._cancelled:
+            continue
+        if is_suspect(task):  # no suspect of the same loss may join it here
+            avoid[task.loss] = avoid.get(task.loss, 0) + 1
+        task.attempt += 1
+        task.executor = executor
+        running._add(task)
+        latency.observe_one(now - task.queued_at)
+        if writer is not None:
+            add_launch_row(writer, <uint64_t>task._id, <uint64_t>task.attempt, task.function,
+                           <PyObject *>task.function_blob,
+                           PyBytes_AS_STRING(task._frame) + task._args_at, task._args_len)
+        else:
+            rows.append([task._id, task.attempt, task.function, task.args])
+            functions.setdefault(task.function, task.function_blob)
+        launched += 1
     n_launched[0] = launched
-    return frames
+    return 0
 
 
 cdef struct StatusRow:

@@ -10,11 +10,14 @@ they must agree exactly. It does no I/O: frames are read and written by the wire
   the queue, and an executor's share still travels in one launch. Executors that
   may take tasks wait in two rings (idle cores, window room); each task costs O(1) whatever
   the number of executors.
-- ``queue_tasks`` turns SubmitTasks rows into queued ``Task``s; ``launch_tasks`` takes an
-  executor's share of the queue, and the wire writes the launches (``launch_frames``);
-  ``offer_and_launch`` makes a SlotTable's offer and each executor's launch in one call,
-  when no suspect waits; ``apply_status_updates`` applies a StatusUpdates batch: frees the
-  tasks, finds each one's client and queues its result in the client's ``ResultRows``.
+- ``queue_tasks`` turns SubmitTasks rows into queued ``Task``s. ``launch_tasks`` takes an
+  executor's share of the queue and hands back the launch decisions: LaunchTasks rows and
+  the functions they use. The wire writes them as frames (``launch_frames``).
+  ``offer_and_launch`` makes a SlotTable's offer, each executor's launch and its frames
+  in one call, when no suspect waits. Here it is the plain composition of the two steps;
+  the compiled one is fused, and writes each row as it decides it.
+  ``apply_status_updates`` applies a StatusUpdates batch: frees the tasks, finds each
+  one's client and queues its result in the client's ``ResultRows``.
   ``window`` (with ``slots_per_core``) sizes an executor's window after each of its
   reports. The rarer turns (suspects after a loss, removal of an executor) are the
   scheduler's, in Python, for both implementations.
@@ -240,13 +243,15 @@ def queue_tasks(client, rows, next_id, now, pending, functions):
     return next_id, missing
 
 
-def launch_tasks(tasks, count, executor, limit, latency, now, header):
+def launch_tasks(tasks, count, executor, latency, now):
     """Launch up to ``count`` tasks taken from the front of the deque ``tasks`` (cancelled
-    ones are dropped) on ``executor``: ``(frames, launched)``, ``frames`` its LaunchTasks
-    frames, which the wire makes of the launches decided here (``launch_frames``)."""
+    ones are dropped) on ``executor``: ``(rows, functions, launched)``, the launch
+    decisions. ``rows`` are the LaunchTasks rows ``[task id, attempt, function digest,
+    pickled arguments]``, ``functions`` the functions they use (``{digest: blob}``), for the
+    wire to write (``launch_frames``)."""
     running = executor.running
     avoid = executor.suspect_losses
-    rows, blobs = [], {}
+    rows, functions = [], {}
     last_digest = None
     launched = 0
     while launched < count and tasks:
@@ -262,27 +267,31 @@ def launch_tasks(tasks, count, executor, limit, latency, now, header):
         digest = task.function
         if digest is not last_digest:  # a run of tasks of one function shares its digest
             last_digest = digest
-            blobs.setdefault(digest, task.function_blob)
+            functions.setdefault(digest, task.function_blob)
         rows.append([task.task_id, task.attempt, digest, task.args])
         launched += 1
-    return launch_frames(header, rows, blobs, executor.functions, limit), launched
+    return rows, functions, launched
 
 
 def offer_and_launch(slots, executors_by_slot, pending, n_pending, limit, latency, now, header):
-    """Deal ``n_pending`` queued tasks to the free slots of the SlotTable ``slots`` and
-    launch them from ``pending`` (see ``launch_tasks``), when no suspect waits:
-    ``(launches, launched)``, ``launches`` being ``[(executor, frames), ...]`` in the order
-    of the offer. A slot the queue could not fill (cancelled tasks) is released."""
+    """Deal ``n_pending`` queued tasks to the free slots of the SlotTable ``slots``, launch
+    them from ``pending`` (``launch_tasks``) and have the wire write each executor's
+    launch (``launch_frames``), when no suspect waits: ``(launches, launched)``,
+    ``launches`` being ``[(executor, frames), ...]`` in the order of the offer. A slot the
+    queue could not fill (cancelled tasks) is released. Here the decisions and then the
+    frames, plainly: the compiled core writes each row as it decides it, and must make the
+    same frames and leave the same state."""
     launches = []
     total = 0
     for slot, count in slots.offer(n_pending):
         executor = executors_by_slot[slot]
-        frames, launched = launch_tasks(pending, count, executor, limit, latency, now, header)
+        rows, functions, launched = launch_tasks(pending, count, executor, latency, now)
         total += launched
         if launched < count:
             slots.release(slot, count - launched)
-        if frames:
-            launches.append((executor, frames))
+        if rows:
+            launches.append((executor, launch_frames(header, rows, functions, executor.functions,
+                                                     limit)))
     return launches, total
 
 

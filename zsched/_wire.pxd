@@ -3,6 +3,7 @@
 # msgpack-python's shortest form, so a frame is byte for byte what ``protocol.encode`` makes.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
+from cpython.ref cimport PyObject
 from libc.stdint cimport INT64_MAX, int8_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
@@ -273,7 +274,6 @@ cdef inline object read_number(Reader *r):
 
 
 cdef int int_bits(object value, int64_t *bits, unsigned char *big) except -1
-cdef bytes launch_frame(bytes header, dict needed, Buffer *rows, Py_ssize_t n_rows)
 
 
 cdef inline bytes as_bytes(object value, str what):
@@ -308,6 +308,20 @@ cdef class ResultRows:
                     Py_ssize_t n) except -1
 
 
+cdef class LaunchWriter:
+    cdef bytes _header
+    cdef set _known           # the executor's digests
+    cdef dict _needed         # functions the frame being written carries
+    cdef object _last_digest  # of the row before: held by the executor or in _needed
+    cdef list _frames
+    cdef Buffer _rows         # the rows of the frame being written
+    cdef Py_ssize_t _n_rows
+    cdef Py_ssize_t _size     # its rows' arguments and its functions, in bytes
+    cdef Py_ssize_t _limit
+    cdef int _cut(self) except -1
+    cdef list finish(self)
+
+
 cdef inline int write_launch_row(Buffer *rows, uint64_t task_id, uint64_t attempt, bytes digest,
                                  const char *args, Py_ssize_t args_len) except -1:
     """The LaunchTasks row ``[task id, attempt, function digest, pickled arguments]``."""
@@ -318,4 +332,28 @@ cdef inline int write_launch_row(Buffer *rows, uint64_t task_id, uint64_t attemp
     write_uint(rows, attempt)
     write_bin(rows, PyBytes_AS_STRING(digest), len(digest))
     write_bin(rows, args, args_len)
+    return 0
+
+
+cdef inline int add_launch_row(LaunchWriter writer, uint64_t task_id, uint64_t attempt,
+                               object digest, PyObject *blob, const char *args,
+                               Py_ssize_t args_len) except -1:
+    """``writer``'s next row ``[task id, attempt, digest, args]``; ``blob``: the function of
+    ``digest``, borrowed (read only if the executor does not hold it). The scheduling core's
+    fused launch calls it for each task: inline, and taking no reference to the blob."""
+    cdef bytes digest_bytes = as_bytes(digest, "a function digest")
+    cdef Py_ssize_t row_size = args_len
+    cdef bint new = False
+    if digest is not writer._last_digest:  # a run of rows of one function shares its digest
+        new = digest not in writer._known and digest not in writer._needed
+        writer._last_digest = digest
+    if new:
+        row_size += len(<object>blob)
+    if writer._n_rows and writer._size + row_size > writer._limit:
+        writer._cut()  # ``new`` stays: _needed did not hold digest
+    if new:
+        writer._needed[digest] = <object>blob
+    write_launch_row(&writer._rows, task_id, attempt, digest_bytes, args, args_len)
+    writer._n_rows += 1
+    writer._size += row_size
     return 0

@@ -4,9 +4,10 @@ with (see it for what each name does).
 
 SubmitTasks and StatusUpdates frames are checked once (``read_submit_tasks``,
 ``read_status_updates``) and their rows left in the frame, for the scheduling core to read
-in place; ``ResultRows`` writes TaskResults rows, and ``write_launch_row`` and
-``launch_frame`` (in ``_wire.pxd``) LaunchTasks rows, straight into the frames' bytes. So
-the per-task messages make no Python object per task.
+in place; ``ResultRows`` writes TaskResults rows, and a ``LaunchWriter`` (``add_launch_row``,
+in ``_wire.pxd``) LaunchTasks rows, straight into the frames' bytes. So the per-task
+messages make no Python object per task. ``launch_frames`` writes launch decisions through
+a ``LaunchWriter``, as the scheduling core's fused launch does from its task tables.
 """
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject
@@ -171,6 +172,55 @@ cdef bytes launch_frame(bytes header, dict needed, Buffer *rows, Py_ssize_t n_ro
         return join(NULL, 0, &head, rows)
     finally:
         release(&head)
+
+
+cdef class LaunchWriter:
+    """One executor's LaunchTasks frames (``header`` then the body ``[functions, rows]``),
+    written row by row as the launches are decided (``add_launch_row``): what the twin's
+    ``launch_frames`` makes of the same rows. A frame is cut where its rows' arguments and its functions would pass
+    ``limit`` bytes (a single larger row goes alone); each carries the functions its rows
+    need that the executor does not hold (``known``, its digests, updated at each cut)."""
+
+    def __cinit__(self, bytes header, set known, Py_ssize_t limit):
+        self._header = header
+        self._known = known
+        self._limit = limit
+        self._needed = {}
+        self._frames = []
+
+    def __dealloc__(self):
+        release(&self._rows)
+
+    cdef int _cut(self) except -1:
+        """The frame of the rows written since the last cut."""
+        self._frames.append(launch_frame(self._header, self._needed, &self._rows, self._n_rows))
+        self._known.update(self._needed)
+        self._needed = {}
+        self._rows.length = self._n_rows = self._size = 0
+        return 0
+
+    cdef list finish(self):
+        """The frames written (none if no row was); the writer is empty afterwards."""
+        cdef list frames
+        if self._n_rows:
+            self._cut()
+        frames = self._frames
+        self._frames = []
+        return frames
+
+
+def launch_frames(bytes header, list rows, dict functions, set known, Py_ssize_t limit):
+    cdef LaunchWriter writer = LaunchWriter(header, known, limit)
+    cdef object digest, last = None, blob = None
+    cdef bytes data
+    for task_id, attempt, digest, args in rows:
+        if digest is not last:  # its function is looked up only if it may travel, as in the twin
+            last = digest
+            blob = functions[digest] if digest not in known else None
+        data = as_bytes(args, "pickled arguments")
+        add_launch_row(writer, task_id, attempt, digest, <PyObject *>blob, PyBytes_AS_STRING(data),
+                       len(data))
+    return writer.finish()
 
 
 cdef class FrameRows:

@@ -7,13 +7,12 @@ clients and executors); the driver never unpickles them.
 
 Nothing outside the wire packs or unpacks frames. The driver's per-task messages are read
 and written by the wire's compiled part (``wire``: ``_wire``, or its twin ``_wire_py``),
-with no Python object per task: its LaunchTasks writers (``_wire.pxd``; ``launch_frames``
-in the twin) and ``ResultRows`` write frames under ``frame_header``, byte for byte what
-``encode`` makes of the same message (tests hold them to it; the driver sends them as
-``Encoded`` messages), and
-``decode`` has it read SubmitTasks and StatusUpdates (``read_submit_tasks``,
-``read_status_updates``: the same checks, the rows left in the frame, in a ``SubmitRows`` or
-a ``StatusRows``). A client in the driver's own process hands the driver message objects
+with no Python object per task: its LaunchTasks writer (``launch_frames``, and the
+compiled ``LaunchWriter`` behind it) and ``ResultRows`` write frames under
+``frame_header``, byte for byte what ``encode`` makes of the same message (tests hold them
+to it; the driver sends them as ``Encoded`` messages), and ``decode`` has it read
+SubmitTasks and StatusUpdates (``read_submit_tasks``, ``read_status_updates``: the same
+checks, the rows left in the frame, in a ``SubmitRows`` or a ``StatusRows``). A client in the driver's own process hands the driver message objects
 instead of frames (``check`` applies decode's field checks to them).
 """
 import hashlib

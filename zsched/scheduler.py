@@ -3,6 +3,11 @@
 It makes the scheduling decisions and keeps their state; it does no I/O. The driver
 feeds it submissions, status updates and executor losses, and sends what it returns.
 Task payloads are opaque bytes here.
+
+Its offers are launch decisions (``resource_offers``): for each executor, the rows of the
+tasks it takes and their functions. The wire writes them as LaunchTasks frames
+(``wire.launch_frames``). The driver asks for both steps at once (``offer_frames``), which
+the compiled core fuses in the common case.
 """
 import logging
 import math
@@ -13,7 +18,7 @@ from .protocol import LaunchTasks, TaskState, frame_header
 from .runtime import gc_untrack
 from .scheduling import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
                          launch_tasks, offer_and_launch, queue_tasks, slots_per_core, window)
-from .wire import ResultRows
+from .wire import ResultRows, launch_frames
 
 log = logging.getLogger(__name__)
 
@@ -319,34 +324,47 @@ class TaskScheduler:
         return None
 
     def resource_offers(self):
-        """Deal queued tasks to free slots: ``[(executor, [frame, ...]), ...]``, each
-        executor's LaunchTasks frames, ready to send (see ``launch_tasks``)."""
+        """Deal queued tasks to free slots and launch them: the launch decisions,
+        ``[(executor, rows, functions), ...]`` in the order of the offer. ``rows`` are an
+        executor's LaunchTasks rows ``[task id, attempt, function digest, pickled
+        arguments]``, ``functions`` the functions they use (``{digest: blob}``); the wire
+        writes them as frames (``launch_frames``). See ``offer_frames``, which the driver
+        calls."""
         if self.n_pending == 0:
             return []
         if self.suspects and not self.clamped:
             self._set_clamped(True)
-        limit = self.config.max_message_size
         now = self.clock()
-        if not self.suspects:  # the deal and the launches in one call
-            launches, launched = offer_and_launch(self.slots, self.executors_by_slot, self.pending,
-                                                  self.n_pending, limit, self.latency, now,
-                                                  _LAUNCH_HEADER)
-            self.n_pending -= launched
-            if self.clamped:  # the last suspects ended: the windows open again
-                self._set_clamped(False)
-            return launches
         launches = []
         for slot, count in self.slots.offer(self.n_pending):
             executor = self.executors_by_slot[slot]
             tasks = self._choose_among_suspects(executor, count) if self.suspects else self.pending
-            frames, launched = launch_tasks(tasks, count, executor, limit, self.latency, now,
-                                            _LAUNCH_HEADER)
+            rows, functions, launched = launch_tasks(tasks, count, executor, self.latency, now)
             self.n_pending -= launched
             if launched < count:
                 self.slots.release(slot, count - launched)
-            if frames:
-                launches.append((executor, frames))
-        if self.clamped and not self.suspects:
+            if rows:
+                launches.append((executor, rows, functions))
+        if self.clamped and not self.suspects:  # the last suspects ended: the windows open again
+            self._set_clamped(False)
+        return launches
+
+    def offer_frames(self):
+        """``resource_offers`` with each launch written by the wire: ``[(executor, [frame,
+        ...]), ...]``, each executor's LaunchTasks frames, ready to send. It is the fused
+        form of the two steps, so that the compiled core writes the common offer (no suspect
+        waits) straight from its task tables, with no Python object per task."""
+        if self.n_pending == 0:
+            return []
+        limit = self.config.max_message_size
+        if self.suspects:  # the decisions, then the frames
+            return [(executor, launch_frames(_LAUNCH_HEADER, rows, functions, executor.functions, limit))
+                    for executor, rows, functions in self.resource_offers()]
+        launches, launched = offer_and_launch(self.slots, self.executors_by_slot, self.pending,
+                                              self.n_pending, limit, self.latency, self.clock(),
+                                              _LAUNCH_HEADER)
+        self.n_pending -= launched
+        if self.clamped:  # the last suspects ended: the windows open again
             self._set_clamped(False)
         return launches
 

@@ -343,7 +343,7 @@ class Driver:
         self.offers_needed = False
         if self.scheduler.n_pending == 0 or not self.is_ready():
             return
-        for executor, frames in self.scheduler.resource_offers():
+        for executor, frames in self.scheduler.offer_frames():
             for frame in frames:
                 self._send(executor.routing_id, p.Encoded(p.LaunchTasks, frame))
 
