@@ -8,7 +8,8 @@
 - ``registration``: registering over a DEALER socket or over pipes.
 - ``connection``: the driver's socket or pipes, once registered.
 - ``tasks``: the task threads, running and killing tasks.
-- ``inline``: a lone task run by the loop's thread, and the relief thread.
+- ``inline``: a lone task run by the loop's thread, and the relief thread that covers
+  for the loop meanwhile, over a connection of its own.
 - ``timer``: the kernel timer that wakes the relief thread.
 - ``worker``: the watch of ``--worker-url``.
 """

@@ -5,7 +5,8 @@ pipe pair a driver on this host gave it: ``pipe_link``, the same frames with few
 thread wake-ups per message) and runs the loop: each turn it sends a heartbeat when one
 is due, waits for the driver, the task threads (``tasks``) or the worker watch, sends the
 status rows of whatever finished meanwhile in batches, and handles the driver's messages.
-A lone task reaching an idle one-core executor runs in this thread instead (``inline``).
+A lone task reaching an idle one-core executor runs in this thread instead (``inline``),
+while the relief thread covers for the loop over a connection of its own.
 """
 import logging
 import os
