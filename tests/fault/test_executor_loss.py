@@ -477,7 +477,9 @@ def test_chaos_random_sigkills_lose_and_duplicate_nothing():
 def test_sigkill_and_sigstop_are_reported_with_their_reasons():
     """A SIGKILLed executor is reported killed; a SIGSTOPped one is found by heartbeats and,
     once woken, exits. (How long each takes: bench/throughput.py --detection.)"""
-    with zsched.LocalCluster(2) as cluster:
+    # heartbeats every second, lost after 5 s: the default 30 s would only make it slower
+    with zsched.LocalCluster(2, executor_heartbeat_interval="1s",
+                             executor_heartbeat_timeout="5s") as cluster:
         client = cluster.client()
         first, second = executors(client)
         os.kill(first["pid"], signal.SIGKILL)
