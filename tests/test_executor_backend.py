@@ -72,7 +72,7 @@ class FakeDriver:
         self.exit_code = None
         self.task_id = 0
         self.rid = self.relief_rid = None
-        self.from_relief = []  # what the relief's connection sent that no test asked for
+        self.from_relief = []  # what either connection sent that no test asked for
         self.came_from = None
         self.thread = threading.Thread(target=self._run, name="executor-under-test", daemon=True)
 
@@ -123,7 +123,13 @@ class FakeDriver:
         while self.relief_rid is None:
             assert time.monotonic() < deadline, "no AttachRelief from the executor"
             if self.router.poll(100):
-                self.from_relief.append(self.recv(relief=True))
+                rid, frame = self.router.recv_multipart()
+                msg = p.decode(frame)
+                if isinstance(msg, p.AttachRelief):
+                    assert (msg.incarnation, msg.executor_id) == (INCARNATION, "x1"), msg
+                    self.relief_rid = rid
+                else:
+                    self.from_relief.append(msg)
 
     def speak(self):
         """Answer a heartbeat, then launch a no-op task and wait for its result: the
@@ -272,3 +278,34 @@ def test_the_relief_thread_covers_a_long_inline_task_over_a_connection_of_its_ow
     assert rows == [[9, 1, p.TaskState.KILLED], [10, 1, p.TaskState.FINISHED]]
     f.speak()  # the loop goes on
     assert f.backend.stopping is None
+
+
+def test_a_function_sent_again_during_a_cover_outlives_a_forget_sent_before_it(fake_driver):
+    """A ForgetFunctions waits on the loop's connection (sent just as a lone task began);
+    during the cover the driver sends the function again, with a launch, to the relief.
+    The loop, back, obeys the older ForgetFunctions without dropping the function the
+    driver now counts on: a later launch without it still runs."""
+    f = fake_driver()
+    f.speak()  # the executor holds noop
+    f.wait_for_relief()
+    f.send(p.LaunchTasks({SPIN_DIGEST: cloudpickle.dumps(spin)},
+                         [[9, 1, SPIN_DIGEST, pickle.dumps(((), {}))]]))
+    heartbeat = f.recv(relief=True)  # the task runs: the loop reads nothing until its end
+    assert isinstance(heartbeat, p.Heartbeat) and f.came_from == "relief", heartbeat
+    f.send(p.ForgetFunctions([NOOP_DIGEST]))  # as if sent before the driver heard that
+    noop_args = pickle.dumps(((), {}))
+    f.send(p.LaunchTasks({NOOP_DIGEST: cloudpickle.dumps(noop)}, [[10, 1, NOOP_DIGEST, noop_args]]),
+           rid=f.relief_rid)
+    f.send(p.KillTask(9, 1, "killed by the test"), rid=f.relief_rid)
+    rows = []
+    while len(rows) < 2:
+        msg = f.recv(relief=True)
+        if isinstance(msg, p.StatusUpdates):
+            rows += [row[:3] for row in msg.updates]
+    assert rows == [[9, 1, p.TaskState.KILLED], [10, 1, p.TaskState.FINISHED]]
+    f.send(p.LaunchTasks({}, [[11, 1, NOOP_DIGEST, noop_args]]))  # the driver counts on noop
+    while True:
+        msg = f.recv(relief=True)
+        if isinstance(msg, p.StatusUpdates):
+            assert [row[:3] for row in msg.updates] == [[11, 1, p.TaskState.FINISHED]], msg
+            break

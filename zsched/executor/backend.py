@@ -302,6 +302,8 @@ class ExecutorBackend:
 
     def _on_launch_tasks(self, msg):
         tasks = msg.tasks
+        if msg.functions and self.inline is not None:
+            self.inline.note_functions(msg.functions, self.tasks.holds)
         self.tasks.bind_functions(msg.functions, tasks)
         idle = self._outstanding == 0
         self._outstanding += len(tasks)
@@ -358,9 +360,6 @@ class ExecutorBackend:
                 self._stop(reason, 1, charge_tasks=False)  # the driver's kill caused it
                 self._reaper_exit = True
 
-    def _on_probe(self, msg):
-        pass
-
     def _on_stop_executor(self, msg):
         log.info("driver asked executor %s to stop: %s", self.executor_id, msg.reason)
         self._stop(f"stopped by the driver: {msg.reason}", 0, driver_gone=True)
@@ -375,7 +374,8 @@ class ExecutorBackend:
     def _on_forget_functions(self, msg):
         """The driver dropped these functions (no client needs them): so does this
         executor. A task launched here before keeps its own (``TaskRunner.bind_functions``)."""
-        self.tasks.forget_functions(msg.digests)
+        inline = self.inline
+        self.tasks.forget_functions(msg.digests if inline is None else inline.to_forget(msg.digests))
 
     _handlers = {
         MsgType.LAUNCH_TASKS: _on_launch_tasks,
@@ -386,7 +386,7 @@ class ExecutorBackend:
         MsgType.HEARTBEAT_ACK: _on_heartbeat_ack,
         MsgType.DECOMMISSION_EXECUTOR: _on_decommission_executor,
         MsgType.RETURN_TASKS: _on_return_tasks,
-        MsgType.PROBE: _on_probe,
+        MsgType.PROBE: lambda self, msg: None,  # the send succeeding was its answer
     }
 
     # ------------------------------------------------------------ to the driver

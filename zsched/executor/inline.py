@@ -73,6 +73,7 @@ class InlinePath:
         self._inline_task = None             # the task running inline, until the loop is back
         self._deferred = []                  # tasks launched meanwhile (the one core is busy)
         self._forwarded = collections.deque()  # frames the relief read for the loop's thread
+        self._resent = set()                 # functions sent again during a cover, still held
         self._handover = threading.Lock()    # guards _inline_running and _covering
         self._inline_running = False
         self._covering = False               # the relief thread stands in for the loop
@@ -98,6 +99,22 @@ class InlinePath:
             self._deferred.extend(tasks)
             return []
         return tasks
+
+    def note_functions(self, functions, holds):
+        """A launch brought ``functions``: one sent again during a cover while still held
+        here (``holds(digest)``) means a ForgetFunctions of it waits on the loop's
+        connection, sent before the cover; it must not drop the function sent since."""
+        if self._covering:
+            self._resent.update(digest for digest in functions if holds(digest))
+
+    def to_forget(self, digests):
+        """Of the digests of a ForgetFunctions, those to drop (see ``note_functions``)."""
+        resent = self._resent
+        if not resent or self._covering:
+            return digests
+        kept = resent.intersection(digests)
+        resent -= kept
+        return [digest for digest in digests if digest not in kept]
 
     def forwarded(self):
         """The frames the relief thread read for the loop's thread since the last call."""

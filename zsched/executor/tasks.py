@@ -83,6 +83,10 @@ class TaskRunner:
         for row, entry in zip(tasks, list(map(known.get, map(_digest_of, tasks)))):
             row[2] = entry
 
+    def holds(self, digest):
+        """Whether the function of ``digest`` is kept here."""
+        return digest in self._functions
+
     def forget_functions(self, digests):
         """Drop these functions; tasks bound to them before keep theirs."""
         functions = self._functions
