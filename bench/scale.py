@@ -112,7 +112,8 @@ def sim_main(argv):
     from zsched.errors import exception_payload
     from zsched.executor import dumps_value
     from zsched.protocol import MsgType, TaskState
-    from zsched.security import load_keys, make_client
+    from zsched.executor.registration import executor_socket
+    from zsched.security import load_keys
 
     keys = load_keys(args.secret_file, use_environment=False) if args.secret_file else None
     defaults = Config()
@@ -143,16 +144,7 @@ def sim_main(argv):
     sims = []
     started = time.monotonic()
     for i in range(args.count):
-        sock = context.socket(zmq.DEALER)
-        # the socket options of ExecutorBackend.connect
-        sock.linger = 2000
-        sock.sndhwm = 100_000
-        sock.rcvhwm = 100_000
-        sock.heartbeat_ivl = int(defaults.zmq_heartbeat_interval * 1000)
-        sock.heartbeat_timeout = int(defaults.zmq_heartbeat_timeout * 1000)
-        sock.heartbeat_ttl = int(defaults.zmq_heartbeat_timeout * 1000)
-        if keys is not None:
-            make_client(sock, keys)
+        sock = executor_socket(context, defaults, keys)  # a real executor's options
         sock.connect(args.driver_url)
         sim = SimExecutor(str(args.first_id + i), sock)
         sock.send(p.encode(p.RegisterExecutor(sim.executor_id, args.hostname, args.cores,

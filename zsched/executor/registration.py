@@ -22,9 +22,9 @@ class RegistrationError(Exception):
     """Registration failed; the message says why, as the executor prints it."""
 
 
-def connect(context, driver_url, config, keys):
-    """A DEALER connected to the driver with ``config``'s ZMTP heartbeats, and the watch
-    of its security handshake."""
+def executor_socket(context, config, keys):
+    """An executor's DEALER to its driver, not connected yet: ``config``'s ZMTP
+    heartbeats, and CURVE with ``keys`` (None: insecure)."""
     sock = context.socket(zmq.DEALER)
     sock.linger = 2000
     sock.sndhwm = 100_000
@@ -34,6 +34,13 @@ def connect(context, driver_url, config, keys):
     sock.heartbeat_ttl = int(config.zmq_heartbeat_timeout * 1000)
     if keys is not None:
         make_client(sock, keys)
+    return sock
+
+
+def connect(context, driver_url, config, keys):
+    """An executor's DEALER connected to the driver, and the watch of its security
+    handshake."""
+    sock = executor_socket(context, config, keys)
     watch = HandshakeWatch(sock, has_secret=keys is not None)
     sock.connect(driver_url)
     return sock, watch
