@@ -24,7 +24,7 @@ import zmq
 from .. import protocol as p
 from ..pipe_link import PipeLink
 from .connection import DriverConnection
-from .registration import connect
+from .registration import executor_socket
 from .timer import KernelTimer
 from .worker import WorkerWatch
 
@@ -47,8 +47,8 @@ def open_relief(backend):
     # a context of its own: closing it waits for a goodbye to leave, while the loop's
     # socket, which only its own thread may close, stays open
     context = zmq.Context()
-    sock, watch = connect(context, backend.driver_url, backend.config, backend.keys)
-    watch.close()
+    sock = executor_socket(context, backend.config, backend.keys)
+    sock.connect(backend.driver_url)
     return DriverConnection(socket=sock, context=context)
 
 
@@ -119,6 +119,8 @@ class InlinePath:
     def forwarded(self):
         """The frames the relief thread read for the loop's thread since the last call."""
         forwarded = self._forwarded
+        if not forwarded:  # the usual case, once per turn of the loop
+            return ()
         return [forwarded.popleft() for _ in range(len(forwarded))]
 
     def run_pending(self):
