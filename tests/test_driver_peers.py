@@ -11,6 +11,7 @@ import zmq
 from zsched import protocol as p
 from zsched.channel import Channel, Endpoint
 from zsched.config import Config
+from zsched.errors import ProtocolError
 from zsched.driver.loop import Loop
 from zsched.driver.peers import GONE, InProcessPeer, Peers, Role, open_router
 from zsched.pipe_link import PipeLink, pipe_pair
@@ -29,14 +30,19 @@ class Harness:
         self.counters = {"bytes_in": 0, "bytes_out": 0, "messages_in": 0, "messages_out": 0}
         self.loop = Loop(time.monotonic)
         self.channel = Channel()
-        self.taken, self.handled, self.warned, self.lost, self.broken = [], [], [], [], []
+        self.taken, self.warned, self.lost, self.broken = [], [], [], []
         self.peers = Peers(self.router, state, self.counters, self.loop, self.channel, max_frame,
-                           take=lambda rid, frame: self.taken.append((rid, p.decode(frame))),
-                           handle=lambda rid, msg: self.handled.append((rid, msg)),
-                           warn=lambda rid, what: self.warned.append((rid, what)),
+                           take=self.take, warn=lambda rid, what: self.warned.append((rid, what)),
                            lost=lambda rid, problem, msg: self.lost.append((rid, problem)),
                            broke=lambda rid, error: self.broken.append((rid, error)))
         self.dealers, self.others = [], []  # the other ends of the links
+
+    def take(self, rid, frame):
+        """What the driver does with a frame: decoded and checked, else a warning."""
+        try:
+            self.taken.append((rid, p.decode(frame)))
+        except ProtocolError as exc:
+            self.warned.append((rid, str(exc)))
 
     def dealer(self, routing_id):
         """A DEALER connected to the ROUTER, known to it (it sent a ClientHello)."""
@@ -112,7 +118,7 @@ def test_each_kind_of_peer_carries_its_own_role(harness):
     rid, _ = harness.link()
     harness.peers.peer_for(b"exec-1").role = Role.EXECUTOR
     harness.peers.get(rid).role = Role.ADMINISTRATOR
-    local = InProcessPeer(b"\0local", harness.counters, lambda msg: None, list, lambda: None)
+    local = InProcessPeer(b"\0local", harness.counters, Endpoint(list, lambda msg: None, lambda: None))
     local.role = Role.CLIENT
     assert harness.peers.get(b"exec-1").role is Role.EXECUTOR
     assert harness.peers.get(rid).role is Role.ADMINISTRATOR
@@ -232,7 +238,8 @@ def test_forget_closes_a_link(harness):
 def test_an_in_process_peer_hands_messages_over_and_hears_the_stop(harness):
     delivered, stopped = [], []
     counters = {"messages_out": 0}
-    peer = InProcessPeer(b"\0local1", counters, delivered.append, list, lambda: stopped.append(1))
+    peer = InProcessPeer(b"\0local1", counters,
+                         Endpoint(list, delivered.append, lambda: stopped.append(1)))
     assert peer.send(p.AdminReply(1, True, 1)) is None
     assert peer.send(p.AdminReply(2, True, 2)) is None
     assert [m.request_id for m in delivered] == [1, 2]
@@ -246,7 +253,7 @@ def test_an_in_process_peers_errors_stay_on_its_side():
     def fails(*_):
         raise RuntimeError("client broken")
 
-    peer = InProcessPeer(b"\0local1", {"messages_out": 0}, fails, list, fails)
+    peer = InProcessPeer(b"\0local1", {"messages_out": 0}, Endpoint(list, fails, fails))
     assert peer.send(p.Probe()) is None
     peer.close()
 
@@ -263,13 +270,26 @@ def test_clients_in_this_process_arrive_through_the_channel(harness):
     key = harness.channel.connect(Endpoint(take, delivered.append, lambda: None))
     harness.peers.receive_in_process()
     assert harness.peers.in_process(key)
-    assert harness.handled == [(key, p.ClientHello(3)), (key, p.AdminPing(1))]
+    assert harness.taken == [(key, p.ClientHello(3)), (key, p.AdminPing(1))]
     assert harness.peers.send(key, p.AdminReply(1, True, True)) is True
     assert delivered == [p.AdminReply(1, True, True)]
     outbox.append(p.AdminPing("not an int"))
     harness.peers.receive_in_process()
     assert harness.warned and harness.warned[0][0] == key
-    assert len(harness.handled) == 2
+    assert len(harness.taken) == 2
+
+
+def test_a_client_in_this_process_is_read_as_frames_until_its_goodbye(harness):
+    outbox = [p.AdminPing(1), object(), p.ClientGoodbye(), p.AdminPing(2)]
+    key = harness.channel.connect(Endpoint(lambda: [outbox.pop(0) for _ in outbox[:]],
+                                           lambda msg: None, lambda: None))
+    harness.peers.receive_in_process()
+    # the object that is no message is skipped; nothing after the goodbye is read
+    assert harness.taken == [(key, p.AdminPing(1)), (key, p.ClientGoodbye())]
+    assert harness.counters["messages_in"] == 2
+    assert harness.counters["bytes_in"] == len(p.encode(p.AdminPing(1))) + len(
+        p.encode(p.ClientGoodbye()))
+    assert not harness.peers.in_process(key) and harness.peers.get(key) is None
 
 
 def test_stopping_tells_every_client_in_this_process(harness):

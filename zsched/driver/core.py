@@ -115,7 +115,7 @@ class Driver:
         self.loop = Loop(self.clock, after_turn=self._after_turn)
         self.peers = Peers(self.router, self._router_state, self.counters, self.loop,
                            self.channel, p.frame_limit(self.config.max_message_size),
-                           take=self._take, handle=self._handle, warn=self.warn_peer,
+                           take=self._take, warn=self.warn_peer,
                            lost=self._peer_unreachable, broke=self._link_broke)
         self._send = self.peers.send  # (rid, msg, quiet=False): True if the peer took it
         self._handlers = message_handlers(self.executor_endpoint, self.client_endpoint)

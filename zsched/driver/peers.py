@@ -4,7 +4,12 @@ A peer of the ROUTER socket (``RouterPeer``), an executor or client over a pair 
 (``LinkPeer``) and a client in the driver's own process (``InProcessPeer``) are sent to with
 the same call, ``send(msg)``, which never blocks and returns None when the peer took the
 message, else what is wrong ("gone", "not reading (its queue is full)"). Each peer owns its
-send queue (``queued()``), and carries its role, set when it registers or says hello."""
+send queue (``queued()``), and carries its role, set when it registers or says hello.
+
+What peers send comes in as frames, whatever carried them, and goes one way in:
+``take(rid, frame)``, which decodes and checks it. A peer with a transport of its own (a
+link, a client in this process) is read with ``receive()``; the ROUTER's peers share one
+socket, read once for all of them (``Peers.receive_router``)."""
 import enum
 import itertools
 import logging
@@ -13,7 +18,6 @@ import os
 import zmq
 
 from .. import protocol as p
-from ..errors import ProtocolError
 from ..pipe_link import PipeLink
 from ..socket_state import SocketState
 from ..security import ZapHandler, make_server
@@ -52,6 +56,11 @@ class Peer:
 
     def send(self, msg):
         """Send ``msg`` without blocking: None when the peer took it, else the problem."""
+        raise NotImplementedError
+
+    def receive(self):
+        """The frames this peer sent that wait on this side, oldest first (a peer with a
+        transport of its own; the ROUTER's peers are read through their shared socket)."""
         raise NotImplementedError
 
     def queued(self):
@@ -168,29 +177,49 @@ class LinkPeer(Peer):
 
 
 class InProcessPeer(Peer):
-    """A client in the driver's process: what is sent to it is handed to ``deliver`` in the
-    loop's thread, no frame made; it queues nothing on this side. ``receive()`` returns the
-    messages (objects, not frames) it queued for the driver; ``close()`` calls ``stopped``.""" 
+    """A client in the driver's process (a ``channel.Endpoint``): what is sent to it is
+    handed to its ``deliver`` in the loop's thread, no frame made, nothing queued on this
+    side. What it queued for the driver is read as frames, checked like any peer's; after
+    its goodbye it sends nothing (``said_goodbye``). ``close()`` tells it the driver stopped."""
 
-    __slots__ = ("deliver", "receive", "stopped")
+    __slots__ = ("endpoint", "said_goodbye")
 
-    def __init__(self, rid, counters, deliver, receive, stopped):
+    def __init__(self, rid, counters, endpoint):
         super().__init__(rid, counters)
-        self.deliver = deliver
-        self.receive = receive
-        self.stopped = stopped
+        self.endpoint = endpoint
+        self.said_goodbye = False
 
     def send(self, msg):
         self.counters["messages_out"] += 1
         try:
-            self.deliver(msg)
+            self.endpoint.deliver(msg)
         except Exception:
             log.exception("error handing %s to client %s", type(msg).__name__, self.rid.hex())
+
+    def receive(self):
+        frames = []
+        if self.said_goodbye:
+            return frames
+        for msg in self.endpoint.take():
+            try:
+                if not isinstance(msg, p.Message):
+                    raise TypeError(f"{type(msg).__name__} is not a message")
+                frames.append(p.encode(msg))
+            except (TypeError, ValueError, OverflowError) as exc:  # a frame is checked later
+                log.warning("client %s queued what cannot be sent: %s", self.rid.hex(), exc)
+                continue
+            if type(msg) is p.ClientGoodbye:  # it sends nothing after its goodbye
+                self.said_goodbye = True
+                break
+        counters = self.counters
+        counters["messages_in"] += len(frames)
+        counters["bytes_in"] += sum(map(len, frames))
+        return frames
 
     def close(self):
         """Tell the client that the driver stopped."""
         try:
-            self.stopped()
+            self.endpoint.stopped()
         except Exception:
             log.exception("error telling a client in this process that the driver stopped")
 
@@ -233,20 +262,19 @@ class Peers:
     any of them (``send``) and one way in for what they send.
 
     A ROUTER peer is kept once it registers or says hello (``peer_for``); piped peers and
-    those in this process from the start. What arrives goes to ``take(rid, frame)`` (frames)
-    or ``handle(rid, msg)`` (messages from this process, checked as ``decode`` checks
-    frames); ``warn(rid, what)`` reports malformed input, ``lost(rid, problem, msg)`` a peer
+    those in this process from the start. Every frame that arrives goes to ``take(rid,
+    frame)``; ``warn(rid, what)`` reports malformed input, ``lost(rid, problem, msg)`` a peer
     that is gone or not reading, ``broke(rid, error)`` one that broke its link."""
 
     def __init__(self, router, router_state, counters, loop, channel, max_frame, *, take,
-                 handle, warn, lost, broke):
+                 warn, lost, broke):
         self.router = router
         self._router_state = router_state
         self.counters = counters
         self.loop = loop
         self.channel = channel
         self.max_frame = max_frame
-        self._take, self._handle, self._warn = take, handle, warn
+        self._take, self._warn = take, warn
         self._lost, self._broke = lost, broke
         self._peers = {}
         self._in_process = {}     # key (their routing id here) -> InProcessPeer
@@ -336,31 +364,23 @@ class Peers:
     def receive_in_process(self):
         """Take what the clients in this process queued (see ``channel``)."""
         for end in self.channel.arrivals():
-            peer = InProcessPeer(end.key, self.counters, end.deliver, end.take, end.stopped)
-            self._in_process[end.key] = self._peers[end.key] = peer
-        handle = self._handle
-        counters = self.counters
+            self._in_process[end.key] = self._peers[end.key] = InProcessPeer(
+                end.key, self.counters, end)
         for key, peer in list(self._in_process.items()):
             try:
-                messages = peer.receive()
+                frames = peer.receive()
             except Exception:
                 log.exception("error taking the messages of client %s", key.hex())
                 continue
-            for msg in messages:
-                counters["messages_in"] += 1
-                try:
-                    p.check(msg)  # what decode checks of a frame
-                    if type(msg) is p.SubmitTasks:  # the fast path reads its rows in a frame
-                        msg = p.decode(p.encode(msg))
-                except ProtocolError as exc:
-                    self._warn(key, str(exc))
-                    continue
-                handle(key, msg)
-                if msg.TYPE == p.MsgType.CLIENT_GOODBYE:
-                    # it sends nothing after its goodbye
-                    self._in_process.pop(key, None)
-                    self._peers.pop(key, None)
-                    break
+            self._take_frames(key, frames)
+            if peer.said_goodbye:
+                self._in_process.pop(key, None)
+                self._peers.pop(key, None)
+
+    def _take_frames(self, rid, frames):
+        take = self._take
+        for frame in frames:
+            take(rid, frame)
 
     # ------------------------------------------------------------ links
 
@@ -382,9 +402,7 @@ class Peers:
         peer = self._peers.get(rid)
         if type(peer) is not LinkPeer:
             return
-        take = self._take
-        for frame in peer.receive():
-            take(rid, frame)
+        self._take_frames(rid, peer.receive())
         if self._peers.get(rid) is not peer:  # a handler closed it
             return
         error = peer.link.error
@@ -434,7 +452,6 @@ class Peers:
         never_taken = self.channel.close()  # their wake-ups write no more
         peers = list(self._in_process.values())
         self._in_process.clear()
-        peers += [InProcessPeer(end.key, self.counters, end.deliver, end.take, end.stopped)
-                  for end in never_taken]
+        peers += [InProcessPeer(end.key, self.counters, end) for end in never_taken]
         for peer in peers:
             peer.close()
