@@ -89,3 +89,11 @@ class DynamicAllocationPolicy:
         if decision.decommission:
             decision.target = self.clamp(min(decision.target, len(idle_since) - len(decision.decommission)))
         return decision
+
+
+def executors_at_start(n_executors, initial_executors=None, policy=None):
+    """How many executors a cluster starts with: ``n_executors``; under a dynamic allocation
+    ``policy``, ``initial_executors`` if given (it counts only then), within its bounds."""
+    if policy is None:
+        return n_executors
+    return policy.clamp(n_executors if initial_executors is None else initial_executors)

@@ -11,6 +11,7 @@ of a client in this process (over inproc://); see ``LocalCluster``.
 """
 import atexit
 import logging
+import math
 import os
 import re
 import secrets
@@ -22,12 +23,13 @@ import tempfile
 import threading
 import time
 import weakref
+from typing import NamedTuple, Optional, Union
 
 from .cluster.local import child_environment, fits_a_unix_socket, module_command
 from .config import (MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config,
                      check_number)
-from .dynamic_allocation import DynamicAllocationPolicy
-from .errors import ConfigError, DriverConnectionError
+from .dynamic_allocation import DynamicAllocationPolicy, executors_at_start
+from .errors import DriverConnectionError
 from .pipe_link import PipeLink, close_fds, pipe_pair
 from .protocol import MAX_CORES, frame_limit
 from .security import create_secret_file
@@ -36,6 +38,20 @@ log = logging.getLogger(__name__)
 
 _live_clusters = weakref.WeakSet()
 _LISTENING = re.compile(r"zsched driver listening on (tcp://\S+)$")
+
+
+class _Start(NamedTuple):
+    """How a cluster starts its driver: its arguments, checked."""
+    n_executors: int
+    initial_executors: Optional[int]
+    policy: Optional[DynamicAllocationPolicy]
+    cores_per_executor: int
+    host: str
+    port: int
+    ipc_path: Optional[str]
+    log_level: str
+    dashboard: bool
+    wait: Union[bool, int]
 
 
 @atexit.register
@@ -76,10 +92,9 @@ class LocalCluster:
                  max_executors=None, initial_executors=None, backlog_timeout=1.0,
                  executor_idle_timeout=60.0, dashboard=False, in_process=False, **settings):
         # bad arguments fail here, naming them, rather than in the driver or in ZeroMQ
-        (n_executors, cores_per_executor, port, min_executors, max_executors, initial_executors,
-         backlog_timeout, executor_idle_timeout) = self._checked(
-            n_executors, cores_per_executor, port, min_executors, max_executors, initial_executors,
-            backlog_timeout, executor_idle_timeout)
+        n_executors, cores_per_executor, port, initial_executors, policy = self._checked(
+            n_executors, cores_per_executor, port, initial_executors, dynamic_allocation,
+            min_executors, max_executors, backlog_timeout, executor_idle_timeout)
         values = {**(conf or {}), **settings}
         config = self._config = Config.from_mapping(values)
         self.n_executors = n_executors
@@ -92,66 +107,58 @@ class LocalCluster:
         ipc_path = os.path.join(self._private_dir, "driver.sock")
         if not fits_a_unix_socket(ipc_path):
             ipc_path = None
-        self.secret_file = None
+        if not insecure and secret_file is None:
+            secret_file = os.path.join(self._private_dir, "secret")
+        self.secret_file = None if insecure else secret_file
         self._process = self._driver = None
         self._client_door = None  # hands the driver process a pipe pair per client()
         self._client_door_lock = threading.Lock()
         self.inproc_address = self.context = None
         self.channel = None  # with the driver in this process: its zsched.channel.Channel
+        started = _Start(n_executors, initial_executors, policy, cores_per_executor, host, port,
+                         ipc_path, log_level, dashboard, wait)
         if in_process:
-            self._start_in_process(config, n_executors, cores_per_executor, host, port, ipc_path,
-                                   secret_file, insecure, log_level, wait, dashboard,
-                                   dynamic_allocation, min_executors, max_executors,
-                                   initial_executors, backlog_timeout, executor_idle_timeout)
-            return
-        command, n_executors = self._driver_command(
-            values, n_executors, cores_per_executor, host, port, ipc_path, secret_file, insecure,
-            log_level, dashboard, dynamic_allocation, min_executors, max_executors,
-            initial_executors, backlog_timeout, executor_idle_timeout)
-        self._start_process(command, ipc_path, dashboard, wait, n_executors, config)
+            self._start_in_process(config, started)
+        else:
+            self._start_process(values, config, started)
 
-    def _driver_command(self, values, n_executors, cores_per_executor, host, port, ipc_path,
-                        secret_file, insecure, log_level, dashboard, dynamic_allocation,
-                        min_executors, max_executors, initial_executors, backlog_timeout,
-                        executor_idle_timeout):
-        """``bin/driver``'s command line for these arguments, and the executors to wait for.
-        Creates the secret file (unless insecure)."""
-        command = module_command("zsched.driver") + ["--host", host, "--port", str(port),
-                   "--app-id", self.app_id, *self._manager_arguments(n_executors),
-                   "--cores-per-executor", str(cores_per_executor), "--log-level", log_level,
-                   "--exit-on-stdin-close"]
-        if ipc_path is not None:
-            command += ["--ipc-path", ipc_path]
+    def _driver_command(self, values, started):
+        """``bin/driver``'s command line for ``started``. Creates the secret file (unless
+        insecure)."""
+        command = module_command("zsched.driver") + [
+            "--host", started.host, "--port", str(started.port), "--app-id", self.app_id,
+            *self._manager_arguments(started.n_executors),
+            "--cores-per-executor", str(started.cores_per_executor),
+            "--log-level", started.log_level, "--exit-on-stdin-close"]
+        if started.ipc_path is not None:
+            command += ["--ipc-path", started.ipc_path]
         # the driver removes it when it stops, also after this process was killed
         command += ["--private-dir", self._private_dir]
-        if dashboard:
+        if started.dashboard:
             command += ["--dashboard-port", "0"]
-        if dynamic_allocation:
-            policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
-                                             executor_idle_timeout)
-            command += ["--dynamic-allocation", "--min-executors", str(min_executors),
-                        "--backlog-timeout", str(backlog_timeout),
-                        "--executor-idle-timeout", str(executor_idle_timeout)]
-            if max_executors is not None:
-                command += ["--max-executors", str(max_executors)]
-            if initial_executors is not None:
-                command += ["--initial-executors", str(initial_executors)]
-            n_executors = policy.clamp(n_executors if initial_executors is None else initial_executors)
-        if insecure:
+        policy = started.policy
+        if policy is not None:
+            command += ["--dynamic-allocation", "--min-executors", str(policy.min_executors),
+                        "--backlog-timeout", str(policy.backlog_timeout),
+                        "--executor-idle-timeout", str(policy.idle_timeout)]
+            if policy.max_executors != math.inf:
+                command += ["--max-executors", str(policy.max_executors)]
+            if started.initial_executors is not None:
+                command += ["--initial-executors", str(started.initial_executors)]
+        if self.secret_file is None:
             command.append("--insecure")
         else:
-            if secret_file is None:
-                secret_file = os.path.join(self._private_dir, "secret")
-            create_secret_file(secret_file)
-            self.secret_file = secret_file
-            command += ["--secret-file", secret_file]
+            create_secret_file(self.secret_file)
+            command += ["--secret-file", self.secret_file]
         for name, value in values.items():
             command += ["--conf", f"{name}={value}"]
-        return command, n_executors
+        return command
 
-    def _checked(self, n_executors, cores_per_executor, port, min_executors, max_executors,
-                 initial_executors, backlog_timeout, executor_idle_timeout):
-        """The arguments as numbers in their bounds; ConfigError naming the first that is not."""
+    def _checked(self, n_executors, cores_per_executor, port, initial_executors,
+                 dynamic_allocation, min_executors, max_executors, backlog_timeout,
+                 executor_idle_timeout):
+        """The arguments as numbers in their bounds, and the dynamic allocation policy (or
+        None); ConfigError naming the first argument that is not."""
         on_this_host = type(self)._manager_arguments is LocalCluster._manager_arguments
         n_executors = check_number("n_executors", n_executors, 0,
                                    MAX_EXECUTORS_PER_HOST if on_this_host else MAX_EXECUTORS,
@@ -159,23 +166,21 @@ class LocalCluster:
         cores_per_executor = check_number("cores_per_executor", cores_per_executor, 1, MAX_CORES,
                                           integer=True)
         port = check_number("port", port, 0, MAX_PORT, integer=True)
-        min_executors = check_number("min_executors", min_executors, 0, MAX_EXECUTORS, integer=True)
-        if max_executors is not None:
-            max_executors = check_number("max_executors", max_executors, 0, MAX_EXECUTORS,
-                                         integer=True)
-            if min_executors > max_executors:
-                raise ConfigError(f"min_executors {min_executors} is above max_executors {max_executors}")
         if initial_executors is not None:
             initial_executors = check_number("initial_executors", initial_executors, 0,
                                              MAX_EXECUTORS, integer=True)
-        backlog_timeout = check_number("backlog_timeout", backlog_timeout, MIN_WAIT, WEEK, unit="s")
         executor_idle_timeout = check_number("executor_idle_timeout", executor_idle_timeout,
                                              MIN_WAIT, WEEK, unit="s")
-        return (n_executors, cores_per_executor, port, min_executors, max_executors,
-                initial_executors, backlog_timeout, executor_idle_timeout)
+        # the policy checks its bounds, also those of a cluster that does not use it
+        policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
+                                         executor_idle_timeout)
+        return (n_executors, cores_per_executor, port, initial_executors,
+                policy if dynamic_allocation else None)
 
-    def _start_process(self, command, ipc_path, dashboard, wait, n_executors, config):
-        """Start ``bin/driver``'s ``command`` and wait for its address (and executors)."""
+    def _start_process(self, values, config, started):
+        """Start ``bin/driver`` as ``started`` says and wait for its address (and executors)."""
+        command = self._driver_command(values, started)
+        ipc_path, dashboard = started.ipc_path, started.dashboard
         # client() talks to the driver over a pipe pair rather than a socket: one thread
         # woken per message instead of three. The driver gets each pair through this
         # Unix socket, which it inherits
@@ -211,33 +216,25 @@ class LocalCluster:
             # what the driver and the executors print later (tasks' output) goes to our stdout
             threading.Thread(target=self._forward_output, name="zsched-cluster-output",
                              daemon=True).start()
-            self._wait_for_start(wait, n_executors, config.registration_timeout)
+            self._wait_for_start(started, config.registration_timeout)
         except BaseException:
             self.close()
             raise
 
-    def _start_in_process(self, config, n_executors, cores_per_executor, host, port, ipc_path,
-                          secret_file, insecure, log_level, wait, dashboard, dynamic_allocation,
-                          min_executors, max_executors, initial_executors, backlog_timeout,
-                          executor_idle_timeout):
+    def _start_in_process(self, config, started):
         """The driver in a thread of this process (see the class docstring)."""
         from .driver import Driver, local_options
         if type(self)._manager_arguments is not LocalCluster._manager_arguments:
             raise ValueError(f"{type(self).__name__} runs its driver in a process of its own: "
                              "in_process=True is for LocalCluster")
-        policy = None
-        if dynamic_allocation:
-            policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
-                                             executor_idle_timeout)
         try:
             options = local_options(
-                config, n_executors, cores_per_executor, host=host, log_level=log_level,
-                dynamic_allocation=policy, initial_executors=initial_executors,
-                secret_file=secret_file or os.path.join(self._private_dir, "secret"),
-                insecure=insecure, ipc_path=ipc_path, port=port, app_id=self.app_id,
-                inproc=True, dashboard_port=0 if dashboard else None)
-            self.secret_file = options.secret_file
-            n_executors = options.initial_executors
+                config, started.n_executors, started.cores_per_executor, host=started.host,
+                log_level=started.log_level, dynamic_allocation=started.policy,
+                initial_executors=started.initial_executors, secret_file=self.secret_file,
+                insecure=self.secret_file is None, ipc_path=started.ipc_path, port=started.port,
+                app_id=self.app_id, inproc=True,
+                dashboard_port=0 if started.dashboard else None)
             self._driver = Driver(options)
         except BaseException:
             shutil.rmtree(self._private_dir, ignore_errors=True)
@@ -251,12 +248,15 @@ class LocalCluster:
         _live_clusters.add(self)
         try:
             self._driver.start_thread()
-            self._wait_for_start(wait, n_executors, config.registration_timeout)
+            self._wait_for_start(started, config.registration_timeout)
         except BaseException:
             self.close()
             raise
 
-    def _wait_for_start(self, wait, n_executors, timeout):
+    def _wait_for_start(self, started, timeout):
+        n_executors = executors_at_start(started.n_executors, started.initial_executors,
+                                         started.policy)
+        wait = started.wait
         if wait:  # True: all of them; a number: that many
             count = n_executors if wait is True else min(int(wait), n_executors)
             self.wait_for_executors(count, timeout)

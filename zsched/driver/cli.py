@@ -15,7 +15,7 @@ from ..arena_cache import keep_freed_memory
 from ..cluster import SlurmClusterManager, SSHClusterManager
 from ..cluster.hosts_file import read_hosts_file
 from ..config import MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config, number_in
-from ..dynamic_allocation import DynamicAllocationPolicy
+from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
 from ..errors import ConfigError
 from ..security import default_secret_path
 from .core import Driver
@@ -192,9 +192,7 @@ def options_from_args(args):
     if manager is not None and (manager.capacity() or 0) > MAX_EXECUTORS:
         raise ConfigError(f"--hosts {args.hosts} lists {manager.capacity()} executors, "
                           f"more than {MAX_EXECUTORS}")
-    initial = _initial_executors(args, manager)
-    if policy is not None and args.initial_executors is not None:
-        initial = args.initial_executors
+    initial = executors_at_start(_initial_executors(args, manager), args.initial_executors, policy)
     return DriverOptions.create(
         config, secret_file=args.secret_file or default_secret_path(), insecure=args.insecure,
         cluster_manager=manager, initial_executors=initial, dynamic_allocation=policy,

@@ -15,6 +15,7 @@ from ..cluster.local import (
     fits_a_unix_socket,
 )
 from ..config import Config
+from ..dynamic_allocation import executors_at_start
 from ..errors import ConfigError
 from ..security import create_secret_file, load_keys
 
@@ -55,15 +56,14 @@ class DriverOptions:
     def create(cls, config, *, secret_file=None, insecure=False, cluster_manager=None,
                initial_executors=0, dynamic_allocation=None, ipc_path=None, **others):
         """Options checked as at start-up (``ConfigError`` names what is wrong): the secret
-        file is created if missing (unless ``insecure``) and its keys loaded; the executors
-        at start are clamped to the dynamic allocation policy's bounds."""
+        file is created if missing (unless ``insecure``) and its keys loaded;
+        ``initial_executors`` is what ``executors_at_start`` decided."""
         if ipc_path is not None:
             check_ipc_path(ipc_path)
         if dynamic_allocation is not None:
             if cluster_manager is None:
                 raise ConfigError("--dynamic-allocation needs a cluster manager: --local N, "
                                   "--hosts FILE or --slurm")
-            initial_executors = dynamic_allocation.clamp(initial_executors)
         keys = None
         if insecure:
             secret_file = None
@@ -92,12 +92,10 @@ def local_options(config, n_executors, cores_per_executor, *, host="127.0.0.1",
                   **others):
     """The options of a driver that runs its executors on this host, as ``LocalCluster``
     gives them: ``initial_executors`` counts only with a dynamic allocation policy."""
-    if dynamic_allocation is not None and initial_executors is not None:
-        n_executors = initial_executors
     return DriverOptions.create(
         config, cluster_manager=local_manager(host, cores_per_executor, log_level),
-        initial_executors=n_executors, dynamic_allocation=dynamic_allocation, host=host,
-        **others)
+        initial_executors=executors_at_start(n_executors, initial_executors, dynamic_allocation),
+        dynamic_allocation=dynamic_allocation, host=host, **others)
 
 
 def local_manager(host, cores_per_executor, log_level):
