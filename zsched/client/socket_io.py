@@ -10,21 +10,12 @@ from .. import protocol as p
 from ..config import Config
 from ..errors import DriverConnectionError
 from ..security import HandshakeWatch, make_client
+from ..socket_options import heartbeat_options
 from ..socket_state import SocketState
 
 log = logging.getLogger(__package__)  # zsched.client, for every module of the client
 
 _POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
-
-
-def _heartbeat_options(config):
-    """The ZMTP heartbeat socket options for ``config``'s ``zmq_heartbeat_*`` (as executors
-    set them): ping every interval, drop a silent peer after the timeout, and ask the peer
-    to drop this side after as long."""
-    timeout_ms = int(config.zmq_heartbeat_timeout * 1000)
-    return {zmq.HEARTBEAT_IVL: int(config.zmq_heartbeat_interval * 1000),
-            zmq.HEARTBEAT_TIMEOUT: timeout_ms,
-            zmq.HEARTBEAT_TTL: timeout_ms}
 
 
 class SocketIO:
@@ -44,9 +35,9 @@ class SocketIO:
         defaults; when the driver's settings differ, the client says goodbye on it and
         connects again with the driver's values (one more handshake, only then)."""
         deadline = time.monotonic() + self.timeout
-        heartbeats = _heartbeat_options(Config())
+        heartbeats = heartbeat_options(Config())
         sock, welcome = self._hello(keys, heartbeats, deadline)
-        wanted = _heartbeat_options(Config.from_mapping(welcome.settings))
+        wanted = heartbeat_options(Config.from_mapping(welcome.settings))
         if wanted != heartbeats:
             try:
                 sock.send(p.encode(p.ClientGoodbye()))

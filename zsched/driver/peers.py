@@ -19,14 +19,15 @@ import zmq
 
 from .. import protocol as p
 from ..pipe_link import PipeLink
+from ..socket_options import set_heartbeats
 from ..socket_state import SocketState
 from ..security import ZapHandler, make_server
 from .loop import POLLIN, POLLOUT
 
 log = logging.getLogger("zsched.driver")
 
-# send flags as plain ints: send_multipart's ``flags | SNDMORE`` on zmq's Flag makes an
-# enum member per message (about a microsecond)
+# send flags as plain ints: ``flags | SNDMORE`` on zmq's Flag makes an enum member per
+# message
 _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_SNDMORE = int(zmq.NOBLOCK) | int(zmq.SNDMORE)
 _LINK_QUEUE_LIMIT = 100_000  # frames queued for a piped peer not reading: the ROUTER's sndhwm
@@ -234,9 +235,7 @@ def open_router(context, config, keys, host, port, extra_urls=()):
     router.sndhwm = 100_000
     router.rcvhwm = 100_000
     router.maxmsgsize = p.frame_limit(config.max_message_size)
-    router.heartbeat_ivl = int(config.zmq_heartbeat_interval * 1000)
-    router.heartbeat_timeout = int(config.zmq_heartbeat_timeout * 1000)
-    router.heartbeat_ttl = int(config.zmq_heartbeat_timeout * 1000)
+    set_heartbeats(router, config)
     zap = None
     if keys is not None:
         zap = ZapHandler(context, keys)
@@ -356,7 +355,7 @@ class Peers:
                 self._warn(rid, f"message of {len(frames) - 1} frames, expected 1")
             else:
                 take(rid, frames[1])
-            # whether more waits: a recv that raises zmq.Again would cost five times as much
+            # whether more waits, read without a recv that would raise zmq.Again
             if not state.events() & POLLIN:
                 return False
         return True  # more may wait

@@ -14,6 +14,7 @@ import zmq
 from .. import protocol as p
 from ..config import Config
 from ..security import HandshakeWatch, make_client
+from ..socket_options import set_heartbeats
 
 log = logging.getLogger("zsched.executor")
 
@@ -29,9 +30,7 @@ def executor_socket(context, config, keys):
     sock.linger = 2000
     sock.sndhwm = 100_000
     sock.rcvhwm = 100_000
-    sock.heartbeat_ivl = int(config.zmq_heartbeat_interval * 1000)
-    sock.heartbeat_timeout = int(config.zmq_heartbeat_timeout * 1000)
-    sock.heartbeat_ttl = int(config.zmq_heartbeat_timeout * 1000)
+    set_heartbeats(sock, config)
     if keys is not None:
         make_client(sock, keys)
     return sock

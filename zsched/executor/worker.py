@@ -5,6 +5,7 @@ import logging
 import zmq
 
 from ..socket_events import recv_event
+from ..socket_options import set_heartbeats
 
 log = logging.getLogger("zsched.executor")
 
@@ -19,8 +20,7 @@ class WorkerWatch:
         self._deadline = deadline  # to connect by; None once connected
         self._socket = context.socket(zmq.DEALER)
         self._socket.linger = 0
-        self._socket.heartbeat_ivl = int(config.zmq_heartbeat_interval * 1000)
-        self._socket.heartbeat_timeout = int(config.zmq_heartbeat_timeout * 1000)
+        set_heartbeats(self._socket, config)
         self.monitor = self._socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self._socket.connect(url)
 
