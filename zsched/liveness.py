@@ -4,9 +4,11 @@ One ``HeartbeatMonitor`` serves each side of a connection: the driver watches it
 executors, an executor and a client each watch their driver. It does no I/O and reads
 no clock of its own unless asked: every method takes ``now`` (defaulting to its
 ``clock``), so it is tested with a fake clock. ZMTP heartbeats catch a stopped or
-partitioned peer; these catch a process whose Python is stuck (see DESIGN.md).
+partitioned peer; these catch a process whose Python is stuck (see docs/failures.md).
 """
 import time
+
+DRIVER = "driver"  # the one peer an executor's or a client's monitor watches
 
 
 class HeartbeatMonitor:

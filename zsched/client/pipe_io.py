@@ -9,14 +9,13 @@ import zmq
 
 from .. import protocol as p
 from ..errors import DriverConnectionError
-from ..liveness import HeartbeatMonitor
+from ..liveness import DRIVER, HeartbeatMonitor
 
 log = logging.getLogger(__package__)  # zsched.client, for every module of the client
 
 # What a client over pipes sends a silent driver while it waits on it: a request with no
 # future (ids of requests start at 1), which the driver's loop answers.
 _PING = p.encode(p.AdminPing(0))
-DRIVER = "driver"  # the one peer a client's heartbeat monitor watches
 
 
 class PipeIO:

@@ -18,7 +18,7 @@ import zmq
 
 from .. import protocol as p
 from ..config import Config
-from ..liveness import HeartbeatMonitor
+from ..liveness import DRIVER, HeartbeatMonitor
 from ..pipe_link import PipeLink
 from ..protocol import MsgType, TaskState
 from ..wakeup import WakeupPipe
@@ -29,7 +29,6 @@ from .tasks import TaskRunner
 from .worker import WorkerWatch
 
 log = logging.getLogger("zsched.executor")  # also when run as __main__
-DRIVER = "driver"  # the one peer an executor's heartbeat monitor watches
 
 
 class ExecutorBackend:
@@ -186,9 +185,8 @@ class ExecutorBackend:
         now = self.clock()
         if self.liveness.due_to_send(now):
             self.send_heartbeat()
-        # Task threads write the wake-up pipe only while ``pending`` is False, that is while
-        # this thread sleeps in poll with no result to send: while it is awake they make no
-        # system call, and this turn takes every row added meanwhile.
+        # task threads write the wake-up pipe only while this thread sleeps in poll: while
+        # it is awake they make no system call, and this turn takes their rows
         wakeup = self.wakeup
         wakeup.pending = False
         if self.tasks.results:  # after pending: a row added later wakes the poll

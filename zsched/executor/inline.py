@@ -22,6 +22,7 @@ import threading
 import zmq
 
 from .. import protocol as p
+from ..liveness import DRIVER
 from ..pipe_link import PipeLink
 from .connection import DriverConnection
 from .registration import executor_socket
@@ -33,7 +34,6 @@ log = logging.getLogger("zsched.executor")
 # Until a task run inline has run this long, heartbeats, kills and new launches wait (at
 # most this long); after it, the hand-over costs about two thread wake-ups.
 INLINE_GRACE = 0.005
-DRIVER = "driver"  # the peer the executor's heartbeat monitor watches
 
 
 def open_relief(backend):
