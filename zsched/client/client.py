@@ -2,6 +2,7 @@
 connecting, submitting and mapping, the administration requests, and shutting down."""
 import concurrent.futures
 import itertools
+import logging
 import os
 import threading
 import time
@@ -23,6 +24,8 @@ from .pipe_io import PipeIO
 from .results import Results
 from .socket_io import SocketIO
 from .submission import Submission
+
+log = logging.getLogger(__package__)
 
 _MAP_BATCH = 4096  # map hands tasks to the I/O thread in groups of this many
 
@@ -105,11 +108,8 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         self._admin_ids = itertools.count(1)
         self._futures = {}                # task id -> TaskFuture not yet completed
         self._admin_futures = {}          # request id -> Future
-        # Calling threads append; each turn the I/O thread (or, for a driver in this process,
-        # the driver's thread) takes all that is queued as one SubmitTasks (a lone task
-        # leaves at once, a flood in large frames). Tasks are [task id, digest, args,
-        # retries] lists; control messages, tuples with a name first, keep their place
-        # among them. Only that thread pops.
+        # tasks ([id, digest, args, retries]) and control tuples, in order: callers append,
+        # only the thread that sends pops, all at once, so a flood leaves in large frames
         self._outbox = deque()
         self._cancels = deque()           # task ids cancelled since the I/O thread's last turn
         self._function_blobs = {}         # digest -> cloudpickled function not yet sent
@@ -117,10 +117,8 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         self._function_cache = {}         # function -> (digest, size)
         self._last_function = (None, None, 0)  # (function, digest, size) of the last submit
         self._mapping = {}                # digest -> maps submitting tasks of it now
-        # Taken by what changes whether tasks may be submitted (shutdown, a lost driver),
-        # by map and by control messages; submit checks those states before and after it
-        # registers its future instead, to keep a lock off its path. Reentrant:
-        # done-callbacks may submit.
+        # held while submitting may be stopped (shutdown, a lost driver); submit re-checks
+        # instead, to keep a lock off its path. Reentrant: done-callbacks may submit
         self._submit_lock = threading.RLock()
         self._condition = FuturesCondition()  # shared by this client's TaskFutures
         self._shutdown = False
@@ -356,6 +354,10 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
     def _close_resources(self):
         if self._channel is not None:
             return  # no socket; the wake-up pipe is the channel's
+        if self._io_thread is not None and self._io_thread.is_alive():
+            # one thread owns the socket: one that did not stop in time keeps it
+            log.warning("the client's I/O thread did not stop within %s s", self.timeout)
+            return
         if self._link is not None:
             self._link.close()
         sock = self._socket
