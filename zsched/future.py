@@ -91,9 +91,8 @@ class TaskFuture(concurrent.futures.Future):
     __slots__ = ("_waiter_list", "_callback_list", "_payload", "_failure_payload")
 
     def __init__(self, client, task_id, condition):
-        # What Future.__init__ sets, all of it and always in this order: instance attributes
-        # then stay in CPython's shared-key storage, with no dict object per future (class
-        # defaults overridden later would make one, a second object for the GC).
+        # Future.__init__'s attributes in its order: they stay in CPython's shared-key
+        # storage, so no dict is made per future (one more object for the GC)
         self._condition = condition
         self._state = PENDING
         self._result = None
@@ -126,10 +125,8 @@ class TaskFuture(concurrent.futures.Future):
         if not super().cancel():
             return False
         with self._condition:
-            # Future.cancel leaves the waiters of concurrent.futures.wait and as_completed
-            # to whoever runs futures (set_running_or_notify_cancel); nothing else would
-            # tell them, and they would wait for a cancelled future until their timeout.
-            # As set_running_or_notify_cancel does, without making a list of waiters.
+            # Future.cancel leaves wait()'s and as_completed()'s waiters to the runner:
+            # nothing else would tell them, so they are told here
             first = self._state == CANCELLED
             if first:
                 self._state = CANCELLED_AND_NOTIFIED

@@ -181,9 +181,8 @@ class LocalCluster:
         """Start ``bin/driver`` as ``started`` says and wait for its address (and executors)."""
         command = self._driver_command(values, started)
         ipc_path, dashboard = started.ipc_path, started.dashboard
-        # client() talks to the driver over a pipe pair rather than a socket: one thread
-        # woken per message instead of three. The driver gets each pair through this
-        # Unix socket, which it inherits
+        # client() talks over a pipe pair (one thread woken per message, not three); the
+        # driver gets each pair through this Unix socket, which it inherits
         self._client_door, driver_door = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         command += ["--client-door", str(driver_door.fileno())]
         try:

@@ -366,8 +366,7 @@ class AdminReply(Message):
 
 
 # -- client -> driver: an administrator's operations (``AdminOp``), each answered by an
-# AdminReply with its request id. What the values mean (a known executor, a count not
-# negative) the driver checks; the types are checked here.
+# AdminReply with its request id; types are checked here, meanings by the driver
 
 def _admin(op, *checks):
     """A message type for admin operation ``op``: a request id, then ``checks``."""
@@ -458,9 +457,7 @@ class AdminKillExecutorsOnHost(AdminMessage):
 
 
 # ---------------------------------------------------------------- batching
-# Senders split batches so that no frame carries more than ``limit`` payload bytes (the
-# receiver's MAXMSGSIZE is ``frame_limit(limit)``); a single row is never larger than
-# ``limit``: its sender checked it.
+# no frame carries more than ``limit`` payload bytes (MAXMSGSIZE is ``frame_limit(limit)``)
 
 def batch_rows(rows, payload_index, limit):
     """Split ``rows`` (lists) into lists whose payloads add up to at most ``limit``."""

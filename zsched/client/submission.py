@@ -80,9 +80,8 @@ class Submission:
         return future
 
     def _submit(self, retries, fn, args, kwargs):
-        # The hot path of a flood: _new_future inlined, no lock, no call per task that can
-        # be avoided. Shutdown and a lost driver are checked again once the future is
-        # registered, so that one racing with them never stays pending.
+        # a flood's hot path, without a lock: shutdown and a lost driver are checked again
+        # once the future is registered, so one racing with them never stays pending
         if self._shutdown or self._lost is not None:
             self._check_open()
         last = self._last_function  # one tuple: read at once, whatever other threads do

@@ -41,11 +41,8 @@ def describe_exit(returncode):
     return f"exited with code {returncode}"
 
 
-# ``python -m`` puts the working directory first on sys.path, so a child started in a zsched
-# checkout would import the checkout (perhaps unbuilt) instead of the zsched that started
-# it. This runs the module as ``-m`` does, with the working directory moved to the end of
-# the path: PYTHONPATH (which names the parent's zsched first) wins, and the user's modules
-# in the working directory still import.
+# ``-m`` with the working directory last on sys.path: a child started in a checkout imports
+# the zsched that started it (PYTHONPATH), not the checkout's sources
 _RUN_MODULE = ("import runpy, sys; sys.path.append(sys.path.pop(0)); "
                "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
 

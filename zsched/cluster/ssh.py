@@ -28,9 +28,8 @@ log = logging.getLogger(__name__)
 # the remote end (ssh_remote.py) prints this and how the executor ended, on its last line
 EXIT_MARKER = "zsched ssh_remote: executor ended: "
 
-# ssh takes the first value it is given for an option: the user's --ssh-option come first,
-# then these, then ~/.ssh/config. BatchMode: never wait at a password prompt.
-# ServerAlive: a connection cut off ends the ssh client within 15 s.
+# after the user's --ssh-option (ssh keeps an option's first value): never wait at a
+# password prompt; a connection cut off ends the ssh client
 DEFAULT_SSH_OPTIONS = ("BatchMode=yes", "ConnectTimeout=10", "ServerAliveInterval=5",
                        "ServerAliveCountMax=3")
 KILL_GRACE = 5.0  # seconds from closing an executor's session to terminating its ssh client

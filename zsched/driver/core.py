@@ -76,9 +76,8 @@ class Driver:
         # share ``context`` (zsched's own clients here use ``channel`` instead)
         self.inproc = options.inproc
         self.inproc_url = None
-        # ipc_path: the ROUTER also listens at this Unix socket (``ipc_url``), which executors
-        # on this host reach with less latency than loopback TCP: the path's directory
-        # should be private to the user (ZeroMQ creates the socket with the umask's mode)
+        # a Unix socket is quicker than loopback TCP; its directory must be the user's
+        # alone, as ZeroMQ creates the socket with the umask's mode
         self.ipc_path = options.ipc_path
         self.ipc_url = None
         self.context = zmq.Context()
