@@ -136,3 +136,10 @@ def test_a_driver_silent_longer_than_the_default_but_within_its_own_timeout_keep
         assert client.connection_error is None
     finally:
         client.shutdown()
+
+
+@pytest.mark.parametrize("address", ["bogus", "http://host:1", "tcp://127.0.0.1",
+                                     "tcp://127.0.0.1:99999"])
+def test_a_malformed_address_is_refused_before_any_connection(address):
+    with pytest.raises(zsched.ConfigError, match="address must be tcp://HOST:PORT"):
+        zsched.Client(address, timeout=1)

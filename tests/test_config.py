@@ -8,7 +8,7 @@ from dataclasses import fields
 
 import pytest
 
-from zsched.config import Config
+from zsched.config import Config, check_url
 from zsched.dynamic_allocation import DynamicAllocationPolicy
 from zsched.errors import ConfigError
 from zsched.local_cluster import LocalCluster
@@ -201,3 +201,17 @@ def test_the_settings_page_lists_every_setting():
         text = page.read()
     missing = [f.name for f in fields(Config) if f"| `{f.name}` |" not in text]
     assert not missing, f"docs/settings.md does not list {missing}"
+
+
+@pytest.mark.parametrize("url", ["tcp://127.0.0.1:1", "tcp://node-1.example:65535",
+                                 "tcp://[::1]:7077", "ipc:///tmp/x.sock", "inproc://driver"])
+def test_check_url_takes_what_zeromq_connects_to(url):
+    assert check_url("--driver-url", url) == url
+
+
+@pytest.mark.parametrize("url", ["bogus", "", "http://x:1", "tcp://", "tcp://host",
+                                 "tcp://:7077", "tcp://host:port", "tcp://host:0",
+                                 "tcp://host:65536", "ipc://", "inproc://", None, 7077])
+def test_check_url_refuses_anything_else_naming_the_option(url):
+    with pytest.raises(ConfigError, match=r"^address must be tcp://HOST:PORT \(PORT from 1 to 65535\)"):
+        check_url("address", url)

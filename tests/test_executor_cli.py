@@ -98,6 +98,17 @@ def test_non_integer_cores_prints_usage_and_exits_1(cores):
     assert_usage_error(status, out, err)
 
 
+@pytest.mark.parametrize("option", ["driver_url", "worker_url"])
+@pytest.mark.parametrize("url", ["bogus", "", "http://x:1", "tcp://", "tcp://127.0.0.1",
+                                 "tcp://127.0.0.1:abc", "tcp://127.0.0.1:0",
+                                 "tcp://127.0.0.1:99999", "ipc://"])
+def test_a_malformed_url_prints_usage_and_exits_1(option, url):
+    status, out, err = run_executor(*argv(**{option: url}), env=FAST, timeout=30)
+    assert_usage_error(status, out, err)
+    assert f"--{option.replace('_', '-')} must be tcp://HOST:PORT" in err and repr(url) in err
+    assert "Traceback" not in err and "Cannot register" not in err
+
+
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_help_exits_0(flag):
     status, out, err = run_executor(flag, env=FAST, timeout=30)

@@ -123,6 +123,20 @@ def check_number(name, value, low, high, integer=False, unit=""):
 
 # name -> (parser, check on the parsed value, what a valid value is). Every bound is finite
 # and within what the code reading the setting takes (noted where that binds).
+def check_url(name, url):
+    """An address as ZeroMQ connects to it: ``tcp://HOST:PORT`` (PORT from 1 to 65535),
+    ``ipc://PATH`` or ``inproc://NAME``; ConfigError naming ``name`` otherwise."""
+    scheme, sep, rest = str(url).partition("://")
+    if sep and scheme in ("ipc", "inproc") and rest:
+        return url
+    if sep and scheme == "tcp":
+        host, colon, port = rest.rpartition(":")
+        if colon and host and port.isdigit() and 1 <= int(port) <= MAX_PORT:
+            return url
+    raise ConfigError(f"{name} must be tcp://HOST:PORT (PORT from 1 to {MAX_PORT}), ipc://PATH "
+                      f"or inproc://NAME, got {url!r}")
+
+
 _RULES = {
     # payloads are msgpack bins and frames are indexed with 32-bit offsets: under 4 GiB each
     "max_message_size": _size(1, 2 << 30),

@@ -11,7 +11,7 @@ from collections import deque
 import zmq
 
 from .. import protocol as p
-from ..config import Config
+from ..config import Config, check_url
 from ..errors import DriverConnectionError, TaskFailed
 from ..future import FuturesCondition
 from ..held_functions import HeldFunctions
@@ -63,6 +63,7 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
                 self._owned_cluster.close()
                 raise
             return
+        check_url("address", address)
         keys = load_keys(secret_file)
         self._context = zmq.Context()
         self._start_io(lambda: self._open_socket(keys))

@@ -10,7 +10,7 @@ import signal
 import sys
 
 from .. import protocol as p
-from ..config import Config
+from ..config import Config, check_url
 from ..errors import ConfigError
 from ..security import load_keys
 from .backend import ExecutorBackend
@@ -84,6 +84,13 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.relief_fds is not None and args.driver_fds is None:
         raise _UsageError("--relief-fds goes with --driver-fds")
+    try:
+        if args.driver_fds is None:  # over pipes, the URL only names the driver
+            check_url("--driver-url", args.driver_url)
+        if args.worker_url is not None:
+            check_url("--worker-url", args.worker_url)
+    except ConfigError as exc:
+        raise _UsageError(str(exc)) from None
     if not 1 <= args.cores <= p.MAX_CORES:
         raise _UsageError(f"--cores must be from 1 to {p.MAX_CORES}, got {args.cores}")
     if not isinstance(logging.getLevelName(args.log_level.upper()), int):
