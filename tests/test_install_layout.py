@@ -71,3 +71,31 @@ def test_bin_scripts_run_the_installed_zsched_from_any_directory(tmp_path, tool)
     done = _run([sys.executable, os.path.join(REPO, "bin", tool), "--help"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"zsched-{tool}" in done.stdout
+
+
+@pytest.mark.parametrize("tool", ["driver", "executor"])
+@pytest.mark.parametrize("isolated", [False, True], ids=["with-dependencies", "nothing-installed"])
+def test_python_m_in_an_uncompiled_checkout_says_how_to_install(tmp_path, tool, isolated):
+    checkout = _copy_sources(tmp_path / "checkout", compiled=False)
+    for name in ("pyproject.toml", "setup.py"):
+        shutil.copy(os.path.join(REPO, name), checkout)
+    # -S: no site-packages, so no installed zsched (nor, when isolated, its dependencies)
+    command = ([sys.executable, "-S", "-m", f"zsched.{tool}", "--help"] if isolated else
+               [sys.executable, "-S", "-c", _WITH_DEPENDENCIES, f"zsched.{tool}"])
+    done = _run(command, cwd=checkout)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("zsched cannot start: ")
+    assert f"python3 -m pip install {checkout}" in done.stderr
+
+
+# ``python -m`` with the dependencies importable but no installed zsched: site-packages
+# added after the checkout, with any zsched found there hidden
+_WITH_DEPENDENCIES = """
+import runpy, site, sys
+sys.path[:0] = [''] ; site.main()
+sys.path = [p for p in sys.path if 'zsched' not in p.lower() or p == '']
+sys.meta_path = [f for f in sys.meta_path if 'zsched' not in repr(f).lower()]
+sys.argv = [sys.argv[1], '--help']
+runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)
+"""

@@ -4,6 +4,8 @@ import importlib.machinery
 import os
 import sys
 
+from .entry import lazy_exports
+
 __version__ = "0.1.0"
 
 
@@ -36,6 +38,7 @@ del _installed
 
 # Each name is imported from its module on first use, so a driver or an executor process
 # does not pay for the client's imports (cloudpickle, tqdm, ...) at start.
+
 _SOURCES = {
     "Client": "client", "TaskFuture": "future",
     "Config": "config",
@@ -53,13 +56,7 @@ __all__ = ["Client", "LocalCluster", "SlurmCluster", "SSHCluster", "progress", "
            "RemoteTraceback", "TaskFailed", "ZschedError", "__version__"]
 
 
-def __getattr__(name):
-    module = _SOURCES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'zsched' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value  # later lookups find it directly
-    return value
+__getattr__ = lazy_exports(__name__, _SOURCES)[0]
 
 
 def __dir__():

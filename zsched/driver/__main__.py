@@ -1,6 +1,11 @@
 """``python -m zsched.driver``: the same as ``bin/driver``."""
 import sys
 
-from .cli import main
+from ..entry import cannot_start
+
+try:
+    from .cli import main
+except ImportError as exc:  # nothing built or installed: say how to get it
+    sys.exit(cannot_start(exc))
 
 sys.exit(main())

@@ -13,8 +13,10 @@
 - ``timer``: the kernel timer that wakes the relief thread.
 - ``worker``: the watch of ``--worker-url``.
 """
-from .backend import ExecutorBackend
-from .cli import main
-from .tasks import dumps_value
+from ..entry import lazy_exports
 
+# imported on first use: ``python -m zsched.executor`` in a checkout with nothing built
+# says how to build it, rather than failing in this import
+_SOURCES = {"ExecutorBackend": "backend", "dumps_value": "tasks", "main": "cli"}
 __all__ = ["ExecutorBackend", "dumps_value", "main"]
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)
