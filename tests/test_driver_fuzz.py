@@ -577,6 +577,7 @@ def wrongly_typed_frames():
         p.ClientHello: [1],
         p.SubmitTasks: [{}, []],
         p.CancelTasks: [[]],
+        p.CancelQueuedTasks: [1],
         p.AdminPing: [1],
         p.AdminExecutorIds: [1],
         p.AdminTotalCores: [1],

@@ -517,21 +517,32 @@ def test_shutdown_wait_false_returns_at_once_and_pending_futures_complete(new_cl
 
 
 @pytest.mark.parametrize("wait", [True, False])
-def test_shutdown_cancel_futures_cancels_queued_futures(new_client, gate, wait):
+def test_shutdown_cancel_futures_cancels_queued_futures_and_running_ones_finish(
+        new_client, gate, wait):
     client = new_client()
     running = occupy_every_slot(client, gate)
     queued = [client.submit(add, i, 1) for i in range(20)]
+    if wait:  # shutdown waits for the running tasks: the gate opens once it cancelled
+        opener = threading.Thread(target=lambda: (wait_for(
+            lambda: all(f.cancelled() for f in queued), timeout=WAIT,
+            message="the queued futures cancelled"), gate.open()))
+        opener.start()
     client.shutdown(wait=wait, cancel_futures=True)
     # the queued ones end cancelled as shutdown returns; none stays pending
     assert all(f.cancelled() and f.done() for f in queued)
     for future in queued:
         with pytest.raises(concurrent.futures.CancelledError):
             future.result(0)
-    # zsched's futures are never RUNNING, so the running ones were cancelled too (their
-    # tasks are killed); whichever way they end, they end
-    gate.open()
+    if wait:
+        opener.join()
+        assert all(f.done() for f in running)
+    else:
+        assert not any(f.done() for f in running)
+        gate.open()
+    # the running ones are not cancelled: they finish with their results
     done, not_done = concurrent.futures.wait(running, timeout=WAIT)
     assert not not_done
+    assert [f.result(0) for f in running] == list(range(len(running)))
     with pytest.raises(RuntimeError):
         client.submit(add, 1)
 

@@ -27,6 +27,7 @@ SAMPLES = [
     p.ClientHello(42),
     p.SubmitTasks({b"k": b"fn"}, [[1, b"k", b"a", 0], [2, b"k", b"b", 3]]),
     p.CancelTasks([1, 2, 3]),
+    p.CancelQueuedTasks(13),
     p.AdminPing(1),
     p.AdminExecutorIds(2),
     p.AdminTotalCores(3),

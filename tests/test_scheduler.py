@@ -287,6 +287,20 @@ def test_cancelled_tasks_do_not_wait_when_nothing_else_does():
     assert len(client.tasks) == 1  # the running one
 
 
+def test_cancel_queued_cancels_what_no_executor_holds_and_leaves_running_ones():
+    scheduler, client = make(tasks_per_core=1)
+    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    submit(scheduler, client, 4)
+    (_, [running]), = offers(scheduler)
+    scheduler.cancel(client, [3])
+    assert sorted(scheduler.cancel_queued(client)) == [2, 4]
+    assert scheduler.n_pending == 0 and list(client.tasks) == [running.client_task_id]
+    assert offers(scheduler) == []
+    finish_all(scheduler, a, [running])
+    assert [row[0] for row in client.results.take_rows()] == [running.client_task_id]
+    assert scheduler.cancel_queued(client) == []
+
+
 def finish_all(scheduler, executor, tasks, state=TaskState.FINISHED, busy=1e-5):
     report(scheduler, executor, [[t.task_id, t.attempt, state, b""] for t in tasks], busy)
 

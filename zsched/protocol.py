@@ -115,6 +115,8 @@ class MsgType(IntEnum):
     CLIENT_GOODBYE = 25
     # client -> driver (functions it no longer needs) and driver -> executor (drop them)
     FORGET_FUNCTIONS = 26
+    # client -> driver, answered by an AdminReply
+    CANCEL_QUEUED_TASKS = 27
     # driver -> client
     CLIENT_WELCOME = 30
     TASK_RESULTS = 31
@@ -332,6 +334,13 @@ class SubmitTasks(Message):
 @_message(MsgType.CANCEL_TASKS, _list_of(_int))
 class CancelTasks(Message):
     task_ids: list  # client task ids
+
+
+@_message(MsgType.CANCEL_QUEUED_TASKS, _int)
+class CancelQueuedTasks(Message):
+    """Cancel the client's tasks that no executor holds (``shutdown(cancel_futures=True)``).
+    The driver sends their KILLED results, then an AdminReply with their number."""
+    request_id: int
 
 
 @_message(MsgType.STOP_EXECUTORS)

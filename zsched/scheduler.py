@@ -290,6 +290,13 @@ class TaskScheduler:
                 self._set_clamped(False)
         return to_kill
 
+    def cancel_queued(self, client):
+        """Cancel the tasks of ``client`` that no executor holds; their client task ids."""
+        queued = [client_task_id for client_task_id, task in client.tasks.items()
+                  if task.executor is None and not task.cancelled]
+        self.cancel(client, queued)  # nothing to kill: none of them runs
+        return queued
+
     def drop_client(self, client):
         """A client left: its queued tasks are dropped, running ones killed."""
         return self.cancel(client, list(client.tasks))

@@ -221,7 +221,7 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
             future = concurrent.futures.Future()
             self._admin_futures[request_id] = future
             self._queue_control(("admin", msg))
-        operation = message_type.OP.name.lower()
+        operation = getattr(message_type, "OP", message_type.TYPE).name.lower()
         try:
             return future.result(self.timeout if timeout is None else timeout)
         except concurrent.futures.TimeoutError:
@@ -308,14 +308,25 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         if already and self._closed:
             return
         if cancel_futures:
-            for future in list(self._futures.values()):
-                future.cancel()
+            self._cancel_queued()
         if wait:
             concurrent.futures.wait(list(self._futures.values()))
             self._close()
         else:
             threading.Thread(target=self._close_when_done, name="zsched-client-close",
                              daemon=True).start()
+
+    def _cancel_queued(self):
+        """Cancel the futures of the tasks no executor holds yet, as the driver finds them;
+        those running go on, as ``Executor.shutdown(cancel_futures=True)`` promises."""
+        if self._futures and not self._in_driver_thread():
+            try:
+                self._admin(p.CancelQueuedTasks)  # cancelled when it returns
+                return
+            except (DriverConnectionError, RuntimeError) as exc:
+                log.warning("cancelling every pending future: %s", exc)
+        for future in list(self._futures.values()):
+            future.cancel()
 
     def close(self):
         """Shut down at once: tasks not started are cancelled, and futures of tasks still

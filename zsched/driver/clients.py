@@ -20,6 +20,7 @@ log = logging.getLogger("zsched.driver")
 # rows before a collection can promote them (and then scan all its futures again and again).
 _RESULT_ROWS = 512
 _RESULTS_HEADER = p.frame_header(p.TaskResults)
+_CANCELLED_AT_SHUTDOWN = b"cancelled by shutdown(cancel_futures=True)"
 
 
 class ClientSessions:
@@ -139,6 +140,20 @@ class ClientEndpoint:
         client = self.client_for(rid)
         if client is not None:
             self.kill(d.scheduler.cancel(client, msg.task_ids), "cancelled by the client")
+
+    def on_cancel_queued_tasks(self, rid, msg):
+        """Cancel the client's tasks that no executor holds: their KILLED results leave
+        before the reply, so its futures are cancelled when the reply arrives."""
+        d = self.driver
+        client = self.client_for(rid)
+        if client is None:
+            d.peers.send(rid, p.AdminReply(msg.request_id, False, p.UNKNOWN_CLIENT), quiet=True)
+            return
+        cancelled = d.scheduler.cancel_queued(client)
+        for client_task_id in cancelled:
+            client.results.add(client_task_id, TaskState.KILLED, _CANCELLED_AT_SHUTDOWN)
+        self.send_results()
+        d.peers.send(rid, p.AdminReply(msg.request_id, True, len(cancelled)))
 
     def kill(self, to_kill, reason):
         d = self.driver

@@ -452,6 +452,7 @@ def message_handlers(executors, clients):
         MsgType.CLIENT_HELLO: (by_clients, clients.on_hello),
         MsgType.SUBMIT_TASKS: (by_clients, clients.on_submit_tasks),
         MsgType.CANCEL_TASKS: (by_clients, clients.on_cancel_tasks),
+        MsgType.CANCEL_QUEUED_TASKS: (by_clients, clients.on_cancel_queued_tasks),
         **dict.fromkeys(map(MsgType, AdminOp), (by_clients, clients.on_admin)),
         MsgType.ADMIN_PING: (by_anyone, clients.on_admin),
         MsgType.STOP_EXECUTORS: (by_clients, clients.on_stop_executors),
