@@ -172,6 +172,8 @@ def test_the_defaults_are_within_the_bounds():
     (dict(dynamic_allocation=True, min_executors=3, max_executors=2),
      "min_executors 3 is above max_executors 2"),
     (dict(dynamic_allocation=True, initial_executors=-1), "initial_executors"),
+    (dict(dynamic_allocation=True, max_executors=1, initial_executors=2),
+     "initial executors must be from 0 to 1, within the dynamic allocation's bounds, got 2"),
     (dict(dynamic_allocation=True, backlog_timeout=math.nan), "backlog_timeout"),
     (dict(dynamic_allocation=True, executor_idle_timeout=1e400), "executor_idle_timeout"),
 ])

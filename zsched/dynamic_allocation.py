@@ -93,7 +93,15 @@ class DynamicAllocationPolicy:
 
 def executors_at_start(n_executors, initial_executors=None, policy=None):
     """How many executors a cluster starts with: ``n_executors``; under a dynamic allocation
-    ``policy``, ``initial_executors`` if given (it counts only then), within its bounds."""
+    ``policy``, ``initial_executors`` if given (it counts only then), which must lie within
+    the policy's bounds (ConfigError), else ``n_executors`` brought within them."""
     if policy is None:
         return n_executors
-    return policy.clamp(n_executors if initial_executors is None else initial_executors)
+    if initial_executors is None:
+        return policy.clamp(n_executors)
+    if policy.clamp(initial_executors) != initial_executors:
+        bounds = (f"at least {policy.min_executors}" if policy.max_executors == math.inf else
+                  f"from {policy.min_executors} to {policy.max_executors}")
+        raise ConfigError(f"initial executors must be {bounds}, within the dynamic "
+                          f"allocation's bounds, got {initial_executors}")
+    return initial_executors

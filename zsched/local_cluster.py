@@ -174,6 +174,8 @@ class LocalCluster:
         # the policy checks its bounds, also those of a cluster that does not use it
         policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
                                          executor_idle_timeout)
+        if dynamic_allocation:
+            executors_at_start(n_executors, initial_executors, policy)  # within its bounds
         return (n_executors, cores_per_executor, port, initial_executors,
                 policy if dynamic_allocation else None)
 
