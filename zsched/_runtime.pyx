@@ -9,11 +9,11 @@ cdef extern from "Python.h":
     int PyObject_IS_GC(object)
 
 
-def gc_untrack(obj):
+cpdef void gc_untrack(object obj) noexcept:
     if PyObject_GC_IsTracked(obj):
         PyObject_GC_UnTrack(obj)
 
 
-def gc_track(obj):
+cpdef void gc_track(object obj) noexcept:
     if PyObject_IS_GC(obj) and not PyObject_GC_IsTracked(obj):
         PyObject_GC_Track(obj)

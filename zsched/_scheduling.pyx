@@ -20,7 +20,7 @@ from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from libc.limits cimport INT_MAX, INT_MIN
 from libc.stdint cimport UINT32_MAX, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memset
 
 from ._slot_table cimport SlotTable
 from ._wire cimport (LaunchWriter, Reader, ResultRows, StatusRows, SubmitRows, add_launch_row,
@@ -711,103 +711,142 @@ cdef inline int read_status_row(Reader *r, StatusRow *row) except -1:
     return 0
 
 
+cdef struct Tally:
+    # What a StatusUpdates did, as the twin's _Tally counts it
+    Py_ssize_t stale, freed, done, errors, finished, failed, retried
+
+
+cdef inline int read_rows_ahead(Reader *r, StatusRow *rows, Py_ssize_t n,
+                                RunningTasks running) except -1:
+    """The next ``n`` rows, read into ``rows``, and the memory of their slots and of their
+    tasks asked for before any is used: with many tasks in flight it is out of the caches,
+    and the waits then overlap."""
+    cdef Py_ssize_t j
+    cdef const char *found
+    for j in range(n):  # each row checked by read_status_updates
+        read_status_row(r, &rows[j])
+        prefetch(&running._slots[home_slot(rows[j].task_id, running._mask)])
+    for j in range(n):  # its task is in its home slot, mostly
+        found = <const char *>running._slots[home_slot(rows[j].task_id, running._mask)]
+        if found != NULL and found != <const char *>LEFT:
+            prefetch(found)
+            prefetch(found + 64)
+            prefetch(found + sizeof(Task) - 1)
+    return 0
+
+
+cdef inline Task take_task(RunningTasks running, StatusRow *row, dict losses, Tally *tally):
+    """The task of ``row``, taken from its executor (its loss, if a suspect, released), or
+    None where the executor does not hold it at that attempt: a stale row."""
+    cdef Py_ssize_t slot = running._slot_of(row.task_id)  # no task id is 0
+    cdef Task task
+    cdef object left
+    if slot < 0:
+        tally.stale += 1
+        return None
+    task = <Task>running._slots[slot]
+    if row.big_attempt or task.attempt != row.attempt:
+        tally.stale += 1
+        return None
+    running._remove_slot(slot)
+    tally.freed += 1
+    task.executor = None
+    if is_suspect(task):
+        left = losses[task.loss] - 1
+        if left:
+            losses[task.loss] = left
+        else:
+            del losses[task.loss]
+    return task
+
+
+cdef inline int settle(Task task, long state, pending, double now, list returned,
+                       Tally *tally) except -1:
+    """Count ``task``, which left its executor in ``state`` (0: no task state); queue it again
+    if it raised with retries left, or in ``returned`` if given back unstarted. 1 if its
+    result goes to its client, else 0."""
+    if state == FINISHED:
+        tally.done += 1
+        if task._cancelled:
+            return 0
+        tally.finished += 1
+        return 1
+    if state == RETURNED:  # given back unstarted: not the task's failure
+        if not task._cancelled:
+            returned.append(task)
+        return 0
+    tally.errors += 1
+    if task._cancelled:
+        return 0
+    if state == FAILED and task._retries > 0:
+        task._retries -= 1
+        task.queued_at = now
+        pending.appendleft(task)
+        tally.retried += 1
+        return 0
+    tally.failed += 1
+    return 1
+
+
+cdef inline int queue_result(Task task, long state, StatusRow *row, ClientTasks client_tasks,
+                             ResultRows client_results) except -1:
+    """``task``'s result, out of its client's tasks and into its client's results (a state
+    that is no task state ends it ERROR, ``NO_TASK_STATE``)."""
+    cdef const uint8_t *payload = row.payload
+    cdef Py_ssize_t payload_size = row.payload_size
+    if state != FINISHED and state != FAILED and state != KILLED and state != ERROR:
+        state = ERROR
+        payload = <const uint8_t *>PyBytes_AS_STRING(<bytes>NO_TASK_STATE)
+        payload_size = len(<bytes>NO_TASK_STATE)
+    client_tasks._remove(task)
+    client_results._write(task._ctid, task._ctid_big, state, <const char *>payload, payload_size)
+    return 0
+
+
 def apply_status_updates(executor, StatusRows updates, pending, double now, dict counts):
     cdef RunningTasks running = executor.running
     cdef dict losses = executor.suspect_losses
-    cdef Py_ssize_t stale = 0, freed = 0, finished = 0, failed = 0, done = 0, errors = 0
-    cdef Py_ssize_t retried = 0, slot, first, n, j, payload_size
+    cdef Tally tally
     cdef list returned = []
+    cdef Py_ssize_t first, n, j
     cdef Task task
     cdef long state
-    cdef object left, client, last_client = None
+    cdef object client, last_client = None
     cdef ClientTasks client_tasks = None
     cdef ResultRows client_results = None
     cdef bytes frame = updates._frame  # held while its rows are read
     cdef Reader r
     cdef StatusRow rows[ROWS_AHEAD]
-    cdef StatusRow *row
-    cdef const uint8_t *payload
-    cdef const char *found
+    memset(&tally, 0, sizeof(Tally))
     r.p = <const uint8_t *>PyBytes_AS_STRING(frame) + updates._first
     r.end = <const uint8_t *>PyBytes_AS_STRING(frame) + updates._end
-    # In groups of ROWS_AHEAD rows, all of a group's memory asked for before any is used:
-    # with many tasks in flight it is out of the caches, and the waits then overlap.
     for first in range(0, updates._count, ROWS_AHEAD):
         n = min(ROWS_AHEAD, updates._count - first)
-        for j in range(n):  # each row checked by read_status_updates
-            read_status_row(&r, &rows[j])
-            prefetch(&running._slots[home_slot(rows[j].task_id, running._mask)])
-        for j in range(n):  # its task is in its home slot, mostly
-            found = <const char *>running._slots[home_slot(rows[j].task_id, running._mask)]
-            if found != NULL and found != <const char *>LEFT:
-                prefetch(found)
-                prefetch(found + 64)
-                prefetch(found + sizeof(Task) - 1)
+        read_rows_ahead(&r, rows, n, running)
         for j in range(n):
-            row = &rows[j]
-            slot = running._slot_of(row.task_id)  # no task id is 0
-            if slot < 0:
-                stale += 1
+            task = take_task(running, &rows[j], losses, &tally)
+            if task is None:
                 continue
-            task = <Task>running._slots[slot]
-            if row.big_attempt or task.attempt != row.attempt:
-                stale += 1
+            state = rows[j].state
+            if not settle(task, state, pending, now, returned, &tally):
                 continue
-            running._remove_slot(slot)
-            freed += 1
-            task.executor = None
-            if is_suspect(task):
-                left = losses[task.loss] - 1
-                if left:
-                    losses[task.loss] = left
-                else:
-                    del losses[task.loss]
-            state = row.state  # 0: no task state
-            if state == FINISHED:
-                done += 1
-                if task._cancelled:
-                    continue
-                finished += 1
-            elif state == RETURNED:  # given back unstarted: not the task's failure
-                if not task._cancelled:
-                    returned.append(task)
-                continue
-            else:
-                errors += 1
-                if task._cancelled:
-                    continue
-                if state == FAILED and task._retries > 0:
-                    task._retries -= 1
-                    task.queued_at = now
-                    pending.appendleft(task)
-                    retried += 1
-                    continue
-                failed += 1
-            payload = row.payload
-            payload_size = row.payload_size
-            if state != FINISHED and state != FAILED and state != KILLED and state != ERROR:
-                state = ERROR  # no task state
-                payload = <const uint8_t *>PyBytes_AS_STRING(<bytes>NO_TASK_STATE)
-                payload_size = len(<bytes>NO_TASK_STATE)
             client = task.client
             if client is not last_client:  # a batch's tasks mostly share one client
                 last_client = client
                 client_tasks = client.tasks
                 client_results = client.results
-            client_tasks._remove(task)
-            client_results._write(task._ctid, task._ctid_big, state, <const char *>payload,
-                                  payload_size)
-    if done:  # each an attribute or a dict item read, added to and stored: not for nothing
-        executor.tasks_done += done
-    if errors:
-        executor.tasks_failed += errors
-    if finished:
-        counts["finished"] += finished
-    if failed:
-        counts["failed"] += failed
-    if retried:
-        counts["retried"] += retried
-    return stale, freed, done + errors, retried, returned
+            queue_result(task, state, &rows[j], client_tasks, client_results)
+    if tally.done:  # each an attribute or a dict item read, added to and stored: not for nothing
+        executor.tasks_done += tally.done
+    if tally.errors:
+        executor.tasks_failed += tally.errors
+    if tally.finished:
+        counts["finished"] += tally.finished
+    if tally.failed:
+        counts["failed"] += tally.failed
+    if tally.retried:
+        counts["retried"] += tally.retried
+    return tally.stale, tally.freed, tally.done + tally.errors, tally.retried, returned
 
 
 LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)

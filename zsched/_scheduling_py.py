@@ -295,6 +295,18 @@ def offer_and_launch(slots, executors_by_slot, pending, n_pending, limit, latenc
     return launches, total
 
 
+class _Tally:
+    """What a StatusUpdates did: rows ``stale``, tasks ``freed``, tasks that ran (``done``
+    finished, ``errors`` did not) and, of those, results ``finished`` and ``failed`` for
+    their clients and tasks ``retried``."""
+
+    __slots__ = ("stale", "freed", "done", "errors", "finished", "failed", "retried")
+
+    def __init__(self):
+        self.stale = self.freed = self.done = self.errors = 0
+        self.finished = self.failed = self.retried = 0
+
+
 def apply_status_updates(executor, updates, pending, now, counts):
     """Apply the StatusUpdates rows ``[task id, attempt, state, payload]`` of ``executor``
     (a ``StatusRows``): ``(stale, freed, ran, retried, returned)``.
@@ -308,53 +320,74 @@ def apply_status_updates(executor, updates, pending, now, counts):
     to queue again. ``freed`` tasks left the executor, ``ran`` of them ran."""
     running = executor.running
     losses = executor.suspect_losses
-    stale = freed = finished = failed = done = errors = retried = 0
+    tally = _Tally()
     returned = []
     for task_id, attempt, state, payload in updates:
-        task = running.get(task_id)
-        if task is None or task.attempt != attempt:
-            stale += 1
-            continue
-        del running[task_id]
-        freed += 1
-        task.executor = None
-        if task.failures:
-            left = losses[task.loss] - 1
-            if left:
-                losses[task.loss] = left
-            else:
-                del losses[task.loss]
-        if state == FINISHED:
-            done += 1
-            if task.cancelled:
-                continue
-            finished += 1
-        elif state == RETURNED:  # given back unstarted: not the task's failure
-            if not task.cancelled:
-                returned.append(task)
-            continue
+        task = _take_task(running, task_id, attempt, losses, tally)
+        if task is not None and _settle(task, state, pending, now, returned, tally):
+            _queue_result(task, state, payload)
+    executor.tasks_done += tally.done
+    executor.tasks_failed += tally.errors
+    counts["finished"] += tally.finished
+    counts["failed"] += tally.failed
+    counts["retried"] += tally.retried
+    return tally.stale, tally.freed, tally.done + tally.errors, tally.retried, returned
+
+
+def _take_task(running, task_id, attempt, losses, tally):
+    """The task of a row, taken from its executor (its loss, if a suspect, released), or
+    None where the executor does not hold it at that attempt: a stale row."""
+    task = running.get(task_id)
+    if task is None or task.attempt != attempt:
+        tally.stale += 1
+        return None
+    del running[task_id]
+    tally.freed += 1
+    task.executor = None
+    if task.failures:
+        left = losses[task.loss] - 1
+        if left:
+            losses[task.loss] = left
         else:
-            errors += 1
-            if task.cancelled:
-                continue
-            if state == FAILED and task.retries > 0:
-                task.retries -= 1
-                task.queued_at = now
-                pending.appendleft(task)
-                retried += 1
-                continue
-            failed += 1
-            if state != FAILED and state != KILLED and state != ERROR:
-                state, payload = ERROR, NO_TASK_STATE
-        client = task.client
-        client.tasks.pop(task.client_task_id, None)
-        client.results.rows.append([task.client_task_id, state, payload])
-    executor.tasks_done += done
-    executor.tasks_failed += errors
-    counts["finished"] += finished
-    counts["failed"] += failed
-    counts["retried"] += retried
-    return stale, freed, done + errors, retried, returned
+            del losses[task.loss]
+    return task
+
+
+def _settle(task, state, pending, now, returned, tally):
+    """Count ``task``, which left its executor in ``state``; queue it again if it raised with
+    retries left, or in ``returned`` if given back unstarted. Whether its result goes to its
+    client."""
+    if state == FINISHED:
+        tally.done += 1
+        if task.cancelled:
+            return False
+        tally.finished += 1
+        return True
+    if state == RETURNED:  # given back unstarted: not the task's failure
+        if not task.cancelled:
+            returned.append(task)
+        return False
+    tally.errors += 1
+    if task.cancelled:
+        return False
+    if state == FAILED and task.retries > 0:
+        task.retries -= 1
+        task.queued_at = now
+        pending.appendleft(task)
+        tally.retried += 1
+        return False
+    tally.failed += 1
+    return True
+
+
+def _queue_result(task, state, payload):
+    """``task``'s result, out of its client's tasks and into its client's results (a state
+    that is no task state ends it ERROR, ``NO_TASK_STATE``)."""
+    if state != FINISHED and state != FAILED and state != KILLED and state != ERROR:
+        state, payload = ERROR, NO_TASK_STATE
+    client = task.client
+    client.tasks.pop(task.client_task_id, None)
+    client.results.rows.append([task.client_task_id, state, payload])
 
 
 def slots_per_core(task_seconds, prefetch_seconds, tasks_per_core):

@@ -9,7 +9,8 @@
 - ``rows_have_types`` is the check ``protocol`` makes of every task row a message carries
   (SubmitTasks, LaunchTasks, StatusUpdates, TaskResults), in every process.
 - ``batch_tasks`` splits task rows at a size limit with the functions each batch needs:
-  for LaunchTasks here, for SubmitTasks in the client (``protocol`` exports it).
+  for LaunchTasks here, for SubmitTasks in the client. It has no compiled twin: ``wire``
+  exports it under both implementations, and ``protocol`` from there.
 """
 import ctypes
 from itertools import chain
