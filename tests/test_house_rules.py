@@ -84,3 +84,29 @@ def _too_long():
 
 def test_every_module_class_and_function_is_within_its_limit():
     assert not _too_long(), "\n".join(_too_long())
+
+
+# The wire is the bottom layer: of zsched it imports errors, task states, the chooser of
+# implementations and its own parts, nothing else (import-linter forbids by name; this allows).
+WIRE = ("protocol.py", "wire.py", "_wire_py.py", "_wire.pyx", "_wire.pxd")
+WIRE_MAY_IMPORT = {"zsched.errors", "zsched.task_state", "zsched.fastpath", "zsched.wire",
+                   "zsched._wire_py", "zsched._wire"}
+ZSCHED_IMPORT = re.compile(r"^\s*(?:from|c?import)\s+(\.+\w*|zsched[\w.]*)", re.MULTILINE)
+
+
+def _zsched_imports(name, text):
+    """The zsched modules that module ``name`` (a file of the package) imports."""
+    found = set()
+    for target in ZSCHED_IMPORT.findall(text):
+        if target.startswith("."):
+            target = "zsched." + target.lstrip(".") if target.strip(".") else "zsched"
+        found.add(target)
+    return found - {"zsched." + name.split(".")[0]}
+
+
+def test_the_wire_imports_nothing_of_zsched_but_errors_task_states_and_itself():
+    found = {}
+    for name in WIRE:
+        with open(os.path.join(PACKAGE, name)) as f:
+            found[name] = sorted(_zsched_imports(name, f.read()) - WIRE_MAY_IMPORT)
+    assert not any(found.values()), found
