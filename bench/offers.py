@@ -106,7 +106,7 @@ def run_once(n_executors, cores, n_tasks, batch):
     for i in range(n_executors):
         executor = scheduler.add_executor(str(i), b"e%d" % i, "host", cores, 1000 + i, 0.0)
         executor.task_seconds = TASK_SECONDS  # as after its first StatusUpdates
-        scheduler._apply_window(executor)
+        scheduler.apply_window(executor)
         executors.append(executor)
     clock = time.thread_time_ns
     timer_ns = timer_cost_ns(clock)

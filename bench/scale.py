@@ -538,8 +538,7 @@ class Cluster:
         self.stop_profile()
         if self.client is not None:
             try:  # nothing is pending: its goodbye leaves at once
-                self.client.shutdown(wait=False, cancel_futures=True)
-                self.client._io_thread.join(10)
+                self.client.close()
             except Exception:
                 pass
         if not self.driver.stop(60):

@@ -129,7 +129,7 @@ class TaskScheduler:
         shallow one, so no executor hoards the queue."""
         return slots_per_core(task_seconds, self.config.prefetch_seconds, self.config.tasks_per_core)
 
-    def _apply_window(self, executor):
+    def apply_window(self, executor):
         """Set the tasks ``executor`` may hold (see ``window``)."""
         slots = window(executor, self.clamped, self._prefetch_seconds, self._tasks_per_core)
         if slots != executor.slots:
@@ -200,17 +200,17 @@ class TaskScheduler:
     def _forget_task_length(self, executor):
         """One task per core again, until what it reports measures its tasks anew."""
         executor.task_seconds = None
-        self._apply_window(executor)
+        self.apply_window(executor)
 
     def _set_clamped(self, clamped):
         self.clamped = clamped
         for executor in self.executors_by_slot.values():
-            self._apply_window(executor)
+            self.apply_window(executor)
 
     def decommission(self, executor):
         """Offer ``executor`` nothing more; it gives back what it has not started."""
         executor.decommissioning = True
-        self._apply_window(executor)
+        self.apply_window(executor)
 
     def remove_executor(self, executor, reason, count_failure=True):
         """Forget ``executor``; its tasks go back to the queue (before newer submissions),
@@ -410,7 +410,7 @@ class TaskScheduler:
                 sample = busy / ran
                 average = executor.task_seconds
                 executor.task_seconds = sample if average is None else 0.8 * average + 0.2 * sample
-            # _apply_window, inlined: this runs for every StatusUpdates
+            # apply_window, inlined: this runs for every StatusUpdates
             slots = window(executor, self.clamped, self._prefetch_seconds, self._tasks_per_core)
             if slots != executor.slots:
                 executor.slots = slots
