@@ -521,28 +521,33 @@ def test_shutdown_cancel_futures_cancels_queued_futures_and_running_ones_finish(
         new_client, gate, wait):
     client = new_client()
     running = occupy_every_slot(client, gate)
-    queued = [client.submit(add, i, 1) for i in range(20)]
+    # more than the executors may hold ahead of what they run (tasks_per_core a core)
+    held_ahead = slots(client) * client.config.tasks_per_core
+    queued = [client.submit(add, i, 1) for i in range(held_ahead + 500)]
     if wait:  # shutdown waits for the running tasks: the gate opens once it cancelled
         opener = threading.Thread(target=lambda: (wait_for(
-            lambda: all(f.cancelled() for f in queued), timeout=WAIT,
-            message="the queued futures cancelled"), gate.open()))
+            lambda: any(f.cancelled() for f in queued), timeout=WAIT,
+            message="queued futures cancelled"), gate.open()))
         opener.start()
     client.shutdown(wait=wait, cancel_futures=True)
-    # the queued ones end cancelled as shutdown returns; none stays pending
-    assert all(f.cancelled() and f.done() for f in queued)
-    for future in queued:
+    # what no executor holds ends cancelled as shutdown returns; what an executor holds
+    # runs, as ProcessPoolExecutor runs the calls it moved to its call queue
+    cancelled = [f for f in queued if f.cancelled()]
+    assert len(cancelled) >= len(queued) - held_ahead
+    for future in cancelled:
         with pytest.raises(concurrent.futures.CancelledError):
             future.result(0)
     if wait:
         opener.join()
-        assert all(f.done() for f in running)
+        assert all(f.done() for f in running + queued)
     else:
         assert not any(f.done() for f in running)
         gate.open()
-    # the running ones are not cancelled: they finish with their results
-    done, not_done = concurrent.futures.wait(running, timeout=WAIT)
+    # the running ones are not cancelled: they finish with their results, as the rest do
+    done, not_done = concurrent.futures.wait(running + queued, timeout=WAIT)
     assert not not_done
     assert [f.result(0) for f in running] == list(range(len(running)))
+    assert all(f.result(0) == i + 1 for i, f in enumerate(queued) if not f.cancelled())
     with pytest.raises(RuntimeError):
         client.submit(add, 1)
 
