@@ -108,7 +108,8 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         self._task_ids = itertools.count(1)
         self._admin_ids = itertools.count(1)
         self._futures = {}                # task id -> TaskFuture not yet completed
-        self._admin_futures = {}          # request id -> Future
+        self._admin_futures = {}          # request id -> Future of a request not answered
+        self._cores_answer = None         # Future of the total cores, for the next map
         # tasks ([id, digest, args, retries]) and control tuples, in order: callers append,
         # only the thread that sends pops, all at once, so a flood leaves in large frames
         self._outbox = deque()
@@ -155,6 +156,7 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         self.incarnation = welcome.incarnation
         self.config = Config.from_mapping(welcome.settings)
         self._max_message_size = self.config.max_message_size
+        self._cores_answer = self._request(p.AdminTotalCores)  # for the first map
 
     def submit(self, fn, /, *args, **kwargs):
         return self._submit(self.retries, fn, args, kwargs)
@@ -201,8 +203,13 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         return MapResults.of(futures, tasks.chunked, end_time, tasks.submit_one, tasks.end)
 
     def _total_cores(self):
-        """Cores of the registered executors, as the driver counts them now."""
-        return self._admin(p.AdminTotalCores)
+        """Cores of the registered executors, as the driver counted them when last asked.
+        Each map takes the answer to the request sent before it (at connection, or by the
+        previous map) and asks again for the next one: a map does not wait on the driver."""
+        with self._submit_lock:
+            answer = self._cores_answer
+            self._cores_answer = self._request(p.AdminTotalCores)
+        return self._answer(answer or self._cores_answer, p.AdminTotalCores)
 
     # ------------------------------------------------------------ administration
 
@@ -210,6 +217,11 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         """Send admin message ``message_type`` with these arguments; what the driver
         answers (a ValueError when it refused; ``ProtocolError``, a ValueError, for
         arguments of the wrong types)."""
+        return self._answer(self._request(message_type, *args), message_type, timeout)
+
+    def _request(self, message_type, *args):
+        """Send admin message ``message_type`` with these arguments: the future of the
+        driver's answer."""
         with self._submit_lock:
             if self._lost is not None:
                 raise self._lost
@@ -218,17 +230,19 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
             request_id = next(self._admin_ids)
             msg = message_type(request_id, *args)
             p.check(msg)  # what the driver's decode would refuse fails here, not there
-            future = concurrent.futures.Future()
-            self._admin_futures[request_id] = future
+            future = self._admin_futures[request_id] = concurrent.futures.Future()
             self._queue_control(("admin", msg))
-        operation = getattr(message_type, "OP", message_type.TYPE).name.lower()
+        return future
+
+    def _answer(self, future, message_type, timeout=None):
+        """The driver's answer to a request of ``message_type``, waited for ``timeout``
+        seconds at most (default: the client's timeout)."""
         try:
             return future.result(self.timeout if timeout is None else timeout)
         except concurrent.futures.TimeoutError:
+            operation = getattr(message_type, "OP", message_type.TYPE).name.lower()
             raise DriverConnectionError(
                 f"driver {self.address} did not answer {operation} within {self.timeout:g} s") from None
-        finally:
-            self._admin_futures.pop(request_id, None)
 
     def executor_ids(self):
         """Ids of the registered executors."""
@@ -318,7 +332,8 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
 
     def _cancel_queued(self):
         """Cancel the futures of the tasks no executor holds yet, as the driver finds them;
-        those running go on, as ``Executor.shutdown(cancel_futures=True)`` promises."""
+        those an executor holds go on, as ``Executor.shutdown(cancel_futures=True)``
+        leaves running futures alone."""
         if self._futures and not self._in_driver_thread():
             try:
                 self._admin(p.CancelQueuedTasks)  # cancelled when it returns

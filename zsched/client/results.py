@@ -32,7 +32,7 @@ class Results:
         if msg.TYPE == MsgType.TASK_RESULTS:
             self._complete(msg.results)
         elif msg.TYPE == MsgType.ADMIN_REPLY:
-            future = self._admin_futures.get(msg.request_id)
+            future = self._admin_futures.pop(msg.request_id, None)
             if future is not None:
                 if msg.ok:
                     future.set_result(msg.value)
