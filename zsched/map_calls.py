@@ -84,7 +84,15 @@ def check_chunk_arguments(chunksize, buffersize):
 
 
 def chunks(iterables, size):
-    """``(columns, calls)`` for each group of ``size`` calls: one list per iterable."""
+    """``(columns, calls)`` for each group of ``size`` calls: one column per iterable, a
+    slice of it where it is a range, a list or a tuple (a range's slice pickles small),
+    else a list of its items."""
+    if len(iterables) == 1 and type(iterables[0]) in (range, list, tuple):
+        whole = iterables[0]
+        for start in range(0, len(whole), size):
+            column = whole[start:start + size]
+            yield (column,), len(column)
+        return
     if len(iterables) == 1:
         source = iter(iterables[0])
         while True:
