@@ -1,6 +1,6 @@
 """``zsched.liveness.HeartbeatMonitor`` alone, with a fake clock: when heartbeats are due,
 when a peer is late (reported once) and when it is silent (lost). The end-to-end behaviour
-of drivers, executors and clients is in test_liveness.py."""
+of drivers, executors and clients is in test_driver_liveness.py."""
 import pytest
 
 from zsched.liveness import HeartbeatMonitor
