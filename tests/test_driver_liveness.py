@@ -7,7 +7,7 @@ steps the driver's loop by hand (``driver.step()``; with every timer, at the fak
 time, to check heartbeats), or runs the loop itself, in the test's thread, for one
 scenario. Clocks are fake, so thresholds are checked exactly, without waiting. The
 executor's side is in test_executor_backend.py, the heartbeat monitor alone in
-test_liveness_monitor.py.
+test_liveness.py.
 
 Contract (DESIGN.md, "Invariants"): an executor silent longer than
 ``executor_heartbeat_timeout`` is lost; one silent for max(timeout/3, 2*interval) is
