@@ -277,7 +277,11 @@ def hold_the_gil(seconds):
             time.sleep(0.005)
     counter = threading.Thread(target=count, daemon=True)
     counter.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 60
+    while ticks[0] < 2:  # the counter runs
+        if time.monotonic() > deadline:
+            raise RuntimeError("the counting thread never ran")
+        time.sleep(0.005)
     before = ticks[0]
     result = libc.usleep(int(seconds * 1_000_000))
     during = ticks[0] - before

@@ -89,13 +89,16 @@ def _executor(driver, executor_id):
 
 
 def test_tasks_wait_for_min_registered_ratio():
-    driver = _start_driver(Config(min_registered_ratio=1.0, max_registered_waiting_time=120), 2)
+    config = Config(min_registered_ratio=1.0, max_registered_waiting_time=120, revive_interval=0.5)
+    driver = _start_driver(config, 2)
     executors = [_executor(driver, "1")]
     try:
         client = zsched.Client(driver.url)
         wait_for(lambda: client.executor_ids() == ["1"], message="executor 1")
         future = client.submit(square, 3)
-        time.sleep(1.5)  # several revive rounds: still 1 of 2 expected cores
+        # a check that nothing happens: several revive rounds pass, with still 1 of the 2
+        # expected cores, and the task does not start
+        time.sleep(3 * config.revive_interval)
         assert not future.done()
         assert client.status()["ready"] is False
         executors.append(_executor(driver, "2"))

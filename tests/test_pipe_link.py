@@ -282,9 +282,11 @@ class FakeDriver:
                    "--app-id", "app", "--driver-fds", "%d,%d" % theirs]
         passed = list(theirs)
         self.relief = None  # the relief thread's link, with ``relief``
+        self.relief_pipes = set()  # its two pipes (inode numbers)
         if relief:
             relief_ours, relief_theirs = pipe_pair()
             self.relief = PipeLink(*relief_ours, 1 << 30)
+            self.relief_pipes = {os.fstat(fd).st_ino for fd in relief_ours}
             command += ["--relief-fds", "%d,%d" % relief_theirs]
             passed += relief_theirs
         self.proc = subprocess.Popen(command, pass_fds=passed, stdout=subprocess.PIPE,
@@ -302,6 +304,18 @@ class FakeDriver:
                 return []
             select.select([self.link.read_fd], [], [], 0.5)
         raise AssertionError("nothing from the executor")
+
+    def pipes_held(self):
+        """The pipes (inode numbers) the executor process has open."""
+        held = set()
+        for fd in os.listdir(f"/proc/{self.proc.pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{self.proc.pid}/fd/{fd}")
+            except OSError:  # closed meanwhile
+                continue
+            if target.startswith("pipe:["):
+                held.add(int(target[len("pipe:["):-1]))
+        return held
 
     def register(self):
         (msg,) = self.receive()
@@ -357,7 +371,9 @@ def test_a_piped_executor_whose_relief_link_closed_leaves_once_a_long_task_begin
         select.select([driver.relief.read_fd], [], [], 0.5)
     assert isinstance(p.decode(frames[0]), p.AttachRelief)
     driver.relief.close()
-    time.sleep(0.2)  # the relief thread reads the end of its pipes
+    # the relief thread reads the end of its pipes, and closes its own ends of them
+    wait_for(lambda: not driver.relief_pipes & driver.pipes_held(), timeout=30,
+             message="the executor to close the relief's pipes")
     blob = cloudpickle.dumps(sleep_in_steps)
     driver.link.send(p.encode(p.LaunchTasks({b"d": blob}, [[1, 1, b"d", pickle.dumps(((60,), {}))]])))
     status, err = driver.finish(timeout=30)
