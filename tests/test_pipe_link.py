@@ -473,23 +473,24 @@ def test_a_piped_client_fails_its_futures_at_once_when_its_driver_dies():
     wait_for(lambda: not executor_processes(), timeout=30, message="the executors gone")
 
 
-FAST_LIVENESS = {"executor_heartbeat_interval": "200ms", "executor_heartbeat_timeout": "2s"}
+FAST_LIVENESS = {"executor_heartbeat_interval": 0.2, "executor_heartbeat_timeout": 2.0}
 
 
 def test_a_piped_client_fails_its_futures_when_its_driver_is_stopped():
     """Pipes have no heartbeats and a stopped driver keeps its end open: the client pings a
     silent driver while tasks wait, and gives up after executor_heartbeat_timeout."""
+    timeout = FAST_LIVENESS["executor_heartbeat_timeout"]
     with zsched.LocalCluster(1, **FAST_LIVENESS) as cluster:
         client, future = a_piped_client_waiting(cluster)
         started = time.monotonic()
         os.kill(cluster.driver_pid, signal.SIGSTOP)
         try:
-            with pytest.raises(zsched.DriverConnectionError, match="answered nothing for 2 s"):
+            with pytest.raises(zsched.DriverConnectionError, match=f"answered nothing for {timeout:g} s"):
                 future.result(30)
             waited = time.monotonic() - started
         finally:
             os.kill(cluster.driver_pid, signal.SIGCONT)
-        assert waited >= 2, waited  # not before the timeout; the message names the silence
+        assert waited >= timeout, waited  # not before the timeout; the message names the silence
         with pytest.raises(zsched.DriverConnectionError):
             client.submit(abs, 1)
         # the driver, running again, answers another client (its executor, silent as long,
@@ -502,7 +503,8 @@ def test_a_piped_client_keeps_a_live_driver_through_a_task_longer_than_the_timeo
     with zsched.LocalCluster(1, **FAST_LIVENESS) as cluster:
         client = cluster.client()
         assert client.transport == "pipes"
-        assert client.submit(sleep_then_return, 5, "done").result(30) == "done"  # 2.5 timeouts
+        timeout = FAST_LIVENESS["executor_heartbeat_timeout"]
+        assert client.submit(sleep_then_return, 2.5 * timeout, "done").result(30) == "done"
         assert client.connection_error is None
 
 
