@@ -1,5 +1,6 @@
 """The allocation contract on a real local cluster: requests, kills, replacement."""
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -24,13 +25,17 @@ def gate(path):
     return 1
 
 
-def settle(seconds=2.5):
-    """Longer than two allocation rounds: anything the allocator would start, it has."""
-    time.sleep(seconds)
+BATCH_DELAY = 0.2  # these clusters' allocation_batch_delay: the allocator acts this often
+
+
+def settle():
+    """A check that nothing happens: a dozen allocation rounds pass, time for the allocator
+    to start an executor it should not, and for that executor to register."""
+    time.sleep(12 * BATCH_DELAY)
 
 
 def test_request_total_grows_and_a_lower_total_kills_nothing():
-    with zsched.LocalCluster(1, allocation_batch_delay=0.2) as cluster:
+    with zsched.LocalCluster(1, allocation_batch_delay=BATCH_DELAY) as cluster:
         client = cluster.client()
         assert client.request_total_executors(3) is True
         wait_for(lambda: len(ids(client)) == 3, timeout=30, message="3 executors")
@@ -43,7 +48,7 @@ def test_request_total_grows_and_a_lower_total_kills_nothing():
 
 
 def test_request_executors_adds_to_the_target():
-    with zsched.LocalCluster(1, allocation_batch_delay=0.2) as cluster:
+    with zsched.LocalCluster(1, allocation_batch_delay=BATCH_DELAY) as cluster:
         client = cluster.client()
         assert client.request_executors(2) is True
         wait_for(lambda: len(ids(client)) == 3, timeout=30, message="3 executors")
@@ -53,7 +58,7 @@ def test_request_executors_adds_to_the_target():
 
 
 def test_kill_without_replace_shrinks_and_with_replace_gets_a_new_id():
-    with zsched.LocalCluster(3, allocation_batch_delay=0.2) as cluster:
+    with zsched.LocalCluster(3, allocation_batch_delay=BATCH_DELAY) as cluster:
         client = cluster.client()
         wait_for(lambda: len(ids(client)) == 3, timeout=30, message="3 executors")
         assert client.kill_executors(["1", "no-such"]) == ["1"]
@@ -69,7 +74,7 @@ def test_kill_without_replace_shrinks_and_with_replace_gets_a_new_id():
 
 def test_busy_executors_are_killed_only_with_force(tmp_path):
     release = str(tmp_path / "release")
-    with zsched.LocalCluster(1, allocation_batch_delay=0.2) as cluster:
+    with zsched.LocalCluster(1, allocation_batch_delay=BATCH_DELAY) as cluster:
         client = cluster.client()
         future = client.submit(gate, release)
         wait_for(lambda: client.status()["tasks"]["running"] == 1, timeout=30, message="busy")
@@ -87,7 +92,7 @@ def test_busy_executors_are_killed_only_with_force(tmp_path):
 
 
 def test_kill_on_host_kills_every_executor_there_and_they_are_replaced():
-    with zsched.LocalCluster(2, allocation_batch_delay=0.2) as cluster:
+    with zsched.LocalCluster(2, allocation_batch_delay=BATCH_DELAY) as cluster:
         client = cluster.client()
         wait_for(lambda: len(ids(client)) == 2, timeout=30, message="2 executors")
         assert client.kill_executors_on_host("no-such-host") is False
@@ -116,25 +121,39 @@ class NeverRegistering(LocalClusterManager):
 
 def test_executors_that_never_register_are_given_up_and_retried_with_backoff_not_in_a_loop():
     manager = NeverRegistering()
-    driver = Driver(DriverOptions(Config(executor_start_timeout=1, allocation_batch_delay=0.2),
-                                  cluster_manager=manager, initial_executors=1))
+    config = Config(executor_start_timeout=1, allocation_batch_delay=BATCH_DELAY)
+    driver = Driver(DriverOptions(config, cluster_manager=manager, initial_executors=1))
     driver.start_thread()
+
+    def given_up(events):
+        return [(at, text) for at, text in events
+                if "did not register within executor_start_timeout (1 s): killed" in text]
+
+    def three_given_up():
+        events = list(driver.allocator.events)  # a copy at once: the driver's thread appends
+        return len(given_up(events)) >= 3 and events
     try:
-        time.sleep(8)
-        events = [text for _, text in driver.allocator.events]
+        events = wait_for(three_given_up, timeout=60, message="three starts given up")
     finally:
         driver.request_stop()
         driver.join(30)
-    gave_up = [e for e in events if "did not register within executor_start_timeout (1 s): killed" in e]
-    started = [e for e in events if e.startswith("started")]
-    # start, 1 s timeout, then backoffs of 0.5, 1, 2, 4 s: a handful of tries in 8 s, not a loop
-    assert 2 <= len(gave_up) <= 5, events
-    assert len(started) <= len(gave_up) + 1, events
-    assert "next start there in 1.0 s" in " ".join(events)
+    failures = given_up(events)
+    starts = [text for _, text in events if text.startswith("started")]
+    # each start given up after the start timeout, the next one tried after a backoff that
+    # doubles from 0.5 s: failures come further and further apart, not in a loop
+    backoffs = [float(re.search(r"next start there in ([\d.]+) s", text).group(1))
+                for _, text in failures]
+    assert backoffs[:3] == [0.5, 1.0, 2.0], events
+    assert len(starts) <= len(failures) + 1, events
+    for (before, _), (after, _), backoff in zip(failures, failures[1:], backoffs):
+        # apart by the backoff and the start timeout at least (less a round of the
+        # allocator: within their rounds, the two were timed at different moments)
+        assert after - before >= backoff + config.executor_start_timeout - config.allocation_batch_delay, \
+            events
 
 
 def test_interleaved_requests_and_kills_from_two_clients_keep_counts_consistent():
-    with zsched.LocalCluster(2, allocation_batch_delay=0.2) as cluster:
+    with zsched.LocalCluster(2, allocation_batch_delay=BATCH_DELAY) as cluster:
         first, second = cluster.client(), cluster.client()
         wait_for(lambda: len(ids(first)) == 2, timeout=30, message="2 executors")
         seen = []

@@ -73,7 +73,8 @@ def test_the_futures_condition_behaves_as_a_condition():
 
     thread = threading.Thread(target=waiter)
     thread.start()
-    time.sleep(0.05)
+    # the waiter waits (threading.Condition keeps its waiters in _waiters)
+    wait_for(lambda: condition._condition._waiters, message="the waiter to wait")
     with condition:
         ready.append(1)
         condition.notify_all()
@@ -314,8 +315,8 @@ def test_embedded_client_starts_and_stops_its_own_cluster():
         assert list(client.map(add, range(1000), range(1000))) == list(range(0, 2000, 2))
         with pytest.raises(ZeroDivisionError):
             client.submit(divmod, 1, 0).result(10)
-    time.sleep(0.2)
-    assert not {t for t in threading.enumerate() if t.is_alive()} - before  # driver thread gone
+    wait_for(lambda: not {t for t in threading.enumerate() if t.is_alive()} - before,
+             message="the driver's thread to end")
 
 
 def test_lost_executor_tasks_are_rerun(tmp_path):

@@ -10,6 +10,7 @@ import threading
 import time
 import weakref
 
+import psutil
 import pytest
 
 import zsched
@@ -22,6 +23,18 @@ FLOOD = 20_000
 
 
 def identity(x):
+    return x
+
+
+def gated_noted(x, gate, path):
+    """``x``, once the file ``gate`` exists, with a byte appended to the file ``path``."""
+    while not os.path.exists(gate):
+        time.sleep(0.001)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, b".")
+    finally:
+        os.close(fd)
     return x
 
 
@@ -345,11 +358,23 @@ def test_a_flood_leaves_the_gc_settings_as_they_were(client):
 
 
 @pytest.mark.parametrize("connection", ["pipes", "tcp"])
-def test_results_piled_up_in_the_driver_reach_the_client_in_frames_of_512_rows_at_most(connection):
+def test_results_piled_up_in_the_driver_reach_the_client_in_frames_of_512_rows_at_most(connection,
+                                                                                     tmp_path):
     # The driver is stopped while its executors finish what their windows hold (4 cores
     # each, 256 tasks a core for tasks this short): when it runs again, one wake-up takes
     # all their reports, thousands of results for this client. Frames of 512 rows at most
     # keep the client's GC from promoting a frame's rows (see zsched/driver/clients.py).
+    gate, ran = tmp_path / "gate", tmp_path / "ran"  # ran: a byte per task run
+
+    def runs():
+        return ran.stat().st_size if ran.exists() else 0
+
+    def held_in_full_windows():
+        """The tasks the executors hold, once every window is full and more wait."""
+        status = client.status()
+        full = status["tasks"]["queued"] > 0 and all(e["free_slots"] == 0 for e in status["executors"])
+        return full and sum(e["running"] for e in status["executors"])
+
     with zsched.LocalCluster(n_executors=2, cores_per_executor=4) as cluster:
         if connection == "pipes":
             client = cluster.client()
@@ -366,10 +391,16 @@ def test_results_piled_up_in_the_driver_reach_the_client_in_frames_of_512_rows_a
         client._from_driver = recording
         # windows open: each executor has measured its tasks
         assert [f.result(60) for f in [client.submit(identity, i) for i in range(FLOOD)]] == list(range(FLOOD))
-        futures = [client.submit(identity, i) for i in range(FLOOD)]
+        # tasks as short, held at a gate until the driver is stopped: no launch after it
+        futures = [client.submit(gated_noted, i, gate, ran) for i in range(FLOOD)]
+        held = wait_for(held_in_full_windows, timeout=60, message="the executors' windows full")
         os.kill(cluster.driver_pid, signal.SIGSTOP)
         try:
-            time.sleep(1.0)  # the executors finish what they hold and report it
+            wait_for(lambda: psutil.Process(cluster.driver_pid).status() == psutil.STATUS_STOPPED,
+                     timeout=30, message="the driver stopped")
+            gate.touch()
+            wait_for(lambda: runs() == held, timeout=60,
+                     message=f"the executors to run the {held} tasks they hold")
         finally:
             os.kill(cluster.driver_pid, signal.SIGCONT)
         assert [f.result(60) for f in futures] == list(range(FLOOD))

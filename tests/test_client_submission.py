@@ -31,8 +31,10 @@ def sleep_then(seconds, value):
 def test_a_flood_completes_and_a_lone_submit_after_it_still_leaves(client):
     futures = [client.submit(identity, i) for i in range(FLOOD)]
     assert [f.result(120) for f in futures] == list(range(FLOOD))
-    # the I/O thread has gone back to sleep: a single task must wake it
-    time.sleep(0.2)
+    # once the I/O thread has taken every wake-up and gone back to sleep, a single task
+    # must wake it
+    wait_for(lambda: not client._wakeup.pending, timeout=30,
+             message="the I/O thread to take its last wake-up")
     assert client.submit(identity, "alone").result(30) == "alone"
     # and again right after a flood whose results are still arriving
     futures = [client.submit(identity, i) for i in range(FLOOD)]
@@ -228,10 +230,15 @@ def test_a_function_released_while_a_task_of_it_is_being_submitted_is_sent_again
     from zsched import held_functions
     monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
     dumps = client_module._dumps
+    missed = []  # submit would take a failed wait here for a value pickle refused
 
     def slow_dumps(value, protocol):
         if value == ((-1,), {}):
-            time.sleep(0.2)  # the I/O thread's turn sends the first task meanwhile
+            try:  # meanwhile the I/O thread's turn takes the first task, with the function
+                wait_for(lambda: len(client._held_functions) == 1, timeout=30,
+                         message="the first task to leave with its function")
+            except AssertionError as exc:
+                missed.append(exc)
         return dumps(value, protocol)
 
     monkeypatch.setattr(client_module, "_dumps", slow_dumps)
@@ -239,6 +246,7 @@ def test_a_function_released_while_a_task_of_it_is_being_submitted_is_sent_again
         client = cluster.client()
         big = functools.partial(scaled, bytes(5000))
         first, second = client.submit(big, 1), client.submit(big, -1)
+        assert not missed, missed
         assert (first.result(30), second.result(30)) == (5000, -5000)
         client.shutdown()
 

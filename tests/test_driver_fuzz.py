@@ -16,13 +16,13 @@ the floats 2.0**64 and -2.0**63 stand for the integers beyond them.
 import dataclasses
 import hashlib
 import itertools
+import json
 import math
 import os
 import pickle
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -1311,41 +1311,48 @@ def test_odd_heartbeat_metrics_do_not_take_the_dashboard_down(fresh_bus, figures
     base, token = bus.dashboard_url.groups()
 
     def fetch(path):
+        """(HTTP status, body) of the dashboard's ``path``."""
         request = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {token}"})
         try:
             with urllib.request.urlopen(request, timeout=WAIT) as response:
-                return response.status
+                return response.status, response.read()
         except urllib.error.HTTPError as exc:
-            return exc.code
-    wait_for(lambda: fetch("api/status") == 200 and fetch("metrics") == 200, timeout=WAIT,
+            return exc.code, b""
+    wait_for(lambda: fetch("api/status")[0] == 200 and fetch("metrics")[0] == 200, timeout=WAIT,
              message="the dashboard's figures")
     marker = 4321  # a valid figure: shows the heartbeat was taken
     bus.fake.send(p.Heartbeat(bus.fake.incarnation, bus.fake.executor_id, {**figures, "functions": marker}))
     (name, value), = figures.items()
 
-    def shown():
-        return [e for e in bus.client.status()["executors"]
-                if e["id"] == bus.fake.executor_id and e.get("functions") == marker]
-    wait_for(shown, timeout=WAIT, message="the driver to take the heartbeat")
-    assert name not in shown()[0]  # the odd figure is not kept
-    time.sleep(1.2)  # the dashboard's figures are published twice a second
-    assert (fetch("api/status"), fetch("metrics")) == (200, 200)
+    def shown(executors):
+        return [e for e in executors if e["id"] == bus.fake.executor_id and e.get("functions") == marker]
+    wait_for(lambda: shown(bus.client.status()["executors"]), timeout=WAIT,
+             message="the driver to take the heartbeat")
+    assert name not in shown(bus.client.status()["executors"])[0]  # the odd figure is not kept
+
+    def published():
+        code, body = fetch("api/status")
+        return code == 200 and shown(json.loads(body)["executors"])
+    wait_for(published, timeout=WAIT, message="the dashboard to publish the heartbeat's figures")
+    assert fetch("metrics")[0] == 200
 
 
 def test_an_executor_gone_when_told_to_forget_a_function_does_not_kill_the_driver(fresh_bus):
     """An executor holding a function drops its connection while a client that sent the
     function leaves: the driver finds it gone as it tells it to forget the function. Large
     submissions ahead of the goodbye keep the driver busy so that it finds the connection
-    gone before it has handled the disconnect event."""
+    gone before it has handled the disconnect event: the connection closes once the driver
+    has answered a ping sent between two of them."""
     bus = fresh_bus(real_executor=False)
     fl = digest_of(blob_of(fail))
     bus.hostile.send(p.SubmitTasks({fl: blob_of(fail)}, [[1, fl, args_of(1), 0]]))
     wait_results(bus, [1])  # the fake executor holds the function now
     big = p.encode(p.SubmitTasks({}, [[i, UNKNOWN_DIGEST, b"", 0] for i in range(2, 300_000)]))
     bus.hostile.send_frames([big])
+    bus.hostile.send(p.AdminPing(0))
     bus.hostile.send_frames([big])
     bus.hostile.send(p.ClientGoodbye())
-    time.sleep(0.2)  # the driver is handling the submissions
+    bus.hostile.receive_until(lambda: 0 in bus.hostile.replies, what="the driver between the submissions")
     bus.fake.close()
     for request_id in (1, 2):  # the second one is read after the goodbye's turn of the loop
         bus.hostile.send(p.AdminPing(request_id))

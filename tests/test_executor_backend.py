@@ -5,7 +5,7 @@ fake, so thresholds are checked exactly, without waiting.
 Contract (DESIGN.md, "Invariants"): an executor leaves when its driver is silent past
 ``executor_heartbeat_timeout``, but not when the driver's messages are waiting for it (it
 was the one stalled, by a task holding the GIL). The driver's side of liveness is in
-test_liveness.py, the heartbeat monitor alone in test_liveness_monitor.py.
+test_driver_liveness.py, the heartbeat monitor alone in test_liveness.py.
 """
 import logging
 import pickle

@@ -337,13 +337,14 @@ def test_map_of_empty_iterables(client, chunksize):
 
 def test_map_timeout_raises_when_a_result_is_late(client, gate):
     # the first two calls return at once; the others wait for a gate that never opens here
+    timeout = 1.0
     started = time.monotonic()
-    results = client.map(functools.partial(quick_then_held, gate.path, 2), range(6), timeout=1.0)
+    results = client.map(functools.partial(quick_then_held, gate.path, 2), range(6), timeout=timeout)
     got = []
     with pytest.raises(concurrent.futures.TimeoutError):
         for value in results:
             got.append(value)
-    assert time.monotonic() - started >= 1.0  # not before the timeout
+    assert time.monotonic() - started >= timeout  # not before the timeout
     assert got == [0, 1][:len(got)]           # what came before was in order
     assert next(results, "ended") == "ended"  # the iterator is over
     assert concurrent.futures.TimeoutError is TimeoutError

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 
 import psutil
 import pytest
@@ -27,6 +27,14 @@ pytestmark = pytest.mark.timeout(180)
 
 
 # ---------------------------------------------------------------- helpers
+
+def read_lines_meanwhile(stream):
+    """The lines of ``stream`` as a list that a thread fills as they come, and the thread."""
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(stream.readline, "")), daemon=True)
+    reader.start()
+    return lines, reader
+
 
 def process_gone(pid):
     try:
@@ -68,23 +76,31 @@ def test_the_drivers_zmtp_heartbeat_timeout_reaches_its_executors(driver_factory
                             "--conf", "executor_heartbeat_timeout=6s")
     executor = start_executor("--driver-url", driver.url, "--executor-id", "1",
                               "--hostname", "127.0.0.1", "--cores", "1", "--app-id", "zmtp-app")
+    err_lines, err_reader = read_lines_meanwhile(executor.stderr)
     try:
         wait_for(lambda: "Registered executor 1" in driver.stderr_so_far(), timeout=30,
                  message="the executor registered")
-        time.sleep(0.5)  # a few of the driver's pings reach the executor
+        # the executor has the driver's answer: its connection, made with the driver's
+        # ZMTP settings, is the one that stays
+        wait_for(lambda: "Successfully registered" in "".join(err_lines), timeout=30,
+                 message="the executor to take the driver's answer")
         os.kill(driver.proc.pid, signal.SIGSTOP)
         try:
             executor.wait(60)
         finally:
             os.kill(driver.proc.pid, signal.SIGCONT)
-        _, err = executor.communicate(timeout=30)
+        err_reader.join(30)
+        err = "".join(err_lines)
         assert executor.returncode == 1, err
         assert "lost the connection to the driver" in err, err
         assert "driver silent" not in err, err
     finally:
         if executor.poll() is None:
             executor.kill()
-            executor.communicate()
+            executor.wait()
+        err_reader.join(30)
+        executor.stdout.close()
+        executor.stderr.close()
 
 
 # ---------------------------------------------------------------- the driver in a thread

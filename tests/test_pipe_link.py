@@ -282,9 +282,11 @@ class FakeDriver:
                    "--app-id", "app", "--driver-fds", "%d,%d" % theirs]
         passed = list(theirs)
         self.relief = None  # the relief thread's link, with ``relief``
+        self.relief_pipes = set()  # its two pipes (inode numbers)
         if relief:
             relief_ours, relief_theirs = pipe_pair()
             self.relief = PipeLink(*relief_ours, 1 << 30)
+            self.relief_pipes = {os.fstat(fd).st_ino for fd in relief_ours}
             command += ["--relief-fds", "%d,%d" % relief_theirs]
             passed += relief_theirs
         self.proc = subprocess.Popen(command, pass_fds=passed, stdout=subprocess.PIPE,
@@ -302,6 +304,18 @@ class FakeDriver:
                 return []
             select.select([self.link.read_fd], [], [], 0.5)
         raise AssertionError("nothing from the executor")
+
+    def pipes_held(self):
+        """The pipes (inode numbers) the executor process has open."""
+        held = set()
+        for fd in os.listdir(f"/proc/{self.proc.pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{self.proc.pid}/fd/{fd}")
+            except OSError:  # closed meanwhile
+                continue
+            if target.startswith("pipe:["):
+                held.add(int(target[len("pipe:["):-1]))
+        return held
 
     def register(self):
         (msg,) = self.receive()
@@ -357,7 +371,9 @@ def test_a_piped_executor_whose_relief_link_closed_leaves_once_a_long_task_begin
         select.select([driver.relief.read_fd], [], [], 0.5)
     assert isinstance(p.decode(frames[0]), p.AttachRelief)
     driver.relief.close()
-    time.sleep(0.2)  # the relief thread reads the end of its pipes
+    # the relief thread reads the end of its pipes, and closes its own ends of them
+    wait_for(lambda: not driver.relief_pipes & driver.pipes_held(), timeout=30,
+             message="the executor to close the relief's pipes")
     blob = cloudpickle.dumps(sleep_in_steps)
     driver.link.send(p.encode(p.LaunchTasks({b"d": blob}, [[1, 1, b"d", pickle.dumps(((60,), {}))]])))
     status, err = driver.finish(timeout=30)
@@ -457,23 +473,24 @@ def test_a_piped_client_fails_its_futures_at_once_when_its_driver_dies():
     wait_for(lambda: not executor_processes(), timeout=30, message="the executors gone")
 
 
-FAST_LIVENESS = {"executor_heartbeat_interval": "200ms", "executor_heartbeat_timeout": "2s"}
+FAST_LIVENESS = {"executor_heartbeat_interval": 0.2, "executor_heartbeat_timeout": 2.0}
 
 
 def test_a_piped_client_fails_its_futures_when_its_driver_is_stopped():
     """Pipes have no heartbeats and a stopped driver keeps its end open: the client pings a
     silent driver while tasks wait, and gives up after executor_heartbeat_timeout."""
+    timeout = FAST_LIVENESS["executor_heartbeat_timeout"]
     with zsched.LocalCluster(1, **FAST_LIVENESS) as cluster:
         client, future = a_piped_client_waiting(cluster)
         started = time.monotonic()
         os.kill(cluster.driver_pid, signal.SIGSTOP)
         try:
-            with pytest.raises(zsched.DriverConnectionError, match="answered nothing for 2 s"):
+            with pytest.raises(zsched.DriverConnectionError, match=f"answered nothing for {timeout:g} s"):
                 future.result(30)
             waited = time.monotonic() - started
         finally:
             os.kill(cluster.driver_pid, signal.SIGCONT)
-        assert waited >= 2, waited  # not before the timeout; the message names the silence
+        assert waited >= timeout, waited  # not before the timeout; the message names the silence
         with pytest.raises(zsched.DriverConnectionError):
             client.submit(abs, 1)
         # the driver, running again, answers another client (its executor, silent as long,
@@ -486,7 +503,8 @@ def test_a_piped_client_keeps_a_live_driver_through_a_task_longer_than_the_timeo
     with zsched.LocalCluster(1, **FAST_LIVENESS) as cluster:
         client = cluster.client()
         assert client.transport == "pipes"
-        assert client.submit(sleep_then_return, 5, "done").result(30) == "done"  # 2.5 timeouts
+        timeout = FAST_LIVENESS["executor_heartbeat_timeout"]
+        assert client.submit(sleep_then_return, 2.5 * timeout, "done").result(30) == "done"
         assert client.connection_error is None
 
 

@@ -271,7 +271,9 @@ def test_sigstopped_executor_tasks_rerun_and_late_results_ignored(tmp_path, dete
 
         # woken, it has nothing to say that counts, and it leaves
         wait_for(lambda: pid_gone(pid), timeout=60, message="the woken executor to exit")
-        time.sleep(1.0)  # anything it sent on the way out has reached the driver and us
+        # a check that nothing happens: for a heartbeat interval after it left, anything it
+        # sent on the way out reaches the driver and us, and changes no result
+        time.sleep(settings["executor_heartbeat_interval"])
         assert dict(completions) == {i: 1 for i in range(n)}
         assert [f.result() for f in futures] == values  # nothing changed since
         status = client.status()

@@ -60,6 +60,7 @@ import psutil
 
 MARK = "ZSCHED_SLURM_DIR"
 PREFIX = "zsched-slurm-"
+BACKFILL_INTERVAL = 1  # seconds between the backfill scheduler's passes (bf_interval)
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "sinfo")
 
 
@@ -238,7 +239,7 @@ MinJobAge=300
 KillWait=5
 ReturnToService=2
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,bf_interval=1
+SchedulerParameters=batch_sched_delay=0,bf_interval={BACKFILL_INTERVAL}
 EnforcePartLimits=NO
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core

@@ -131,6 +131,8 @@ def test_a_connection_outlives_a_short_partition(ssh_hosts):
         ssh_hosts.partition(host)
         session.stdin.write("through\n")
         session.stdin.flush()
+        # a check that nothing happens: the partition lasts a while (TCP retransmits what
+        # was written, unanswered), and the session does not end
         time.sleep(2)
         assert session.poll() is None
         ssh_hosts.heal(host)
