@@ -436,12 +436,12 @@ def test_a_local_cluster_s_clients_talk_to_its_driver_over_pipes_of_their_own():
         assert first.submit(abs, -3).result(30) == 3
         assert list(first.map(abs, range(-3000, 0))) == list(range(3000, 0, -1))
         assert second.submit(abs, -4).result(30) == 4
-        # a shut-down client is dropped by the driver: its running task is killed and the
+        # a closed client is dropped by the driver: its running task is killed and the
         # executor serves the other client
         long = [first.submit(time.sleep, 60) for _ in range(2)]
         wait_for(lambda: second.status()["tasks"]["running"] == 2, timeout=30,
                  message="both executors busy")
-        first.shutdown(wait=False, cancel_futures=True)
+        first.close()
         assert all(future.cancelled() for future in long)
         assert second.submit(abs, -5).result(30) == 5
         wait_for(lambda: first.link.closed, timeout=30, message="the first client closed")
