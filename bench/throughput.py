@@ -54,6 +54,8 @@ def import_peer(name):
         raise NotInstalled(str(exc)) from None
 
 
+CELL = 12  # characters a figure's column takes: 99,999,999 and a space or two
+
 FIGURES = [
     # key in the JSON, table header, format
     ("submit_tasks_per_s", "submit/s", "{:,.0f}"),
@@ -504,7 +506,7 @@ def print_table(order, labels, status, medians, per_round, args, n_eff):
           f"{args.latency_samples} latency samples, {n_eff} x 10 ms tasks; median of "
           f"{args.rounds} round(s); {os.cpu_count()} CPUs")
     width = max(len(labels[n]) for n in order) + 2
-    header = "system".ljust(width) + "".join(h.rjust(10) for _, h, _ in FIGURES)
+    header = "system".ljust(width) + "".join(h.rjust(CELL) for _, h, _ in FIGURES)
     print(header)
     print("-" * len(header))
     for name in order:
@@ -513,7 +515,7 @@ def print_table(order, labels, status, medians, per_round, args, n_eff):
             text = status[name]
             print(row + (text if len(text) <= 100 else text[:97] + "..."))
             continue
-        print(row + "".join(fmt(medians[name].get(k), f).rjust(10) for k, _, f in FIGURES))
+        print(row + "".join(fmt(medians[name].get(k), f).rjust(CELL) for k, _, f in FIGURES))
     print("submit/s: N x submit(), then wait for all.  map/s: list(map(fn, range(N))) (Pool: map_async")
     print("  chunksize=1, Pool.map: its own chunks; Dask: client.map + gather; Ray: f.remote + ray.get).")
     print(f"  map M/s: the same with M = {args.large_map:,} calls, for the systems that chunk a map.  p50/p99: submit one,")
@@ -535,7 +537,7 @@ def print_ratios(order, labels, status, medians):
     print()
     print("peer / zsched  (tasks/s, eff: below 1 = zsched better;  us, s: above 1 = zsched better)")
     width = max(len(labels[n]) for n in order) + 2
-    header = "system".ljust(width) + "".join(h.rjust(10) for _, h, _ in FIGURES)
+    header = "system".ljust(width) + "".join(h.rjust(CELL) for _, h, _ in FIGURES)
     print(header)
     print("-" * len(header))
     for name in peers:
@@ -545,7 +547,7 @@ def print_ratios(order, labels, status, medians):
             a, b = medians[name].get(key), base.get(key)
             r = a / b if a is not None and b else None
             ratios[name][key] = r
-            cells.append(("-" if r is None else f"{r:.2f}x").rjust(10))
+            cells.append(("-" if r is None else f"{r:.2f}x").rjust(CELL))
         print(labels[name].ljust(width) + "".join(cells))
     return ratios
 
