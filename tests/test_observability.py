@@ -138,6 +138,7 @@ def test_progress_bar_counts_done_and_failed_and_returns_the_futures_in_order(ca
         wait_for(lambda: seen.append(capsys.readouterr().err) or "5000/5000" in "".join(seen), 10,
                  message="the map's bar at 5000/5000")
         assert "done=5000, failed=0" in "".join(seen)
+        assert "call/s" in "".join(seen) and "task/s" not in "".join(seen)  # it counts calls
 
 
 def test_an_insecure_driver_serves_its_dashboard_without_a_token():

@@ -9,13 +9,13 @@ class ProgressBar:
     """A tqdm bar counting futures as they end; ``watch`` each future, ``close`` at the end
     (it closes itself when all ``total`` have ended; a ``total`` of None is unknown)."""
 
-    def __init__(self, total, desc="tasks", file=None, leave=True):
+    def __init__(self, total, desc="tasks", file=None, leave=True, unit="task"):
         self.total = total
         self.done = 0
         self.failed = 0
         self._lock = threading.Lock()
         from tqdm import tqdm  # imported when a bar is first shown: slow to import
-        self._bar = tqdm(total=total, desc=desc, unit="task", file=file, leave=leave,
+        self._bar = tqdm(total=total, desc=desc, unit=unit, file=file, leave=leave,
                          dynamic_ncols=True)
 
     def watch(self, future, calls=1, count=None):

@@ -23,7 +23,7 @@ class MapTasks:
             client._mapping[self.digest] = client._mapping.get(self.digest, 0) + 1
         self.bar = None
         if progress_total is not False:
-            self.bar = ProgressBar(progress_total, desc="map")
+            self.bar = ProgressBar(progress_total, desc="map", unit="call")
 
     def submit(self, n):
         """Futures of the next ``n`` tasks at most (fewer once the calls run out)."""
