@@ -45,6 +45,7 @@ class _Start(NamedTuple):
     n_executors: int
     initial_executors: Optional[int]
     policy: Optional[DynamicAllocationPolicy]
+    at_start: int  # the executors to wait for (see executors_at_start)
     cores_per_executor: int
     host: str
     port: int
@@ -95,6 +96,7 @@ class LocalCluster:
         n_executors, cores_per_executor, port, initial_executors, policy = self._checked(
             n_executors, cores_per_executor, port, initial_executors, dynamic_allocation,
             min_executors, max_executors, backlog_timeout, executor_idle_timeout)
+        at_start = executors_at_start(n_executors, initial_executors, policy)
         values = {**(conf or {}), **settings}
         config = self._config = Config.from_mapping(values)
         self.n_executors = n_executors
@@ -115,8 +117,8 @@ class LocalCluster:
         self._client_door_lock = threading.Lock()
         self.inproc_address = self.context = None
         self.channel = None  # with the driver in this process: its zsched.channel.Channel
-        started = _Start(n_executors, initial_executors, policy, cores_per_executor, host, port,
-                         ipc_path, log_level, dashboard, wait)
+        started = _Start(n_executors, initial_executors, policy, at_start, cores_per_executor,
+                         host, port, ipc_path, log_level, dashboard, wait)
         if in_process:
             self._start_in_process(config, started)
         else:
@@ -174,8 +176,6 @@ class LocalCluster:
         # the policy checks its bounds, also those of a cluster that does not use it
         policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
                                          executor_idle_timeout)
-        if dynamic_allocation:
-            executors_at_start(n_executors, initial_executors, policy)  # within its bounds
         return (n_executors, cores_per_executor, port, initial_executors,
                 policy if dynamic_allocation else None)
 
@@ -255,9 +255,7 @@ class LocalCluster:
             raise
 
     def _wait_for_start(self, started, timeout):
-        n_executors = executors_at_start(started.n_executors, started.initial_executors,
-                                         started.policy)
-        wait = started.wait
+        n_executors, wait = started.at_start, started.wait
         if wait:  # True: all of them; a number: that many
             count = n_executors if wait is True else min(int(wait), n_executors)
             self.wait_for_executors(count, timeout)
