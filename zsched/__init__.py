@@ -4,6 +4,7 @@ import importlib.machinery
 import os
 import sys
 
+from . import embedded as _embedded
 from .entry import lazy_exports
 
 __version__ = "0.1.0"
@@ -57,6 +58,16 @@ __all__ = ["Client", "LocalCluster", "SlurmCluster", "SSHCluster", "progress", "
 
 
 __getattr__ = lazy_exports(__name__, _SOURCES)[0]
+
+
+def _embedded_cluster(n_executors):
+    """The cluster of ``zsched.Client()``: a ``LocalCluster`` whose driver runs in a thread
+    of this process."""
+    from .local_cluster import LocalCluster
+    return LocalCluster(n_executors=n_executors, in_process=True)
+
+
+_embedded.register(_embedded_cluster)
 
 
 def __dir__():

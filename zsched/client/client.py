@@ -18,6 +18,7 @@ from ..held_functions import HeldFunctions
 from ..map_calls import TASKS_PER_CORE, auto_chunk_size, check_chunk_arguments, MapResults, tasks_ahead
 from ..security import load_keys
 from ..wakeup import WakeupPipe
+from ..embedded import start_cluster
 from .in_process import InProcess
 from .map_tasks import MapTasks, counted
 from .pipe_io import PipeIO
@@ -55,8 +56,7 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         if address is None:
             # the driver in a thread of this process: no socket, no CURVE, no TCP, and no
             # thread of the client's between the caller and the driver
-            from ..local_cluster import LocalCluster
-            self._owned_cluster = LocalCluster(n_executors=os.cpu_count() or 1, in_process=True)
+            self._owned_cluster = start_cluster(os.cpu_count() or 1)
             try:
                 self._start_in_process(self._owned_cluster.channel)
             except BaseException:
