@@ -13,8 +13,8 @@ import pytest
 
 import zsched
 from zsched.errors import MessageTooLarge, RemoteTraceback, TaskFailed
-from zsched.future import FuturesCondition
-from zsched.map_calls import TASKS_PER_CORE, auto_chunk_size
+from zsched.client.future import FuturesCondition
+from zsched.client.map_calls import TASKS_PER_CORE, auto_chunk_size
 
 from conftest import wait_for
 

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 import zsched
-from zsched.future import TaskFuture
+from zsched.client.future import TaskFuture
 from zsched.protocol import MsgType
 
 from conftest import wait_for

@@ -137,7 +137,7 @@ def test_a_client_making_a_function_per_task_keeps_few_held(in_process, monkeypa
     """A new function per task (a partial around each task's data): past a limit the client
     releases the least recently used ones, and the driver and executors drop them, while
     tasks queued with them still run; a released function is sent again when needed."""
-    from zsched import held_functions
+    from zsched.client import held_functions
     monkeypatch.setattr(held_functions, "MAX_COUNT", 20)
 
     def held(client):
@@ -164,7 +164,7 @@ def test_a_released_function_travels_once_per_executor_while_its_tasks_wait(monk
     while tasks of it remain, so it is not sent again with each launch; then they drop
     it. A map's function is not released before its last group has left, whatever other
     threads submit meanwhile."""
-    from zsched import held_functions
+    from zsched.client import held_functions
     monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
     with zsched.LocalCluster(n_executors=2, executor_heartbeat_interval="100ms",
                              in_process=True) as cluster:
@@ -205,7 +205,7 @@ def test_a_function_released_at_every_turn_still_reaches_every_task(in_process, 
     """Several threads submit tasks of one function larger than the client's limit: it is
     released at the end of nearly every turn, while more tasks of it are being submitted;
     each of those is sent with it again, and none fails."""
-    from zsched import held_functions
+    from zsched.client import held_functions
     monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
     with zsched.LocalCluster(n_executors=2, in_process=in_process) as cluster:
         client = cluster.client()
@@ -227,7 +227,7 @@ def test_a_function_released_while_a_task_of_it_is_being_submitted_is_sent_again
     leaves with the function, which is over the client's limit: it is not released before
     the second task is queued, and both run."""
     from zsched.client import submission as client_module
-    from zsched import held_functions
+    from zsched.client import held_functions
     monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
     dumps = client_module._dumps
     missed = []  # submit would take a failed wait here for a value pickle refused

@@ -1,8 +1,8 @@
 """Which functions a client releases: the least recently used, never a pinned one."""
 import pytest
 
-from zsched import held_functions
-from zsched.held_functions import HeldFunctions
+from zsched.client import held_functions
+from zsched.client.held_functions import HeldFunctions
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,7 @@
 """How ``Client.map`` groups calls into tasks (``zsched/map_calls.py``), without a cluster."""
 import pytest
 
-from zsched.map_calls import auto_chunk_size, chunks
+from zsched.client.map_calls import auto_chunk_size, chunks
 
 pytestmark = pytest.mark.unit
 

@@ -41,13 +41,13 @@ del _installed
 # does not pay for the client's imports (cloudpickle, tqdm, ...) at start.
 
 _SOURCES = {
-    "Client": "client", "TaskFuture": "future",
+    "Client": "client", "TaskFuture": "client.future",
     "Config": "config",
     "ConfigError": "errors", "DriverConnectionError": "errors", "MessageTooLarge": "errors",
     "ProtocolError": "errors", "RemoteTraceback": "errors", "TaskFailed": "errors",
     "ZschedError": "errors",
     "LocalCluster": "local_cluster",
-    "progress": "progress_bar",
+    "progress": "client.progress_bar",
     "SlurmCluster": "slurm_cluster",
     "SSHCluster": "ssh_cluster",
 }

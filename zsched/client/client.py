@@ -13,9 +13,9 @@ import zmq
 from .. import protocol as p
 from ..config import Config, check_url
 from ..errors import DriverConnectionError, TaskFailed
-from ..future import FuturesCondition
-from ..held_functions import HeldFunctions
-from ..map_calls import TASKS_PER_CORE, auto_chunk_size, check_chunk_arguments, MapResults, tasks_ahead
+from .future import FuturesCondition
+from .held_functions import HeldFunctions
+from .map_calls import TASKS_PER_CORE, auto_chunk_size, check_chunk_arguments, MapResults, tasks_ahead
 from ..security import load_keys
 from ..wakeup import WakeupPipe
 from ..embedded import start_cluster

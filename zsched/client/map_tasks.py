@@ -1,8 +1,8 @@
 """The tasks of one ``Client.map``: its calls grouped into tasks, submitted on demand."""
 import itertools
 
-from ..map_calls import CallsRunner, chunks, count_calls
-from ..progress_bar import ProgressBar
+from .map_calls import CallsRunner, chunks, count_calls
+from .progress_bar import ProgressBar
 
 
 class MapTasks:

@@ -6,7 +6,7 @@ from concurrent.futures._base import FINISHED
 
 from .. import protocol as p
 from ..errors import DriverConnectionError, TaskFailed
-from ..future import DONE_STATES
+from .future import DONE_STATES
 from ..protocol import MsgType, TaskState
 from ..runtime import gc_track
 

@@ -15,7 +15,7 @@ import cloudpickle
 
 from .. import protocol as p
 from ..errors import MessageTooLarge, TaskFailed
-from ..future import TaskFuture
+from .future import TaskFuture
 from ..protocol import MsgType
 from ..runtime import gc_untrack
 

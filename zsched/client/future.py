@@ -6,8 +6,8 @@ import threading
 import time
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 
-from .errors import TaskFailed, load_exception
-from .runtime import gc_track, gc_untrack
+from ..errors import TaskFailed, load_exception
+from ..runtime import gc_track, gc_untrack
 
 DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
 

@@ -8,7 +8,7 @@ whatever the chunk size. Executors import this module to run chunks: it stays sm
 import itertools
 import time
 
-from .errors import exception_payload, load_exception
+from ..errors import exception_payload, load_exception
 
 # map without a chunksize aims at this many tasks per core (balance, a live progress bar),
 # each of at most MAX_AUTO_CHUNK calls (bounded memory and latency per task)
