@@ -1,13 +1,16 @@
 """``zsched.Client``: a ``concurrent.futures.Executor`` that runs tasks on a zsched cluster.
 
-The calling threads pickle tasks and queue them. For a driver in another process, one I/O
-thread owns the DEALER socket (or the pipes of ``Client.over_pipes``), sends whatever has
-queued up as one SubmitTasks message (a lone task leaves at once, a flood leaves in large
-frames) and completes futures from TaskResults. For a driver in this process
-(``zsched.Client()``, a ``LocalCluster`` with ``in_process=True``) there is no socket and
-no I/O thread: the driver's thread takes the same messages from the queue and completes
-the futures itself (``zsched.channel``).
-"""
-from .client import Client, ClientOptions
+The parts (see ``client.py``): ``outbox`` (what waits to leave for the driver),
+``future_table`` and ``future`` (the futures and completing them), ``transport`` with
+``socket_transport``, ``pipe_transport`` and ``channel_transport`` (how the client reaches
+its driver), ``map_tasks`` and ``map_calls`` (``map``), ``held_functions``,
+``progress_bar``.
 
+Its names are imported on first use: an executor that runs a ``map``'s chunk of calls
+(``map_calls.CallsRunner``) does not import the rest of the client.
+"""
+from ..entry import lazy_exports
+
+_SOURCES = {"Client": "client", "ClientOptions": "client"}
 __all__ = ["Client", "ClientOptions"]
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)

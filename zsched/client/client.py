@@ -1,54 +1,57 @@
-"""``Client``, the ``concurrent.futures.Executor`` of zsched, and its ``ClientOptions`` view:
-connecting, submitting and mapping, the administration requests, and shutting down."""
+"""``Client``, the ``concurrent.futures.Executor`` of zsched, and its ``ClientOptions`` view.
+
+A client is made of three parts, each owning its state: an ``Outbox`` (what waits to leave
+for the driver, the function table, the submit lock), a ``FutureTable`` (futures by id,
+completing them, the callback thread) and a transport (``transport.py``: a socket, pipes,
+or the channel of a driver in this process). The client itself is the Executor contract
+and the administration requests.
+
+Threads: calling threads submit (they write the outbox and the future table); the thread
+that talks to the driver (the transport's I/O thread, or a driver's thread in this
+process) sends the outbox and completes futures; the table's callback thread runs the
+done-callbacks of futures completed by a driver's thread.
+"""
 import concurrent.futures
-import itertools
 import logging
 import os
+import pickle
 import threading
-import time
-from collections import deque
 
-import zmq
+import cloudpickle
 
 from .. import protocol as p
 from ..config import Config, check_url
-from ..errors import DriverConnectionError, TaskFailed
-from .future import FuturesCondition
-from .held_functions import HeldFunctions
-from .map_calls import TASKS_PER_CORE, auto_chunk_size, check_chunk_arguments, MapResults, tasks_ahead
-from ..security import load_keys
-from ..wakeup import WakeupPipe
 from ..embedded import start_cluster
-from .in_process import InProcess
-from .map_tasks import MapTasks, counted
-from .pipe_io import PipeIO
-from .results import Results
-from .socket_io import SocketIO
-from .submission import Submission
+from ..errors import DriverConnectionError, MessageTooLarge, TaskFailed
+from ..runtime import gc_untrack
+from ..security import load_keys
+from .channel_transport import ChannelTransport
+from .future import TaskFuture
+from .future_table import FutureTable
+from .map_tasks import run_map
+from .outbox import Outbox
+from .pipe_transport import PipeTransport
+from .socket_transport import SocketTransport
 
 log = logging.getLogger(__package__)
 
-_MAP_BATCH = 4096  # map hands tasks to the I/O thread in groups of this many
+_dumps = pickle.dumps
+_PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
-class Client(Submission, Results, SocketIO, PipeIO, InProcess,
-             concurrent.futures.Executor):
+class Client(concurrent.futures.Executor):
     """Submit Python callables to a zsched driver.
 
-    Its parts share one state, set up by ``_set_up``: ``Submission`` queues tasks and
-    turns the queue into messages, ``Results`` completes futures, and ``SocketIO``,
-    ``PipeIO`` and ``InProcess`` talk to the driver over a socket, pipes or a channel.
-
     ``Client()`` starts an embedded local cluster (its driver in a thread of this process,
-    and one executor process per core; see ``LocalCluster`` and its ``in_process``) and
-    stops it at shutdown; the driver's thread takes this client's tasks and completes its
-    futures itself (their done-callbacks run in a thread of the client's, and results are
-    unpickled by the thread that asks for them). ``Client("tcp://host:port",
-    secret_file=...)`` connects to a running driver; without a secret file (argument,
-    ``ZSCHED_SECRET_FILE`` or ``ZSCHED_SECRET``) it connects without security, which only
-    a driver started with ``--insecure`` accepts. ``Client.in_process(channel)`` and
-    ``Client.over_pipes(link, address)`` connect to a driver in this process, or over pipes
-    whose other end it holds (``LocalCluster.client()`` makes both).
+    and one executor process per core) and stops it at shutdown; the driver's thread takes
+    this client's tasks and completes its futures itself (their done-callbacks run in a
+    thread of the client's, and results are unpickled by the thread that asks for them).
+    ``Client("tcp://host:port", secret_file=...)`` connects to a running driver; without a
+    secret file (argument, ``ZSCHED_SECRET_FILE`` or ``ZSCHED_SECRET``) it connects without
+    security, which only a driver started with ``--insecure`` accepts.
+    ``Client.in_process(channel)`` and ``Client.over_pipes(link, address)`` connect to a
+    driver in this process, or over pipes whose other end it holds
+    (``LocalCluster.client()`` makes both).
     """
 
     def __init__(self, address=None, *, secret_file=None, timeout=30, retries=0):
@@ -56,17 +59,17 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         if address is None:
             # the driver in a thread of this process: no socket, no CURVE, no TCP, and no
             # thread of the client's between the caller and the driver
-            self._owned_cluster = start_cluster(os.cpu_count() or 1)
+            cluster = start_cluster(os.cpu_count() or 1)
             try:
-                self._start_in_process(self._owned_cluster.channel)
+                self._connect(ChannelTransport(cluster.channel, timeout, self._outbox, self._futures))
             except BaseException:
-                self._owned_cluster.close()
+                cluster.close()
                 raise
+            self._owned_cluster = cluster
             return
         check_url("address", address)
         keys = load_keys(secret_file)
-        self._context = zmq.Context()
-        self._start_io(lambda: self._open_socket(keys))
+        self._connect(SocketTransport(address, timeout, self._outbox, self._futures, keys))
 
     @classmethod
     def in_process(cls, channel, *, timeout=30, retries=0):
@@ -76,7 +79,7 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         of the client's)."""
         client = cls.__new__(cls)
         client._set_up(channel.address, timeout, retries)
-        client._start_in_process(channel)
+        client._connect(ChannelTransport(channel, timeout, client._outbox, client._futures))
         return client
 
     @classmethod
@@ -86,77 +89,52 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         The pipes reach the driver alone: nothing to authenticate."""
         client = cls.__new__(cls)
         client._set_up(address, timeout, retries)
-        client._link = link
-        client._start_io(client._connect_link)
+        client._connect(PipeTransport(address, timeout, client._outbox, client._futures, link))
         return client
 
     def _set_up(self, address, timeout, retries):
-        """The state every client starts with, connected to nothing yet."""
+        """The parts every client starts with, connected to nothing yet."""
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
-        self._closed = False
-        self._owned_cluster = None
-        self._channel = None              # to a driver in this process
-        self._lost = None                 # DriverConnectionError once the driver is gone
+        self.address = address
         self.timeout = timeout
         self.retries = retries
-        self.address = address
-        self._context = None
-        self._socket = None
-        self._socket_state = None
-        self._link = None
-        self._task_ids = itertools.count(1)
-        self._admin_ids = itertools.count(1)
-        self._futures = {}                # task id -> TaskFuture not yet completed
-        self._admin_futures = {}          # request id -> Future of a request not answered
-        self._cores_answer = None         # Future of the total cores, for the next map
-        # tasks ([id, digest, args, retries]) and control tuples, in order: callers append,
-        # only the thread that sends pops, all at once, so a flood leaves in large frames
-        self._outbox = deque()
-        self._cancels = deque()           # task ids cancelled since the I/O thread's last turn
-        self._function_blobs = {}         # digest -> cloudpickled function not yet sent
-        self._held_functions = HeldFunctions()  # the functions the driver holds for this client
-        self._function_cache = {}         # function -> (digest, size)
-        self._last_function = (None, None, 0)  # (function, digest, size) of the last submit
-        self._mapping = {}                # digest -> maps submitting tasks of it now
-        # held while submitting may be stopped (shutdown, a lost driver); submit re-checks
-        # instead, to keep a lock off its path. Reentrant: done-callbacks may submit
-        self._submit_lock = threading.RLock()
-        self._condition = FuturesCondition()  # shared by this client's TaskFutures
+        self._owned_cluster = None
         self._shutdown = False
-        # True once no message leaves for the driver any more (goodbye sent, driver lost)
-        self._io_stopped = False
-        self._io_done = threading.Event()  # set then
-        self._io_thread = None
-        # futures completed by the driver's thread run their done-callbacks in this thread
-        # of the client's, started at the first one (see TaskFuture._invoke_callbacks)
-        self._callback_queue = None
-        self._callback_lock = threading.Lock()
+        self._closed = False
+        self._transport = None
+        self._cores_answer = None  # Future of the total cores, for the next map
+        self._futures = FutureTable(self._cancelled, self._in_driver_thread)
+        self._outbox = Outbox(self._futures, self._wake)
 
-    def _start_in_process(self, channel):
-        self._channel = channel
-        self.address = channel.address
-        # the driver's loop polls this pipe: writing it wakes the driver itself
-        self._wakeup = channel.wakeup
-        self._connect_local(channel)
+    def _cancelled(self, task_id):
+        self._outbox.queue_cancel(task_id)
 
-    def _start_io(self, connect):
-        """Connect (``connect()``: over the socket or the link), then start the I/O thread."""
-        self._wakeup = WakeupPipe(keep_gil=True)
+    def _in_driver_thread(self):
+        return self._transport is not None and self._transport.in_driver_thread()
+
+    def _wake(self):
+        self._wakeup.wake()
+
+    def _connect(self, transport):
+        """Connect over ``transport``, then have it serve."""
+        self._transport = transport
+        self._wakeup = transport.wakeup
+        self.address = transport.address
         try:
-            connect()
+            welcome = transport.connect()
         except BaseException:
-            self._close_resources()
+            transport.close()
             raise
-        self._io_thread = threading.Thread(target=self._io_loop, name="zsched-client-io", daemon=True)
-        self._io_thread.start()
-
-    def _welcomed(self, welcome):
         self.app_id = welcome.app_id
         self.incarnation = welcome.incarnation
         self.config = Config.from_mapping(welcome.settings)
-        self._max_message_size = self.config.max_message_size
+        self._outbox.max_message_size = self.config.max_message_size
+        transport.welcomed(self.config)
         self._cores_answer = self._request(p.AdminTotalCores)  # for the first map
+        transport.start()
+
+    # ------------------------------------------------------------ submitting
 
     def submit(self, fn, /, *args, **kwargs):
         return self._submit(self.retries, fn, args, kwargs)
@@ -174,39 +152,79 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         """A view of this client whose ``submit`` and ``map`` use these options."""
         return ClientOptions(self, self.retries if retries is None else retries)
 
-    def _map(self, retries, fn, iterables, timeout, chunksize, buffersize, progress):
-        check_chunk_arguments(chunksize, buffersize)
-        end_time = None if timeout is None else timeout + time.monotonic()
-        calls = None  # unknown with a buffersize: the iterables may not end
-        if buffersize is None and (chunksize is None or progress):
-            iterables, calls = counted(iterables)
-        if chunksize is None:
-            wanted = calls if buffersize is None else buffersize
-            chunksize = 1 if wanted < 2 * TASKS_PER_CORE else auto_chunk_size(wanted, self._total_cores())
-        tasks = MapTasks(self, fn, iterables, chunksize, retries, calls if progress else False)
-        if buffersize is None:
-            try:
-                futures = deque()
-                while True:
-                    submitted = tasks.submit(max(1, _MAP_BATCH // chunksize))
-                    if not submitted:
-                        break
-                    futures.extend(submitted)
-            finally:
-                tasks.release_function()
-            return MapResults.of(futures, tasks.chunked, end_time)
+    def _check_open(self):
+        if self._shutdown:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        if self._futures.lost is not None:
+            raise self._futures.lost
+
+    def _submit(self, retries, fn, args, kwargs):
+        # a flood's hot path, without a lock: shutdown and a lost driver are checked again
+        # once the future is registered, so one racing with them never stays pending
+        futures = self._futures
+        if self._shutdown or futures.lost is not None:
+            self._check_open()
+        outbox = self._outbox
+        last = outbox.last_function  # one tuple: read at once, whatever other threads do
+        lock = None
+        if fn is last[0]:
+            digest, fn_size = last[1], last[2]
+        else:
+            # held until the row is queued: the function (pickled now, or held by the
+            # driver) is not released meanwhile (``Outbox._pinned_functions``)
+            lock = outbox.lock
+            lock.acquire()
         try:
-            futures = deque(tasks.submit(tasks_ahead(buffersize, chunksize)))
-        except BaseException:
-            tasks.end()
-            raise
-        return MapResults.of(futures, tasks.chunked, end_time, tasks.submit_one, tasks.end)
+            if lock is not None:
+                digest, fn_size = outbox.function_digest(fn)
+            task_id = next(futures.task_ids)
+            future = TaskFuture(futures, task_id, futures.condition)
+            try:
+                payload = _dumps((args, kwargs), _PICKLE_PROTOCOL)
+            except Exception:
+                payload = cloudpickle.dumps((args, kwargs), protocol=_PICKLE_PROTOCOL)
+            if len(payload) + fn_size > outbox.max_message_size:
+                return self._too_large(future, len(payload) + fn_size)
+            futures.tasks[task_id] = future
+            row = [task_id, digest, payload, retries]
+            gc_untrack(row)  # ints and bytes: in no cycle
+            outbox.rows.append(row)
+        finally:
+            if lock is not None:
+                lock.release()
+        wakeup = self._wakeup
+        if not wakeup.pending:  # else the sending thread is awake and takes this row too
+            wakeup.wake()
+        if self._shutdown or futures.lost is not None:
+            self._submitted_while_closing(future)
+        return future
+
+    def _too_large(self, future, size):
+        future.set_exception(MessageTooLarge(f"task {future.task_id}", size,
+                                             self._outbox.max_message_size))
+        return future
+
+    def _map(self, retries, fn, iterables, timeout, chunksize, buffersize, progress):
+        return run_map(self._outbox, self._futures, self._check_open, self._total_cores,
+                       retries, fn, iterables, timeout, chunksize, buffersize, progress)
+
+    def _submitted_while_closing(self, future):
+        """``future`` was registered while the client shut down or lost its driver: the
+        shutdown or the failing sweep may have missed it. After a lost driver it fails
+        like the others; after a shutdown the submission is withdrawn (cancelled, and
+        ``RuntimeError`` as for any submit after shutdown) unless it already completed."""
+        lost = self._futures.lost
+        if lost is not None:
+            self._futures.fail(future.task_id, lost)
+            return
+        if future.cancel():
+            raise RuntimeError("cannot schedule new futures after shutdown")
 
     def _total_cores(self):
         """Cores of the registered executors, as the driver counted them when last asked.
         Each map takes the answer to the request sent before it (at connection, or by the
         previous map) and asks again for the next one: a map does not wait on the driver."""
-        with self._submit_lock:
+        with self._outbox.lock:
             answer = self._cores_answer
             self._cores_answer = self._request(p.AdminTotalCores)
         return self._answer(answer or self._cores_answer, p.AdminTotalCores)
@@ -222,16 +240,16 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
     def _request(self, message_type, *args):
         """Send admin message ``message_type`` with these arguments: the future of the
         driver's answer."""
-        with self._submit_lock:
-            if self._lost is not None:
-                raise self._lost
-            if self._io_stopped:
+        with self._outbox.lock:
+            if self._futures.lost is not None:
+                raise self._futures.lost
+            if self._outbox.stopped:
                 raise RuntimeError("the client is shut down")
-            request_id = next(self._admin_ids)
+            request_id = next(self._futures.request_ids)
             msg = message_type(request_id, *args)
             p.check(msg)  # what the driver's decode would refuse fails here, not there
-            future = self._admin_futures[request_id] = concurrent.futures.Future()
-            self._queue_control(("admin", msg))
+            future = self._futures.add_request(request_id)
+            self._outbox.queue_control(msg)
         return future
 
     def _answer(self, future, message_type, timeout=None):
@@ -293,30 +311,28 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
     @property
     def transport(self):
         """How this client reaches its driver: "socket", "pipes" or "in-process"."""
-        if self._channel is not None:
-            return "in-process"
-        return "pipes" if self._link is not None else "socket"
+        return self._transport.kind
 
     @property
     def socket(self):
         """The DEALER connected to the driver (None over pipes or in process). Its options
         may be read; only the client's I/O thread uses it."""
-        return self._socket
+        return getattr(self._transport, "socket", None)
 
     @property
     def link(self):
         """The ``PipeLink`` to the driver (None unless the client talks over pipes)."""
-        return self._link
+        return getattr(self._transport, "link", None)
 
     @property
     def connection_error(self):
         """The DriverConnectionError that ended the connection, or None while it holds."""
-        return self._lost
+        return self._futures.lost
 
     # ------------------------------------------------------------ shutting down
 
     def shutdown(self, wait=True, *, cancel_futures=False):
-        with self._submit_lock:
+        with self._outbox.lock:
             already = self._shutdown
             self._shutdown = True
         if already and self._closed:
@@ -324,7 +340,7 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         if cancel_futures:
             self._cancel_queued()
         if wait:
-            concurrent.futures.wait(list(self._futures.values()))
+            concurrent.futures.wait(list(self._futures.tasks.values()))
             self._close()
         else:
             threading.Thread(target=self._close_when_done, name="zsched-client-close",
@@ -334,67 +350,42 @@ class Client(Submission, Results, SocketIO, PipeIO, InProcess,
         """Cancel the futures of the tasks no executor holds yet, as the driver finds them;
         those an executor holds go on, as ``Executor.shutdown(cancel_futures=True)``
         leaves running futures alone."""
-        if self._futures and not self._in_driver_thread():
+        if self._futures.tasks and not self._in_driver_thread():
             try:
                 self._admin(p.CancelQueuedTasks)  # cancelled when it returns
                 return
             except (DriverConnectionError, RuntimeError) as exc:
                 log.warning("cancelling every pending future: %s", exc)
-        for future in list(self._futures.values()):
+        for future in list(self._futures.tasks.values()):
             future.cancel()
 
     def close(self):
         """Shut down at once: tasks not started are cancelled, and futures of tasks still
         running fail with TaskFailed. Used when the cluster itself goes away."""
-        with self._submit_lock:
+        with self._outbox.lock:
             self._shutdown = True
-        for future in list(self._futures.values()):
+        for future in list(self._futures.tasks.values()):
             future.cancel()
         self._close()
 
     def _close_when_done(self):
-        concurrent.futures.wait(list(self._futures.values()))
+        concurrent.futures.wait(list(self._futures.tasks.values()))
         self._close()
 
     def _close(self):
         if self._closed:
             return
         self._closed = True
-        if not self._io_stopped:
-            with self._submit_lock:
-                self._queue_control(("goodbye",))
+        if not self._outbox.stopped:
+            with self._outbox.lock:
+                self._outbox.queue_control(p.ClientGoodbye())
             # the I/O thread, or the driver's thread in this process, sends it or stops
-            # (not waited for in the driver's thread itself: a done-callback that shuts down)
-            if not self._in_driver_thread():
-                self._io_done.wait(self.timeout)
-            if self._io_thread is not None:
-                self._io_thread.join(self.timeout)
-        self._fail_all(TaskFailed("the client was shut down"))
-        with self._callback_lock:
-            if self._callback_queue is not None:
-                self._callback_queue.put(None)  # the callbacks queued before it still run
-                self._callback_queue = None     # one queued later starts a thread of its own
-        self._close_resources()
+            self._transport.wait_stopped(self.timeout)
+        self._futures.fail_all(TaskFailed("the client was shut down"))
+        self._futures.stop_callbacks()
+        self._transport.close()
         if self._owned_cluster is not None:
             self._owned_cluster.close()
-
-    def _close_resources(self):
-        if self._channel is not None:
-            return  # no socket; the wake-up pipe is the channel's
-        if self._io_thread is not None and self._io_thread.is_alive():
-            # one thread owns the socket: one that did not stop in time keeps it
-            log.warning("the client's I/O thread did not stop within %s s", self.timeout)
-            return
-        if self._link is not None:
-            self._link.close()
-        sock = self._socket
-        if sock is not None:
-            sock.disable_monitor()
-            self._monitor.close(linger=0)
-            sock.close(linger=0 if self._lost else 1000)
-        if self._context is not None:
-            self._context.term()
-        self._wakeup.close()
 
     def __enter__(self):
         return self

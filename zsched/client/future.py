@@ -7,9 +7,11 @@ import time
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 
 from ..errors import TaskFailed, load_exception
+from ..task_state import TaskState
 from ..runtime import gc_track, gc_untrack
 
 DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
+_FINISHED, _FAILED, _KILLED = int(TaskState.FINISHED), int(TaskState.FAILED), int(TaskState.KILLED)
 
 
 class FuturesCondition(_thread.RLock):
@@ -42,7 +44,7 @@ class FuturesCondition(_thread.RLock):
 class Waiters(list):
     """A future's waiters: ``concurrent.futures.wait`` and ``as_completed`` put theirs in
     and take them out. The future empties it once it has told them it is done
-    (``Client._notify_one``, ``TaskFuture.cancel`` and ``set_exception``): it has nothing
+    (``complete_batch``, ``TaskFuture.cancel`` and ``set_exception``): it has nothing
     more to tell them, and a waiter keeps the futures it was told of (its
     ``finished_futures``), so a waiter left in would make a cycle with the future. With
     none, a future waited for stays out of the cyclic GC, and so does this list. A waiter
@@ -64,7 +66,7 @@ class TaskFuture(concurrent.futures.Future):
     client share the client's condition instead, and make their lists of waiters and
     done-callbacks only when something asks for one (under the condition, like every use
     of them): a future is one object for the GC. A batch of results completes under one
-    acquisition of the condition (``Client._complete``). The attributes that
+    acquisition of the condition (``complete_batch``). The attributes that
     ``concurrent.futures.wait``, ``as_completed`` and the base methods use stay.
     A notification on the shared condition wakes every thread waiting on one of the
     client's futures, so ``result`` and ``exception`` wait in a loop until their own
@@ -73,8 +75,8 @@ class TaskFuture(concurrent.futures.Future):
     A future is also kept out of the cyclic GC (``gc_untrack``) for as long as it can be in
     no reference cycle: with a flood of futures alive, the GC's full collections traversed
     them all, again and again (a fifth of the client's time). What it refers to while it is
-    out is its client (alive while its thread runs), its result (unpickled: new objects, and
-    objects pickled by name, which modules hold anyway), plain values, and the waiters of
+    out is its client's FutureTable (alive while the client is), its result (unpickled: new
+    objects, and objects pickled by name, which modules hold anyway), plain values, and the waiters of
     ``concurrent.futures.wait`` and ``as_completed`` until it tells them it is done (see
     ``Waiters``). It goes back in before it can be in a cycle: when a list of
     done-callbacks is made (they may refer to the future), and when it gets an exception
@@ -90,7 +92,7 @@ class TaskFuture(concurrent.futures.Future):
 
     __slots__ = ("_waiter_list", "_callback_list", "_payload", "_failure_payload")
 
-    def __init__(self, client, task_id, condition):
+    def __init__(self, table, task_id, condition):
         # Future.__init__'s attributes in its order: they stay in CPython's shared-key
         # storage, so no dict is made per future (one more object for the GC)
         self._condition = condition
@@ -101,9 +103,14 @@ class TaskFuture(concurrent.futures.Future):
         self._callback_list = None
         self._payload = None          # a pickled result, not unpickled yet
         self._failure_payload = None  # a pickled exception (exception_payload), not yet either
-        self._client = client
+        self._table = table  # its client's FutureTable
         self._task_id = task_id
         gc_untrack(self)
+
+    @property
+    def task_id(self):
+        """The id of this future's task at its client."""
+        return self._task_id
 
     @property
     def _waiters(self):
@@ -135,8 +142,8 @@ class TaskFuture(concurrent.futures.Future):
                     for waiter in waiters:
                         waiter.add_cancelled(self)
                     waiters.clear()  # see Waiters
-        if first and self._client is not None:
-            self._client._cancel_task(self._task_id)
+        if first and self._table is not None:
+            self._table.cancel_task(self._task_id)
         return True
 
     def set_exception(self, exception):
@@ -147,11 +154,11 @@ class TaskFuture(concurrent.futures.Future):
 
     def _invoke_callbacks(self):
         if self._callback_list:  # without making the list when there is none
-            client = self._client
-            if client is not None and client._in_driver_thread():
+            table = self._table
+            if table is not None and table.in_driver_thread():
                 # the user's code never runs in the driver's loop: a slow or waiting
                 # callback would stall the cluster (its heartbeats, its other clients)
-                client._run_callbacks_later(self)
+                table.run_callbacks_later(self)
             else:
                 super()._invoke_callbacks()
 
@@ -228,3 +235,55 @@ class TaskFuture(concurrent.futures.Future):
                 condition.wait(remaining)
         finally:
             condition.release()
+
+
+def complete_batch(pop_future, condition, results):
+    """Complete the futures of a TaskResults batch, under one acquisition of their shared
+    ``condition`` (``Future.set_result`` would take and notify it once per future).
+    ``pop_future(task_id, None)`` takes a pending future out of its table."""
+    with_callbacks = []
+    killed = []
+    with condition:
+        for task_id, state, payload in results:
+            future = pop_future(task_id, None)
+            if future is None:
+                continue  # unknown, or cancelled by the caller meanwhile
+            if future._state in DONE_STATES:
+                continue  # cancelled by the caller meanwhile
+            # results and exceptions stay bytes until asked for (TaskFuture._load): not
+            # unpickled here, which may be the thread of a driver in this process
+            if state == _FINISHED:
+                future._payload = payload
+            elif state == _FAILED:
+                future._failure_payload = payload
+                gc_track(future)  # it will hold an exception (see TaskFuture)
+            elif state == _KILLED:
+                killed.append(future)
+                continue
+            else:
+                future._exception = TaskFailed(payload.decode(errors="replace"))
+                gc_track(future)
+            future._state = FINISHED
+            if future._waiter_list or future._callback_list:
+                _notify_one(future, state != _FINISHED, with_callbacks)
+        condition.notify_all()
+    for future in with_callbacks:  # outside the lock, as Future.set_result does
+        future._invoke_callbacks()
+    for future in killed:
+        future.cancel()
+
+
+def _notify_one(future, failed, with_callbacks):
+    """What ``Future.set_result`` does besides notifying the condition: tell the waiters of
+    ``concurrent.futures.wait`` and ``as_completed``, and note the callbacks to run."""
+    waiters = future._waiter_list
+    if waiters:
+        if not failed:
+            for waiter in waiters:
+                waiter.add_result(future)
+        else:
+            for waiter in waiters:
+                waiter.add_exception(future)
+        waiters.clear()  # told, once for all (see Waiters)
+    if future._callback_list:
+        with_callbacks.append(future)

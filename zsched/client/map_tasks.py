@@ -1,50 +1,125 @@
 """The tasks of one ``Client.map``: its calls grouped into tasks, submitted on demand."""
 import itertools
+import pickle
+import time
+from collections import deque
 
-from .map_calls import CallsRunner, chunks, count_calls
+import cloudpickle
+
+from ..errors import MessageTooLarge
+from ..runtime import gc_untrack
+from .map_calls import (TASKS_PER_CORE, CallsRunner, MapResults, auto_chunk_size,
+                        check_chunk_arguments, chunks, count_calls, tasks_ahead)
 from .progress_bar import ProgressBar
+
+_MAP_BATCH = 4096  # map hands tasks to the sending thread in groups of this many
+_NO_KWARGS = {}
+
+
+def run_map(outbox, futures, check_open, total_cores, retries, fn, iterables, timeout,
+            chunksize, buffersize, progress):
+    """``Client.map``: the iterator of its results (``MapResults``). The tasks go to
+    ``outbox`` and their futures to ``futures``; ``total_cores()`` is the executors' cores,
+    for an automatic chunk size."""
+    check_chunk_arguments(chunksize, buffersize)
+    end_time = None if timeout is None else timeout + time.monotonic()
+    calls = None  # unknown with a buffersize: the iterables may not end
+    if buffersize is None and (chunksize is None or progress):
+        iterables, calls = counted(iterables)
+    if chunksize is None:
+        wanted = calls if buffersize is None else buffersize
+        chunksize = 1 if wanted < 2 * TASKS_PER_CORE else auto_chunk_size(wanted, total_cores())
+    tasks = MapTasks(outbox, futures, check_open, fn, iterables, chunksize, retries,
+                     calls if progress else False)
+    if buffersize is None:
+        try:
+            submitted = deque()
+            while True:
+                batch = tasks.submit(max(1, _MAP_BATCH // chunksize))
+                if not batch:
+                    break
+                submitted.extend(batch)
+        finally:
+            tasks.release_function()
+        return MapResults.of(submitted, tasks.chunked, end_time)
+    try:
+        submitted = deque(tasks.submit(tasks_ahead(buffersize, chunksize)))
+    except BaseException:
+        tasks.end()
+        raise
+    return MapResults.of(submitted, tasks.chunked, end_time, tasks.submit_one, tasks.end)
 
 
 class MapTasks:
-    """The tasks of one ``map``: its calls grouped into tasks, submitted on demand."""
+    """The tasks of one ``map``: its calls grouped into tasks, submitted on demand.
 
-    def __init__(self, client, fn, iterables, chunksize, retries, progress_total):
-        self.client = client
+    It queues rows in the client's ``outbox`` and registers their futures in its
+    ``futures`` table; ``check_open()`` raises once the client takes no more tasks.
+    The map's function is pickled once, and held at the driver until the map ends
+    (``release_function``)."""
+
+    def __init__(self, outbox, futures, check_open, fn, iterables, chunksize, retries,
+                 progress_total):
+        self.outbox = outbox
+        self.futures = futures
+        self.check_open = check_open
         self.retries = retries
         self.chunked = chunksize > 1
         if self.chunked:
             fn, self.groups = CallsRunner(fn), chunks(iterables, chunksize)
         else:
             self.groups = ((args, 1) for args in zip(*iterables))
-        with client._submit_lock:
-            client._check_open()
-            self.digest, self.fn_size = client._function_digest(fn)
-            # pickled once for every task of this map: not released before the last is out
-            client._mapping[self.digest] = client._mapping.get(self.digest, 0) + 1
+        with outbox.lock:
+            check_open()
+            self.digest, self.fn_size = outbox.start_map(fn)
         self.bar = None
         if progress_total is not False:
             self.bar = ProgressBar(progress_total, desc="map", unit="call")
 
     def submit(self, n):
         """Futures of the next ``n`` tasks at most (fewer once the calls run out)."""
-        submitted = self.client._submit_groups(self.digest, self.fn_size,
-                                               itertools.islice(self.groups, n), self.retries)
+        submitted = self._queue(itertools.islice(self.groups, n))
         if self.bar is not None:
             count = count_calls if self.chunked else None
             for future, calls in submitted:
                 self.bar.watch(future, calls, count)
         return [future for future, _ in submitted]
 
+    def _queue(self, groups):
+        """``[(future, calls), ...]`` for tasks of these ``(args, calls)`` groups, queued."""
+        submitted = []
+        rows = []
+        outbox, futures = self.outbox, self.futures
+        limit = outbox.max_message_size
+        with outbox.lock:
+            self.check_open()
+            for args, calls in groups:
+                future = futures.new_task()
+                submitted.append((future, calls))
+                try:
+                    payload = pickle.dumps((args, _NO_KWARGS), protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception:
+                    payload = cloudpickle.dumps((args, _NO_KWARGS), protocol=pickle.HIGHEST_PROTOCOL)
+                size = len(payload) + self.fn_size
+                if size > limit:
+                    future.set_exception(MessageTooLarge(f"task {future.task_id}", size, limit))
+                    continue
+                futures.tasks[future.task_id] = future
+                # a list: the row of SubmitTasks as the driver decodes it; ints and bytes,
+                # in no cycle: out of the GC
+                row = [future.task_id, self.digest, payload, self.retries]
+                gc_untrack(row)
+                rows.append(row)
+            if rows:
+                outbox.queue_rows(rows)
+        return submitted
+
     def submit_one(self):
         """The next task's future, or None once the calls are all out."""
         return next(iter(self.submit(1)), None)
 
     def release_function(self):
-        client = self.client
-        with client._submit_lock:
-            left = client._mapping.pop(self.digest) - 1
-            if left:
-                client._mapping[self.digest] = left
+        self.outbox.end_map(self.digest)
 
     def end(self):
         """The map is over before all its tasks ended: its bar closes now."""

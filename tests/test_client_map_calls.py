@@ -1,4 +1,4 @@
-"""How ``Client.map`` groups calls into tasks (``zsched/map_calls.py``), without a cluster."""
+"""How ``Client.map`` groups calls into tasks (``zsched/client/map_calls.py``), without a cluster."""
 import pytest
 
 from zsched.client.map_calls import auto_chunk_size, chunks

@@ -1,6 +1,5 @@
-"""The I/O thread and the DEALER socket to a driver in another process: hello and welcome,
-ZMTP heartbeats, sending the queue, receiving, and the connection lost."""
-import logging
+"""A DEALER socket to a driver in another process: hello and welcome, ZMTP heartbeats,
+the I/O thread's loop, and the connection lost."""
 import os
 import time
 
@@ -12,22 +11,27 @@ from ..errors import DriverConnectionError
 from ..security import HandshakeWatch, make_client
 from ..socket_options import heartbeat_options
 from ..socket_state import SocketState
-
-log = logging.getLogger(__package__)  # zsched.client, for every module of the client
+from .transport import IOThreadTransport
 
 _POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
 
 
-class SocketIO:
-    """The part of ``Client`` that owns the I/O thread and, for a driver reached over TCP
-    or IPC, its DEALER socket."""
+class SocketTransport(IOThreadTransport):
+    """The client's DEALER socket to the driver at ``address``, with CURVE ``keys`` (None:
+    no security). The socket is made in ``connect`` and used by the I/O thread alone."""
 
-    def _open_socket(self, keys):
-        self._socket = self._connect(keys)
-        self._socket_state = SocketState(self._socket)  # its ZMQ_EVENTS, read cheaply
+    kind = "socket"
 
-    def _connect(self, keys):
-        """The DEALER socket connected to the driver, after its ClientWelcome.
+    def __init__(self, address, timeout, outbox, futures, keys):
+        super().__init__(address, timeout, outbox, futures)
+        self._keys = keys
+        self._context = zmq.Context()
+        self.socket = None
+        self._socket_state = None
+        self._monitor = None
+
+    def connect(self):
+        """The driver's ClientWelcome, over a DEALER socket connected to it.
 
         Its ZMTP heartbeats are the driver's (``zmq_heartbeat_*``): ZeroMQ copies a socket's
         heartbeat options into a connection when it makes it, and the driver's settings
@@ -36,19 +40,20 @@ class SocketIO:
         connects again with the driver's values (one more handshake, only then)."""
         deadline = time.monotonic() + self.timeout
         heartbeats = heartbeat_options(Config())
-        sock, welcome = self._hello(keys, heartbeats, deadline)
+        sock, welcome = self._hello(heartbeats, deadline)
         wanted = heartbeat_options(Config.from_mapping(welcome.settings))
         if wanted != heartbeats:
             try:
                 sock.send(p.encode(p.ClientGoodbye()))
             finally:
                 sock.close(linger=1000)  # the goodbye still leaves; close does not wait
-            sock, welcome = self._hello(keys, wanted, deadline)
-        self._welcomed(welcome)
+            sock, welcome = self._hello(wanted, deadline)
         self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        return sock
+        self.socket = sock
+        self._socket_state = SocketState(sock)  # its ZMQ_EVENTS, read cheaply
+        return welcome
 
-    def _hello(self, keys, heartbeats, deadline):
+    def _hello(self, heartbeats, deadline):
         """A new connection with these heartbeat options, and the driver's ClientWelcome."""
         sock = self._context.socket(zmq.DEALER)
         sock.linger = 1000
@@ -56,9 +61,9 @@ class SocketIO:
         sock.rcvhwm = 100_000
         for option, value in heartbeats.items():
             sock.set(option, value)
-        if keys is not None:
-            make_client(sock, keys)
-        watch = HandshakeWatch(sock, has_secret=keys is not None)
+        if self._keys is not None:
+            make_client(sock, self._keys)
+        watch = HandshakeWatch(sock, has_secret=self._keys is not None)
         try:
             sock.connect(self.address)
             sock.send(p.encode(p.ClientHello(os.getpid())))
@@ -84,45 +89,11 @@ class SocketIO:
         finally:
             watch.close()
 
-    def _io_loop(self):
-        try:
-            if self._link is not None:
-                self._serve_link()
-            else:
-                self._serve_socket()
-            log.debug("client I/O thread ended: %s", self._lost or "shutdown")
-        except Exception as exc:
-            log.exception("client I/O thread ended by an error")
-            self._connection_failed(DriverConnectionError(f"the client's connection failed: {exc!r}"))
-        finally:
-            self._io_stopped = True
-            self._io_done.set()
-
-    def _poll(self, poller, idle_ms=1000):
-        """Wait for something to do (``idle_ms`` at most when nothing is queued): what poll
-        returned.
-
-        Calling threads write the wake-up pipe only while ``pending`` is False, that is while
-        this thread sleeps in poll with nothing queued: during a flood they make no system
-        call (which would also hand this thread the GIL for a turn that takes one row), and
-        each turn takes all the rows queued meanwhile."""
-        wakeup = self._wakeup
-        if self._outbox or self._cancels:
-            events = dict(poller.poll(0))
-        else:
-            wakeup.pending = False
-            idle = not (self._outbox or self._cancels)  # after pending: none is missed
-            events = dict(poller.poll(idle_ms if idle else 0))
-            wakeup.pending = True
-        if wakeup.fd in events:
-            wakeup.drain()
-        return events
-
-    def _serve_socket(self):
-        sock = self._socket
+    def serve(self):
+        sock = self.socket
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
-        poller.register(self._wakeup.fd, zmq.POLLIN)
+        poller.register(self.wakeup.fd, zmq.POLLIN)
         poller.register(self._monitor, zmq.POLLIN)
         while True:
             events = self._poll(poller)
@@ -137,15 +108,27 @@ class SocketIO:
 
     def _receive(self, drain=False):
         """Handle the messages waiting from the driver. Unless ``drain``, stop after the
-        first frame once new submissions wait to leave: while a calling thread floods the client, each
-        ``recv`` gives that thread the GIL and waits to get it back, so a long run of them
-        would leave the driver without tasks."""
-        sock = self._socket
+        first frame once new submissions wait to leave: while a calling thread floods the
+        client, each ``recv`` gives that thread the GIL and waits to get it back, so a long
+        run of them would leave the driver without tasks."""
+        sock = self.socket
         state = self._socket_state
+        outbox = self._outbox
         # ZMQ_EVENTS rather than recv until zmq.Again: an exception per turn costs more
         first = True
         while state.events() & _POLLIN:
-            if not (first or drain) and (self._outbox or self._cancels):
+            if not (first or drain) and (outbox.rows or outbox.cancels):
                 return  # one frame per turn at least: results are never starved either
             first = False
-            self._from_driver_frame(sock.recv(zmq.NOBLOCK))
+            self._deliver_frame(sock.recv(zmq.NOBLOCK))
+
+    def close(self):
+        if not self.stopped_in_time():
+            return  # one thread owns the socket: one that did not stop in time keeps it
+        sock = self.socket
+        if sock is not None:
+            sock.disable_monitor()
+            self._monitor.close(linger=0)
+            sock.close(linger=0 if self._futures.lost else 1000)
+        self._context.term()
+        super().close()

@@ -1,6 +1,6 @@
 """The client's connection to its driver: the ZMTP heartbeats it takes from the driver,
-and a driver lost or stopped during a flood (zsched/client/socket_io.py,
-zsched/client/in_process.py; the pipes' side is in test_pipe_link.py)."""
+and a driver lost or stopped during a flood (zsched/client/socket_transport.py,
+zsched/client/channel_transport.py; the pipes' side is in test_pipe_link.py)."""
 import concurrent.futures
 import os
 import signal

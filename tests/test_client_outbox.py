@@ -1,6 +1,6 @@
 """Submitting to the client: floods of tasks from one thread or many, control messages
 that keep their place among them, cancelling and shutting down during a flood, and the
-functions the driver holds for a client (zsched/client/submission.py)."""
+functions the driver holds for a client (zsched/client/client.py, zsched/client/outbox.py)."""
 import concurrent.futures
 import functools
 import threading
@@ -226,7 +226,7 @@ def test_a_function_released_while_a_task_of_it_is_being_submitted_is_sent_again
     """The submit of a second task pickles its arguments slowly; meanwhile the first task
     leaves with the function, which is over the client's limit: it is not released before
     the second task is queued, and both run."""
-    from zsched.client import submission as client_module
+    from zsched.client import client as client_module
     from zsched.client import held_functions
     monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
     dumps = client_module._dumps
@@ -235,7 +235,7 @@ def test_a_function_released_while_a_task_of_it_is_being_submitted_is_sent_again
     def slow_dumps(value, protocol):
         if value == ((-1,), {}):
             try:  # meanwhile the I/O thread's turn takes the first task, with the function
-                wait_for(lambda: len(client._held_functions) == 1, timeout=30,
+                wait_for(lambda: len(client._outbox.held_functions) == 1, timeout=30,
                          message="the first task to leave with its function")
             except AssertionError as exc:
                 missed.append(exc)

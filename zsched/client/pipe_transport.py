@@ -1,5 +1,5 @@
-"""The I/O thread's side of a driver reached over pipes (``Client.over_pipes``): hello and
-welcome, and pings to a silent driver, which pipes do not notice."""
+"""A pair of pipes to the driver of a ``LocalCluster`` (``Client.over_pipes``): hello and
+welcome, the I/O thread's loop, and pings to a silent driver, which pipes do not notice."""
 import logging
 import os
 import select
@@ -10,6 +10,7 @@ import zmq
 from .. import protocol as p
 from ..errors import DriverConnectionError
 from ..liveness import DRIVER, HeartbeatMonitor
+from .transport import IOThreadTransport
 
 log = logging.getLogger(__package__)  # zsched.client, for every module of the client
 
@@ -18,13 +19,21 @@ log = logging.getLogger(__package__)  # zsched.client, for every module of the c
 _PING = p.encode(p.AdminPing(0))
 
 
-class PipeIO:
-    """The part of ``Client`` that talks to its driver over a ``PipeLink``."""
+class PipeTransport(IOThreadTransport):
+    """The client's ``PipeLink`` to its driver, whose other end the driver holds. The
+    pipes reach the driver alone: nothing to authenticate. The I/O thread alone uses them
+    once connected."""
 
-    def _connect_link(self):
-        """Say hello over ``_link`` and wait for the driver's ClientWelcome. The pipes were
-        inherited by the driver from this process: nothing to authenticate."""
-        link = self._link
+    kind = "pipes"
+
+    def __init__(self, address, timeout, outbox, futures, link):
+        super().__init__(address, timeout, outbox, futures)
+        self.link = link
+        self._heartbeats = None  # (interval, timeout): the driver's, from its welcome
+
+    def connect(self):
+        """Say hello over the link and wait for the driver's ClientWelcome."""
+        link = self.link
         deadline = time.monotonic() + self.timeout
         gone = DriverConnectionError(f"cannot connect to driver {self.address}: "
                                      "it closed its end of the pipes")
@@ -46,31 +55,32 @@ class PipeIO:
             for frame in link.receive():
                 msg = p.decode(frame)
                 if isinstance(msg, p.ClientWelcome):
-                    self._welcomed(msg)
-                    link.max_frame = p.frame_limit(self._max_message_size)
-                    return
+                    return msg
             if link.error is not None:
                 raise DriverConnectionError(f"cannot connect to driver {self.address}: {link.error}")
             if link.closed_by_peer:
                 raise gone
 
-    def _serve_link(self):
-        """``_serve_socket`` for a client that talks to its driver over pipes (``_link``):
-        the end of the driver's pipe is its connection lost.
+    def welcomed(self, config):
+        """The driver's settings (a ``Config``): its frame limit and heartbeats."""
+        self.link.max_frame = p.frame_limit(config.max_message_size)
+        self._heartbeats = (config.executor_heartbeat_interval, config.executor_heartbeat_timeout)
+
+    def serve(self):
+        """The I/O thread's loop: the end of the driver's pipe is its connection lost.
 
         Pipes have no heartbeats, and a driver that is stopped (SIGSTOP) or hung keeps its
         end open. So while tasks or requests wait, a driver silent for
-        ``executor_heartbeat_interval`` is pinged (an AdminPing its loop answers), and
-        one silent for longer than ``executor_heartbeat_timeout`` is lost, as its executors
+        ``executor_heartbeat_interval`` is pinged (an AdminPing its loop answers), and one
+        silent for longer than ``executor_heartbeat_timeout`` is lost, as its executors
         judge it (``HeartbeatMonitor``): every pending future fails."""
-        link = self._link
+        link = self.link
         poller = zmq.Poller()
         poller.register(link.read_fd, zmq.POLLIN)
-        poller.register(self._wakeup.fd, zmq.POLLIN)
+        poller.register(self.wakeup.fd, zmq.POLLIN)
         polling_writes = False
-        timeout = self.config.executor_heartbeat_timeout
-        monitor = HeartbeatMonitor(self.config.executor_heartbeat_interval, timeout,
-                                   send_when_quiet=True, clock=time.monotonic)
+        interval, timeout = self._heartbeats
+        monitor = HeartbeatMonitor(interval, timeout, send_when_quiet=True, clock=time.monotonic)
         monitor.heard(DRIVER)
         while True:
             idle_ms = max(1, int(min(monitor.until_send(), 1.0) * 1000))
@@ -79,16 +89,10 @@ class PipeIO:
                 goodbye = self._send_outbox(link.send)
                 if link.write_fd in events:
                     link.flush()
-                now = monitor.clock()
-                if link.read_fd in events or not (self._futures or self._admin_futures):
-                    monitor.heard(DRIVER, now)  # silence counts only while something waits
-                elif monitor.is_silent(DRIVER, now):
-                    self._driver_silent(timeout)
+                if self._check_driver(monitor, link.read_fd in events):
                     return
-                elif monitor.due_to_send(now):
-                    link.send(_PING)
             except BrokenPipeError:  # the driver is gone: after what it sent before
-                if not self._receive_link():
+                if not self._receive():
                     self._driver_lost()
                 return
             if goodbye:
@@ -100,21 +104,42 @@ class PipeIO:
                     poller.register(link.write_fd, zmq.POLLOUT)
                 else:
                     poller.unregister(link.write_fd)
-            if link.read_fd in events and self._receive_link():
+            if link.read_fd in events and self._receive():
                 return
 
-    def _receive_link(self):
+    def _check_driver(self, monitor, heard):
+        """Ping a quiet driver, or find it silent: True when it is lost."""
+        now = monitor.clock()
+        if heard or not self._futures.waiting():
+            monitor.heard(DRIVER, now)  # silence counts only while something waits
+        elif monitor.is_silent(DRIVER, now):
+            error = DriverConnectionError(
+                f"driver {self.address} answered nothing for {monitor.timeout:g} s "
+                "(executor_heartbeat_timeout) while tasks waited: it is stopped or hung; its "
+                "pending tasks fail")
+            self._lose(error, log_it=True)
+            return True
+        elif monitor.due_to_send(now):
+            self.link.send(_PING)
+        return False
+
+    def _receive(self):
         """Handle the frames the link holds; True when the driver is gone (or broke the
         link), after the frames it sent before."""
-        link = self._link
+        link = self.link
         for frame in link.receive():
-            self._from_driver_frame(frame)
+            self._deliver_frame(frame)
         if link.error is not None:
-            error = DriverConnectionError(f"the driver {self.address} broke the link: {link.error}")
-            log.error("%s", error)
-            self._connection_failed(error)
+            self._lose(DriverConnectionError(
+                f"the driver {self.address} broke the link: {link.error}"), log_it=True)
             return True
         if link.closed_by_peer:
             self._driver_lost()
             return True
         return False
+
+    def close(self):
+        if not self.stopped_in_time():
+            return  # one thread owns the pipes: one that did not stop in time keeps them
+        self.link.close()
+        super().close()

@@ -1,6 +1,6 @@
 """Completing the client's futures: wait, as_completed and done-callbacks, results
 unpickled by the thread that asks for them, futures and the GC, and results that piled up
-in the driver (zsched/client/results.py)."""
+in the driver (zsched/client/future_table.py, zsched/client/future.py)."""
 import collections
 import concurrent.futures
 import gc
@@ -227,7 +227,7 @@ def test_futures_stay_out_of_the_gc_until_they_may_be_in_a_cycle(client):
             queued_tracked.extend(map(gc.is_tracked, rows))
             super().extend(rows)
 
-    client._outbox = Outbox(client._outbox)
+    client._outbox.rows = Outbox(client._outbox.rows)
     futures = [client.submit(identity, i) for i in range(100)]
     assert list(client.map(identity, range(100, 200), chunksize=1)) == list(range(100, 200))
     assert [f.result(30) for f in futures] == list(range(100))
@@ -381,14 +381,14 @@ def test_results_piled_up_in_the_driver_reach_the_client_in_frames_of_512_rows_a
         else:  # the driver's ROUTER
             client = zsched.Client(cluster.address, secret_file=cluster.secret_file)
         sizes = []
-        from_driver = client._from_driver
+        from_driver = client._futures.from_driver
 
         def recording(msg):  # in the client's I/O thread
             if msg.TYPE == MsgType.TASK_RESULTS:
                 sizes.append(len(msg.results))
             from_driver(msg)
 
-        client._from_driver = recording
+        client._futures.from_driver = recording
         # windows open: each executor has measured its tasks
         assert [f.result(60) for f in [client.submit(identity, i) for i in range(FLOOD)]] == list(range(FLOOD))
         # tasks as short, held at a gate until the driver is stopped: no launch after it

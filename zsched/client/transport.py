@@ -1,0 +1,148 @@
+"""How a client reaches its driver: one interface, three implementations.
+
+- ``SocketTransport`` (``socket_transport.py``): a DEALER socket to a driver in another
+  process, owned by the client's I/O thread.
+- ``PipeTransport`` (``pipe_transport.py``): a pair of pipes to the driver of a
+  ``LocalCluster`` (``Client.over_pipes``), owned by the I/O thread too.
+- ``ChannelTransport`` (``channel_transport.py``): a driver in this process
+  (``zsched.channel``); the driver's own thread takes the outbox and completes futures.
+
+Each is given the client's ``Outbox`` (what to send) and ``FutureTable`` (what the
+driver's messages complete). The interface:
+
+- ``kind``: "socket", "pipes" or "in-process"; ``wakeup``: the ``WakeupPipe`` that wakes
+  the thread that sends.
+- ``connect()``: say hello and wait for the driver's ClientWelcome, which it returns.
+- ``welcomed(config)``: the driver's settings, from that welcome.
+- ``start()``: begin sending and receiving.
+- ``in_driver_thread()``: whether the caller is the thread of a driver in this process.
+- ``wait_stopped(timeout)``: after a ClientGoodbye was queued, wait until it left or the
+  connection ended.
+- ``close()``: release the socket or pipes, once stopped.
+"""
+import logging
+import threading
+
+from ..errors import DriverConnectionError
+from ..protocol import MsgType, ProtocolError, decode, encode
+from ..wakeup import WakeupPipe
+
+log = logging.getLogger(__package__)  # zsched.client, for every module of the client
+
+
+class IOThreadTransport:
+    """What the socket and the pipes share: the I/O thread, which alone uses the
+    connection, and the wake-up pipe through which calling threads wake it.
+
+    Subclasses give ``kind`` and ``serve()``, the thread's loop over the connection."""
+
+    kind = None
+
+    def __init__(self, address, timeout, outbox, futures):
+        self.address = address
+        self.timeout = timeout
+        self.wakeup = WakeupPipe(keep_gil=True)
+        self._outbox = outbox
+        self._futures = futures
+        self._thread = None
+        self._done = threading.Event()  # set once nothing leaves for the driver any more
+
+    def start(self):
+        self._thread = threading.Thread(target=self._run, name="zsched-client-io", daemon=True)
+        self._thread.start()
+
+    def welcomed(self, config):
+        """Nothing to set from the driver's settings (pipes have their frame limit)."""
+
+    def in_driver_thread(self):
+        return False
+
+    def wait_stopped(self, timeout):
+        self._done.wait(timeout)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def stopped_in_time(self):
+        """False when the I/O thread still runs after ``wait_stopped``: it keeps the
+        connection, which must not be closed under it."""
+        if self._thread is not None and self._thread.is_alive():
+            log.warning("the client's I/O thread did not stop within %s s", self.timeout)
+            return False
+        return True
+
+    def _run(self):
+        try:
+            self.serve()
+            log.debug("client I/O thread ended: %s", self._futures.lost or "shutdown")
+        except Exception as exc:
+            log.exception("client I/O thread ended by an error")
+            self._lose(DriverConnectionError(f"the client's connection failed: {exc!r}"))
+        finally:
+            self._outbox.stopped = True
+            self._done.set()
+
+    def _poll(self, poller, idle_ms=1000):
+        """Wait for something to do (``idle_ms`` at most when nothing is queued): what poll
+        returned.
+
+        Calling threads write the wake-up pipe only while ``pending`` is False, that is while
+        this thread sleeps in poll with nothing queued: during a flood they make no system
+        call (which would also hand this thread the GIL for a turn that takes one row), and
+        each turn takes all the rows queued meanwhile."""
+        wakeup = self.wakeup
+        outbox = self._outbox
+        if outbox.rows or outbox.cancels:
+            events = dict(poller.poll(0))
+        else:
+            wakeup.pending = False
+            idle = not (outbox.rows or outbox.cancels)  # after pending: none is missed
+            events = dict(poller.poll(idle_ms if idle else 0))
+            wakeup.pending = True
+        if wakeup.fd in events:
+            wakeup.drain()
+        return events
+
+    def _send_outbox(self, send):
+        """Send what the calling threads queued since the last turn, each frame with
+        ``send``; True once a ClientGoodbye has gone."""
+        goodbye = False
+        for msg in self._outbox.messages_for_driver():
+            send(encode(msg))
+            goodbye = msg.TYPE == MsgType.CLIENT_GOODBYE
+        return goodbye
+
+    def _deliver_frame(self, frame):
+        try:
+            msg = decode(frame)
+        except ProtocolError as exc:
+            log.warning("ignored a malformed message from the driver: %s", exc)
+            return
+        self._futures.from_driver(msg)
+
+    def _driver_lost(self):
+        lose(self._outbox, self._futures, lost_connection(self.address), log_it=True)
+
+    def _lose(self, error, log_it=False):
+        lose(self._outbox, self._futures, error, log_it)
+
+    def close(self):
+        self.wakeup.close()
+
+
+def lost_connection(address):
+    """The error of a connection to the driver at ``address`` gone: the driver stopped or
+    died, or became unreachable. It has forgotten this client, so every pending future
+    fails now rather than wait forever."""
+    return DriverConnectionError(
+        f"lost the connection to driver {address} (it stopped, died or became "
+        "unreachable); its pending tasks cannot complete")
+
+
+def lose(outbox, futures, error, log_it=False):
+    """Fail every pending future and request with ``error``; later calls raise it. Under
+    the outbox's lock, so no future is registered after the sweep."""
+    if log_it:
+        log.error("%s", error)
+    with outbox.lock:
+        futures.lose(error)
+
