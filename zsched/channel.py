@@ -27,7 +27,7 @@ class Endpoint:
 
 
 class Channel:
-    """The door of a driver in this process. ``address`` names the driver in messages.
+    """The channel of a driver in this process. ``address`` names the driver in messages.
 
     Clients call ``connect``, ``wake``, ``is_open`` and ``in_driver_thread``; the driver
     calls ``serve_in_this_thread``, ``arrivals`` and ``close``. Safe from any thread."""
