@@ -5,7 +5,7 @@ from zsched import protocol as p
 from zsched import wire
 from zsched.config import Config
 from zsched.protocol import TaskState
-from zsched.scheduler import ClientData, ExecutorData, TaskScheduler
+from zsched.driver.scheduler import ClientData, ExecutorData, TaskScheduler
 
 pytestmark = pytest.mark.unit
 

@@ -11,8 +11,8 @@ import weakref
 
 from .. import protocol as p
 from ..protocol import TaskState
-from ..scheduler import ClientData
 from .peers import Role
+from .scheduler import ClientData
 
 log = logging.getLogger("zsched.driver")
 

@@ -20,21 +20,21 @@ import time
 import zmq
 
 from .. import protocol as p
-from ..allocation import ExecutorAllocator
 from ..channel import Channel
 from ..errors import ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from ..protocol import AdminOp, MsgType, TaskState
 from ..liveness import HeartbeatMonitor
-from ..scheduler import TaskScheduler
 from ..wakeup import WakeupPipe
 from .admin import Admin
+from .allocation import ExecutorAllocator
 from .client_door import ClientDoor
 from .clients import ClientEndpoint, ClientSessions
 from .executors import ExecutorEndpoint
 from .loop import Loop
 from .peers import Peers, Role, open_router
 from .registry import ExecutorRegistry
+from .scheduler import TaskScheduler
 
 log = logging.getLogger("zsched.driver")  # also when run as __main__
 

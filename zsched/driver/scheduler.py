@@ -14,11 +14,11 @@ import math
 import time
 from collections import deque
 
-from .protocol import LaunchTasks, TaskState, frame_header
-from .runtime import gc_untrack
-from .scheduling import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
+from ..protocol import LaunchTasks, TaskState, frame_header
+from ..runtime import gc_untrack
+from ..scheduling import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
                          launch_tasks, offer_and_launch, queue_tasks, slots_per_core, window)
-from .wire import ResultRows, launch_frames
+from ..wire import ResultRows, launch_frames
 
 log = logging.getLogger(__name__)
 
