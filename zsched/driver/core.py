@@ -51,7 +51,6 @@ class Driver:
 
     def __init__(self, options):
         """A driver listening as ``options`` (a ``DriverOptions``) say; ``run`` serves."""
-        self.options = options
         self.config = options.config
         self.host = options.host
         self.port = options.port
@@ -303,13 +302,6 @@ class Driver:
         """Peer ``rid`` broke its link (this driver cut it off): that is why it goes."""
         if not self.executor_endpoint.link_broke(rid, error):  # a client's link
             self._peer_unreachable(rid, f"cut off (it broke its link: {error})", None)
-
-    def status(self):
-        """What ``client.status()`` returns: executors, task counts, recent losses."""
-        return self.admin.status()
-
-    def executor_ids(self):
-        return self.admin.executor_ids()
 
     # ------------------------------------------------------------ offers and sending
 
