@@ -98,7 +98,7 @@ def run_once(n_executors, cores, n_tasks, batch):
     """Schedule ``n_tasks`` on ``n_executors`` simulated executors; figures of the run."""
     from zsched.config import Config
     from zsched.protocol import StatusUpdates, SubmitTasks, TaskResults, decode, encode, frame_header
-    from zsched.scheduler import ClientData, TaskScheduler
+    from zsched.driver.scheduler import ClientData, TaskScheduler
 
     scheduler = TaskScheduler(Config(), functions={b"digest": b"cloudpickled function"})
     client = ClientData(b"client", 1)

@@ -86,7 +86,7 @@ class DriverUnderTest:
         self.driver.step(all_timers=True)
 
     def state(self):
-        status = self.driver.status()
+        status = self.driver.admin.status()
         states = {e["id"]: e["state"] for e in status["executors"]}
         return states.get(self.executor_id, "lost")
 
@@ -150,13 +150,13 @@ def test_driver_declares_an_executor_late_then_lost_at_the_thresholds(make_drive
     d.check_at(T0 + timeout)               # silent exactly the timeout: still there, reported once
     assert d.state() == "late"
     assert len(_late_warnings(caplog)) == 1
-    assert d.driver.status()["losses"] == []
+    assert d.driver.admin.status()["losses"] == []
     assert d.recv_all() == []              # a late executor is not told anything
 
     d.check_at(T0 + timeout + 0.25)
     assert d.state() == "lost"
-    assert d.driver.executor_ids() == []
-    (loss,) = d.driver.status()["losses"]
+    assert d.driver.admin.executor_ids() == []
+    (loss,) = d.driver.admin.status()["losses"]
     assert loss["id"] == "e1" and loss["reason"].startswith("heartbeat timeout"), loss
     # the lost executor is told to exit (if it is alive, its tasks now run elsewhere)
     assert any(isinstance(m, p.StopExecutor) for m in d.recv_all())
@@ -241,7 +241,7 @@ def test_what_an_executor_said_before_it_disconnected_counts(make_driver):
         if isinstance(msg, p.TaskResults):
             results += msg.results
     assert results == [[1, p.TaskState.FINISHED, b"result"]], results
-    status = d.driver.status()
+    status = d.driver.admin.status()
     assert [(loss["id"], loss["reason"]) for loss in status["losses"]] == [("e1", "finished its work and left")]
     assert status["tasks"]["finished"] == 1 and status["tasks"]["retried"] == 0, status["tasks"]
 

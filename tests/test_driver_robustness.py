@@ -137,8 +137,8 @@ def test_tasks_launch_after_max_registered_waiting_time():
 def test_driver_side_modules_never_unpickle():
     """Task functions, arguments and results are opaque bytes to the driver."""
     import ast
-    import zsched.driver, zsched.scheduler, zsched.protocol, zsched.fastpath  # noqa: E401
-    for module in (zsched.driver, zsched.scheduler, zsched.protocol, zsched.fastpath):
+    import zsched.driver, zsched.driver.scheduler, zsched.protocol, zsched.fastpath  # noqa: E401
+    for module in (zsched.driver, zsched.driver.scheduler, zsched.protocol, zsched.fastpath):
         tree = ast.parse(open(module.__file__).read())
         imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                     if isinstance(node, (ast.Import, ast.ImportFrom))

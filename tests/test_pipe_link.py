@@ -245,7 +245,7 @@ link.send(b"\\x00\\x01 not a message")
     try:
         wait_for(lambda: "dropped malformed input from peer" in caplog.text, timeout=30,
                  message="the junk warned of")
-        assert "junk-1" in driver.executors  # registered before, and kept
+        assert "junk-1" in driver.registry.by_id  # registered before, and kept
         assert driver.is_running()
     finally:
         driver.request_stop()
@@ -260,7 +260,7 @@ os.write(link.write_fd, (1 << 30).to_bytes(8, "little"))
     try:
         wait_for(lambda: "broke its link: a frame of 1073741824 bytes" in caplog.text,
                  timeout=30, message="the executor dropped")
-        assert "junk-1" not in driver.executors
+        assert "junk-1" not in driver.registry.by_id
         assert "Removed executor junk-1 on localhost: broke its link: a frame of 1073741824 bytes" \
             in caplog.text
         assert driver.is_running()
@@ -557,13 +557,13 @@ def test_junk_from_a_piped_client_is_dropped_and_an_oversized_frame_drops_the_cl
     try:
         welcome = client.exchange(p.ClientHello(os.getpid()))
         assert isinstance(welcome, p.ClientWelcome)
-        assert len(client.driver.clients) == 1
+        assert len(client.driver.sessions.by_rid) == 1
         client.link.send(b"\x00\x01 not a message")
         wait_for(lambda: "dropped malformed input from peer" in caplog.text, timeout=30,
                  message="the junk warned of")
-        assert len(client.driver.clients) == 1 and client.driver.is_running()
+        assert len(client.driver.sessions.by_rid) == 1 and client.driver.is_running()
         os.write(client.link.write_fd, (1 << 40).to_bytes(HEADER_SIZE, "little"))
-        wait_for(lambda: not client.driver.clients, timeout=30, message="the client dropped")
+        wait_for(lambda: not client.driver.sessions.by_rid, timeout=30, message="the client dropped")
         assert "is cut off (it broke its link: a frame of 1099511627776 bytes" in caplog.text
         assert client.driver.is_running()
         # and the driver closed its end of the pipes
@@ -613,7 +613,7 @@ def test_the_client_door_ignores_junk_and_its_end_stops_no_client(caplog):
         assert isinstance(client.exchange(p.ClientHello(os.getpid())), p.ClientWelcome)
         second = client.connect()  # a second client, through the same door
         second.send(p.encode(p.ClientHello(os.getpid())))
-        wait_for(lambda: len(client.driver.clients) == 2, timeout=30, message="two clients")
+        wait_for(lambda: len(client.driver.sessions.by_rid) == 2, timeout=30, message="two clients")
         client.door.close()  # no more clients: the driver stops watching the door
         wait_for(lambda: client.driver.client_door is None, timeout=30, message="the door closed")
         client.link.send(p.encode(p.AdminExecutorIds(1)))

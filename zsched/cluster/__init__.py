@@ -17,7 +17,7 @@ Every manager has the same small interface:
   (``on_this_host``); a manager that starts processes itself may give each a pipe pair
   to the driver and hand the driver its end (``LocalClusterManager`` does).
 
-The driver's ``ExecutorAllocator`` (``zsched/allocation.py``) decides how many to have.
+The driver's ``ExecutorAllocator`` (``zsched/driver/allocation.py``) decides how many to have.
 """
 from .base import ClusterManager
 from .local import LocalClusterManager

@@ -11,8 +11,8 @@ import weakref
 
 from .. import protocol as p
 from ..protocol import TaskState
-from ..scheduler import ClientData
 from .peers import Role
+from .scheduler import ClientData
 
 log = logging.getLogger("zsched.driver")
 
@@ -24,8 +24,9 @@ _CANCELLED_AT_SHUTDOWN = b"cancelled by shutdown(cancel_futures=True)"
 
 
 class ClientSessions:
-    """Connected clients (``by_rid``: routing id -> ClientData) and the functions they sent
-    (``functions``: digest -> FunctionBlob, shared with the scheduler)."""
+    """Connected clients (``by_rid``: routing id -> ClientData) and the function table
+    (``functions``: digest -> FunctionBlob), which it owns: the scheduler is given it to
+    look up the functions of the tasks it queues. Only the driver's loop uses them."""
 
     def __init__(self):
         self.by_rid = {}
@@ -100,115 +101,140 @@ class ClientSessions:
 
 class ClientEndpoint:
     """Spark's DriverEndpoint for clients: their messages (hello, tasks, cancels, admin
-    requests, goodbye) and their results, on the state of ``driver`` in its loop's thread."""
+    requests, goodbye) and their results, in the driver loop's thread. It holds no state
+    of its own.
 
-    def __init__(self, driver):
-        self.driver = driver
+    It is given the driver's ``app_id``, ``incarnation`` and ``config``; the client
+    ``sessions`` and the ``scheduler`` it changes; the executor ``registry`` (to tell
+    executors which functions to drop); ``peers``, to send and to set or forget a peer's
+    role; the ``admin`` operations, which answer admin requests; the executor endpoint's
+    ``send_control(executor, msg)``, for kills; the driver's ``warnings`` (a
+    ``PeerWarnings``); and ``ask_for_offers()``, called when tasks arrive."""
+
+    def __init__(self, *, app_id, incarnation, config, sessions, scheduler, registry, peers,
+                 admin, send_control, warnings, ask_for_offers):
+        self._app_id, self._incarnation, self._config = app_id, incarnation, config
+        self._sessions, self._scheduler, self._registry = sessions, scheduler, registry
+        self._peers = peers
+        self._admin = admin
+        self._send_control = send_control
+        self._warnings = warnings
+        self._ask_for_offers = ask_for_offers
 
     def on_hello(self, rid, msg):
-        d = self.driver
-        d.sessions.connect(rid, msg.pid)
-        d.peers.peer_for(rid).role = Role.CLIENT  # an administrator too: the secret is theirs
-        d.peers.send(rid, p.ClientWelcome(d.incarnation, d.app_id, d.config.to_settings()))
+        self._sessions.connect(rid, msg.pid)
+        self._peers.peer_for(rid).role = Role.CLIENT  # an administrator too: the secret is theirs
+        self._peers.send(rid, p.ClientWelcome(self._incarnation, self._app_id, self._config.to_settings()))
 
     def client_for(self, rid):
-        d = self.driver
-        client = d.clients.get(rid)
+        client = self._sessions.get(rid)
         if client is None:
-            d.warn_peer(rid, "message from a client that did not say hello")
+            self._warnings.warn(rid, "message from a client that did not say hello")
         return client
 
     def on_submit_tasks(self, rid, msg):
-        d = self.driver
         client = self.client_for(rid)
         if client is None:
             # most likely a client of an earlier driver on this port: fail its tasks, not hang
-            d.peers.send(rid, p.TaskResults([[row[0], TaskState.ERROR, p.UNKNOWN_CLIENT.encode()]
+            self._peers.send(rid, p.TaskResults([[row[0], TaskState.ERROR, p.UNKNOWN_CLIENT.encode()]
                                              for row in msg.tasks]), quiet=True)
             return
-        if msg.functions and d.sessions.add_functions(client, msg.functions):
-            d.warn_peer(rid, "a function sent under a digest that is not its "
-                             "BLAKE2b: refused (its tasks fail)")
-        refused = d.scheduler.submit(client, msg.tasks)  # tasks of a function not held fail
+        if msg.functions and self._sessions.add_functions(client, msg.functions):
+            self._warnings.warn(rid, "a function sent under a digest that is not its "
+                                     "BLAKE2b: refused (its tasks fail)")
+        refused = self._scheduler.submit(client, msg.tasks)  # tasks of a function not held fail
         if refused:
-            d.warn_peer(rid, f"{refused} task(s) under the id of a task of the client's in "
-                             "flight: refused")
-        d.offers_needed = True
+            self._warnings.warn(rid, f"{refused} task(s) under the id of a task of the client's "
+                                     "in flight: refused")
+        self._ask_for_offers()
 
     def on_cancel_tasks(self, rid, msg):
-        d = self.driver
         client = self.client_for(rid)
         if client is not None:
-            self.kill(d.scheduler.cancel(client, msg.task_ids), "cancelled by the client")
+            self.kill(self._scheduler.cancel(client, msg.task_ids), "cancelled by the client")
 
     def on_cancel_queued_tasks(self, rid, msg):
         """Cancel the client's tasks that no executor holds: their KILLED results leave
         before the reply, so its futures are cancelled when the reply arrives."""
-        d = self.driver
         client = self.client_for(rid)
         if client is None:
-            d.peers.send(rid, p.AdminReply(msg.request_id, False, p.UNKNOWN_CLIENT), quiet=True)
+            self._peers.send(rid, p.AdminReply(msg.request_id, False, p.UNKNOWN_CLIENT), quiet=True)
             return
-        cancelled = d.scheduler.cancel_queued(client)
+        cancelled = self._scheduler.cancel_queued(client)
         for client_task_id in cancelled:
             client.results.add(client_task_id, TaskState.KILLED, _CANCELLED_AT_SHUTDOWN)
         self.send_results()
-        d.peers.send(rid, p.AdminReply(msg.request_id, True, len(cancelled)))
+        self._peers.send(rid, p.AdminReply(msg.request_id, True, len(cancelled)))
 
     def kill(self, to_kill, reason):
-        d = self.driver
         for executor, task in to_kill:
-            d.executor_endpoint.send_control(executor, p.KillTask(task.task_id, task.attempt, reason))
+            self._send_control(executor, p.KillTask(task.task_id, task.attempt, reason))
 
     def on_goodbye(self, rid, msg):
-        d = self.driver
-        client = d.sessions.disconnect(rid)
+        client = self._sessions.disconnect(rid)
         if client is not None:
-            d.peers.forget_router_peer(rid)
+            self._peers.forget_router_peer(rid)
             self.drop_client(client, "its client left")
             log.info("client %s left", rid.hex())
 
     def on_forget_functions(self, rid, msg):
         """A client no longer needs these functions (it sends one again with the next
         task that does)."""
-        d = self.driver
         client = self.client_for(rid)
         if client is not None:
-            d.sessions.forget_functions(client, msg.digests)
+            self._sessions.forget_functions(client, msg.digests)
 
     def drop_client(self, client, reason):
         """Forget a client that left: its tasks, and the functions it sent."""
-        d = self.driver
-        self.kill(d.scheduler.drop_client(client), reason)
-        d.sessions.release(client.functions)
+        self.kill(self._scheduler.drop_client(client), reason)
+        self._sessions.release(client.functions)
+
+    def connection_lost(self, rid, problem):
+        """Connection ``rid`` is gone or not reading for ``problem``: if it was a client's,
+        the client is dropped with its tasks (True). Else False."""
+        client = self._sessions.disconnect(rid)
+        if client is None:
+            return False
+        self._peers.forget(rid)
+        log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
+        self.drop_client(client, "its client is gone")
+        return True
+
+    def fail_all(self, payload):
+        """End every task of every client in an ERROR result with ``payload`` and send the
+        results (the driver stops)."""
+        for client in list(self._sessions.by_rid.values()):
+            for client_task_id in list(client.tasks):
+                client.results.add(client_task_id, TaskState.ERROR, payload)
+            client.tasks.clear()
+        self.send_results()
 
     def forget_unused_functions(self):
         """Tell the executors to drop the functions that neither a client nor a task holds
         any more (not those a client has sent again meanwhile)."""
-        d = self.driver
-        gone = d.sessions.take_unused()
-        for executor in list(d.executors.values()):  # a send may find one gone: removed
+        gone = self._sessions.take_unused()
+        for executor in list(self._registry.by_id.values()):  # a send may find one gone: removed
             held = executor.functions & gone
             if held:
                 executor.functions -= held  # a later launch that needs one sends it again
-                d.peers.send(executor.routing_id, p.ForgetFunctions(sorted(held)))
+                self._peers.send(executor.routing_id, p.ForgetFunctions(sorted(held)))
 
     def on_stop_executors(self, rid, msg):
         if self.client_for(rid) is not None:
-            self.driver.admin.stop_all_executors()
+            self._admin.stop_all_executors()
 
     def on_admin(self, rid, msg):
-        self.driver.admin.handle(rid, msg, self.client_for(rid) is not None)
+        self._admin.handle(rid, msg, self.client_for(rid) is not None)
 
     def send_results(self):
         """Send each client the results gathered for it since the last turn."""
-        d = self.driver
-        limit = d.config.max_message_size
-        for client in list(d.clients.values()):
+        peers = self._peers
+        limit = self._config.max_message_size
+        for client in list(self._sessions.by_rid.values()):
             if not client.results:
                 continue
-            if d.peers.in_process(client.routing_id):  # no frame: one message
-                d.peers.send(client.routing_id, p.TaskResults(client.results.take_rows()))
+            if peers.in_process(client.routing_id):  # no frame: one message
+                peers.send(client.routing_id, p.TaskResults(client.results.take_rows()))
                 continue
             for frame in client.results.take_frames(_RESULTS_HEADER, limit, _RESULT_ROWS):
-                d.peers.send(client.routing_id, p.Encoded(p.TaskResults, frame))
+                peers.send(client.routing_id, p.Encoded(p.TaskResults, frame))

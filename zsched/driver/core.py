@@ -7,8 +7,9 @@ threads never touch its state: they connect as clients or write to a pipe. A cli
 process connects through ``channel`` (a ``zsched.channel.Channel``) and hands its messages
 over in memory; executors that a local cluster manager starts on this host talk to it over
 a pair of pipes each (``pipe_link``): the same frames, with fewer thread wake-ups. Every
-peer is reached through ``peers.py``; each job has its room (``registry``, ``executors``,
-``clients``, ``admin``), and this class wires them together and makes the offers.
+peer is reached through ``peers.py``; each job has its part (``registry``, ``scheduler``,
+``executors``, ``clients``, ``admin``), given what it uses when built; this class builds
+and wires them together, makes the offers and decides what a lost peer means.
 """
 import logging
 import os
@@ -20,26 +21,26 @@ import time
 import zmq
 
 from .. import protocol as p
-from ..allocation import ExecutorAllocator
 from ..channel import Channel
 from ..errors import ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
-from ..protocol import AdminOp, MsgType, TaskState
+from ..protocol import AdminOp, MsgType
 from ..liveness import HeartbeatMonitor
-from ..scheduler import TaskScheduler
 from ..wakeup import WakeupPipe
 from .admin import Admin
+from .allocation import ExecutorAllocator
 from .client_door import ClientDoor
 from .clients import ClientEndpoint, ClientSessions
 from .executors import ExecutorEndpoint
 from .loop import Loop
+from .peer_warnings import PeerWarnings
 from .peers import Peers, Role, open_router
 from .registry import ExecutorRegistry
+from .scheduler import TaskScheduler
 
 log = logging.getLogger("zsched.driver")  # also when run as __main__
 
 _RECV_BATCH = 1024          # messages handled per wake-up before timers and sends run
-_WARNED_PEERS_LIMIT = 10000
 _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
 _RECLAIM_INTERVAL = 0.1      # seconds between looks for tasks held behind long ones ...
 _RECLAIM_SILENCE = 0.1       # ... on an executor silent this long while cores idle elsewhere
@@ -50,7 +51,6 @@ class Driver:
 
     def __init__(self, options):
         """A driver listening as ``options`` (a ``DriverOptions``) say; ``run`` serves."""
-        self.options = options
         self.config = options.config
         self.host = options.host
         self.port = options.port
@@ -58,19 +58,15 @@ class Driver:
         self.keys = options.keys
         self.secret_file = options.secret_file
         self.cluster_manager = cluster_manager = options.cluster_manager
-        self.initial_executors = options.initial_executors
         self.clock = clock = options.clock
         self.stop_on_eof_fd = options.stop_on_eof_fd  # the driver stops at its end of file
         # clients of the program that started this driver come through it (client_door.py)
         self.client_door = None if options.client_door is None else ClientDoor(options.client_door)
         self.incarnation = secrets.randbits(62)
-        self.sessions = ClientSessions()
-        self.functions = self.sessions.functions  # digest -> FunctionBlob a client holds
-        self.scheduler = TaskScheduler(self.config, self.functions, clock)
+        self.sessions = ClientSessions()  # the clients, and the function table
+        self.scheduler = TaskScheduler(self.config, self.sessions.functions, clock)
         self.registry = ExecutorRegistry(HeartbeatMonitor(
             self.config.executor_heartbeat_interval, self.config.executor_heartbeat_timeout, clock=clock))
-        self.executors = self.registry.by_id  # executor id -> ExecutorData (read-only outside)
-        self.clients = self.sessions.by_rid  # routing id -> ClientData (read-only outside)
         self.url = None
         # inproc: the ROUTER also listens at ``inproc_url``, for sockets in this process that
         # share ``context`` (zsched's own clients here use ``channel`` instead)
@@ -84,13 +80,12 @@ class Driver:
         self.ready_event = threading.Event()
         self._wakeup = WakeupPipe()
         self.offers_needed = False
-        self.warned_peers = set()
+        self.warnings = PeerWarnings()
         self.started_at = clock()   # by the driver's clock; is_ready waits from it
         self._thread = None
         # what the dashboard and /metrics show: traffic, losses, scheduling latency, history
         self.counters = {"bytes_in": 0, "bytes_out": 0, "messages_in": 0, "messages_out": 0,
                          "executors_lost": 0}
-        self.scheduling_latency = self.scheduler.latency
         self.dashboard_port = options.dashboard_port  # None: no dashboard
         self.dashboard = None
         self._probe_at = None         # when to probe the peers again after a disconnect
@@ -103,22 +98,39 @@ class Driver:
         self._build()
 
     def _build(self):
-        """The driver's rooms, its socket and its loop, wired together."""
-        self.admin = Admin(self)
-        self.executor_endpoint = ExecutorEndpoint(self)
-        self.client_endpoint = ClientEndpoint(self)
-        self.remove_executor = self.executor_endpoint.remove_executor
+        """The driver's socket, its loop and its parts, wired together."""
         self.bind()
         # clients in this process connect through it, without a socket
         self.channel = Channel(self.inproc_url or self.url)
         self.loop = Loop(self.clock, after_turn=self._after_turn)
         self.peers = Peers(self.router, self._router_state, self.counters, self.loop,
                            self.channel, p.frame_limit(self.config.max_message_size),
-                           take=self._take, warn=self.warn_peer,
+                           take=self._take, warn=self.warnings.warn,
                            lost=self._peer_unreachable, broke=self._link_broke)
-        self._send = self.peers.send  # (rid, msg, quiet=False): True if the peer took it
+        self._build_parts()
         self._handlers = message_handlers(self.executor_endpoint, self.client_endpoint)
+        self._start_dashboard()
         self._watch()
+
+    def _build_parts(self):
+        """The executor and client endpoints and the admin operations, each given what it
+        uses."""
+        known = dict(app_id=self.app_id, incarnation=self.incarnation, config=self.config)
+        shared = dict(scheduler=self.scheduler, registry=self.registry, sessions=self.sessions)
+        self.executor_endpoint = executors = ExecutorEndpoint(
+            **known, **shared, clock=self.clock, peers=self.peers,
+            cluster_manager=self.cluster_manager, allocator=self.allocator,
+            counters=self.counters, warnings=self.warnings, ask_for_offers=self.ask_for_offers)
+        self.admin = Admin(
+            registry=self.registry, scheduler=self.scheduler, functions=self.sessions.functions,
+            send=self.peers.send, clock=self.clock, counters=self.counters, app_id=self.app_id,
+            url=self.url, is_ready=self.is_ready, allocator=self.allocator,
+            cluster_manager=self.cluster_manager, dynamic_allocation=self.dynamic_allocation,
+            remove_executor=executors.remove_executor, send_control=executors.send_control)
+        self.client_endpoint = ClientEndpoint(
+            **known, **shared, peers=self.peers, admin=self.admin,
+            send_control=executors.send_control, warnings=self.warnings,
+            ask_for_offers=self.ask_for_offers)
 
     # ------------------------------------------------------------ set-up
 
@@ -135,13 +147,16 @@ class Driver:
         if advertised in ("0.0.0.0", "*", ""):
             advertised = socket.gethostname()
         self.url = f"tcp://{advertised}:{port}"
-        if self.dashboard_port is not None:
-            from ..dashboard import DashboardServer, dashboard_token
-            # with a secure bus the page needs a token, which whoever holds the secret can derive
-            token = dashboard_token(self.keys.client_secret) if self.keys is not None else None
-            self.dashboard = DashboardServer(self.host, self.dashboard_port, self.admin.last_snapshot, token)
-            self.dashboard.start()
-            self.admin.publish_snapshot()
+
+    def _start_dashboard(self):
+        if self.dashboard_port is None:
+            return
+        from ..dashboard import DashboardServer, dashboard_token
+        # with a secure bus the page needs a token, which whoever holds the secret can derive
+        token = dashboard_token(self.keys.client_secret) if self.keys is not None else None
+        self.dashboard = DashboardServer(self.host, self.dashboard_port, self.admin.last_snapshot, token)
+        self.dashboard.start()
+        self.admin.publish_snapshot()
 
     # ------------------------------------------------------------ running
 
@@ -205,7 +220,7 @@ class Driver:
         loop.every(0.1, self._probe_again)
         loop.every(_RECLAIM_INTERVAL, self._reclaim_hoarded_tasks)
         if self.dynamic_allocation is not None and self.allocator is not None:
-            loop.every(0.25, executors.allocate_dynamically)
+            loop.every(0.25, self.admin.allocate_dynamically)
         if self.dashboard is not None:
             loop.every(_HISTORY_INTERVAL, self.admin.publish_snapshot)
 
@@ -251,7 +266,7 @@ class Driver:
         try:
             msg = p.decode(frame)
         except ProtocolError as exc:
-            self.warn_peer(rid, str(exc))
+            self.warnings.warn(rid, str(exc))
         else:
             self._handle(rid, msg)
 
@@ -260,12 +275,12 @@ class Driver:
         process), if a peer of its role may send it."""
         entry = self._handlers.get(msg.TYPE)
         if entry is None:
-            self.warn_peer(rid, f"{type(msg).__name__} is not a message for the driver")
+            self.warnings.warn(rid, f"{type(msg).__name__} is not a message for the driver")
             return
         roles, handler = entry
         role = self.peers.role_of(rid)
         if role not in roles:
-            self.warn_peer(rid, f"{type(msg).__name__} from a peer whose role is {role.value}")
+            self.warnings.warn(rid, f"{type(msg).__name__} from a peer whose role is {role.value}")
             return
         try:
             handler(rid, msg)
@@ -285,33 +300,8 @@ class Driver:
 
     def _link_broke(self, rid, error):
         """Peer ``rid`` broke its link (this driver cut it off): that is why it goes."""
-        if self.executor_endpoint.relief_gone(rid):
-            return
-        executor = self.registry.by_rid.get(rid)
-        if executor is not None:
-            self.remove_executor(executor.executor_id, f"broke its link: {error}", notify=False)
-        else:  # a client's link
+        if not self.executor_endpoint.link_broke(rid, error):  # a client's link
             self._peer_unreachable(rid, f"cut off (it broke its link: {error})", None)
-
-    def warn_peer(self, rid, what):
-        if rid in self.warned_peers:
-            return
-        if len(self.warned_peers) >= _WARNED_PEERS_LIMIT:
-            self.warned_peers.clear()
-        self.warned_peers.add(rid)
-        log.warning("dropped malformed input from peer %s: %s (further input from it is dropped "
-                    "without a word)", rid.hex(), what)
-
-    # -- executors
-
-    # -- clients
-
-    def status(self):
-        """What ``client.status()`` returns: executors, task counts, recent losses."""
-        return self.admin.status()
-
-    def executor_ids(self):
-        return self.admin.executor_ids()
 
     # ------------------------------------------------------------ offers and sending
 
@@ -332,10 +322,14 @@ class Driver:
         for executor, count in self.scheduler.reclaim_hoarded_tasks(_RECLAIM_SILENCE):
             log.debug("asking executor %s for up to %d unstarted tasks back (cores idle elsewhere)",
                       executor.executor_id, count)
-            self._send(executor.routing_id, p.ReturnTasks(count))
+            self.peers.send(executor.routing_id, p.ReturnTasks(count))
 
     def _revive_offers(self):
         self.scheduler.forget_idle_task_lengths()
+        self.offers_needed = True
+
+    def ask_for_offers(self):
+        """Make offers at the end of this turn of the loop: cores or tasks may be free."""
         self.offers_needed = True
 
     def _make_offers(self):
@@ -344,25 +338,11 @@ class Driver:
             return
         for executor, frames in self.scheduler.offer_frames():
             for frame in frames:
-                self._send(executor.routing_id, p.Encoded(p.LaunchTasks, frame))
+                self.peers.send(executor.routing_id, p.Encoded(p.LaunchTasks, frame))
 
     def _peer_unreachable(self, rid, problem, msg):
-        if self.executor_endpoint.relief_gone(rid):
-            return
-        executor = self.registry.by_rid.get(rid)
-        if executor is not None:
-            reason = f"disconnected ({problem})"
-            if self.cluster_manager is not None and executor.executor_id in self.cluster_manager.launched_ids():
-                # how did it end, if it ended?
-                reason = (self.cluster_manager.exit_reason(executor.executor_id, wait=0.2)
-                          or f"disconnected ({problem}; the process still runs: stopped or cut off?)")
-            self.remove_executor(executor.executor_id, reason, notify=False)
-            return
-        client = self.sessions.disconnect(rid)
-        if client is not None:
-            self.peers.forget(rid)
-            log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
-            self.client_endpoint.drop_client(client, "its client is gone")
+        if (self.executor_endpoint.connection_lost(rid, problem)
+                or self.client_endpoint.connection_lost(rid, problem)):
             return
         log.debug("could not send %s to peer %s: %s", p.message_name(msg) if msg else "a probe",
                   rid.hex(), problem)
@@ -402,18 +382,13 @@ class Driver:
     def _shutdown(self):
         if self.router.closed:  # closed already: a second close does nothing
             return
-        for executor in list(self.executors.values()):
-            self.executor_endpoint.send_control(executor, p.Shutdown(), quiet=True)
-        for client in list(self.clients.values()):
-            for client_task_id in list(client.tasks):
-                client.results.add(client_task_id, TaskState.ERROR, b"the driver stopped")
-            client.tasks.clear()
-        self.client_endpoint.send_results()
+        self.executor_endpoint.shut_down_all()
+        self.client_endpoint.fail_all(b"the driver stopped")
         self.peers.stop_in_process()
         if self.cluster_manager is not None:
             # executors still starting never heard Shutdown: stop them now
             self.cluster_manager.kill([executor_id for executor_id in self.cluster_manager.launched_ids()
-                                       if executor_id not in self.executors])
+                                       if executor_id not in self.registry.by_id])
             self.peers.flush_links(1.0, self.clock)
             self.cluster_manager.stop(self.config.shutdown_timeout)
         self.peers.close_links()

@@ -1,5 +1,5 @@
 """What the driver does with its executors: registration, status updates, heartbeats,
-removal, and the checks its loop runs on them (silence, exits, dynamic allocation)."""
+removal, and the checks its loop runs on them (silence, exits)."""
 import logging
 
 from .. import protocol as p
@@ -9,23 +9,37 @@ log = logging.getLogger("zsched.driver")
 
 
 class ExecutorEndpoint:
-    """Spark's DriverEndpoint for executors: their messages and their liveness, on the
-    state of ``driver`` (its registry, scheduler, allocator and peers), in its loop's
-    thread."""
+    """Spark's DriverEndpoint for executors: their messages and their liveness, in the
+    driver loop's thread. It holds no state of its own.
 
-    def __init__(self, driver):
-        self.driver = driver
-        self._idle_since = {}         # executor id -> when it was first seen idle
+    It is given the driver's ``app_id``, ``incarnation``, ``config`` and ``clock``; the
+    executor ``registry`` and the ``scheduler`` it changes; the client ``sessions`` (a
+    connection that is a client's does not register); ``peers``, to send and to set or
+    forget a peer's role; the ``cluster_manager`` and ``allocator`` (None without a cluster
+    manager); the traffic ``counters`` (it counts executors lost); the driver's
+    ``warnings`` (a ``PeerWarnings``); and ``ask_for_offers()``, called when cores or tasks
+    may have freed up."""
+
+    def __init__(self, *, app_id, incarnation, config, clock, registry, scheduler, sessions,
+                 peers, cluster_manager, allocator, counters, warnings, ask_for_offers):
+        self._app_id, self._incarnation = app_id, incarnation
+        self._config, self._clock = config, clock
+        self._registry, self._scheduler, self._sessions = registry, scheduler, sessions
+        self._peers = peers
+        self._cluster_manager, self._allocator = cluster_manager, allocator
+        self._counters = counters
+        self._warnings = warnings
+        self._ask_for_offers = ask_for_offers
 
     def on_register(self, rid, msg):
-        d = self.driver
+        registry, peers, clock = self._registry, self._peers, self._clock
         executor_id = msg.executor_id
         reason = None
-        if msg.app_id != d.app_id:
-            reason = f"app id {msg.app_id!r} does not match the driver's {d.app_id!r}"
-        elif executor_id in d.executors:
+        if msg.app_id != self._app_id:
+            reason = f"app id {msg.app_id!r} does not match the driver's {self._app_id!r}"
+        elif executor_id in registry.by_id:
             reason = f"Duplicate executor ID: {executor_id}"
-        elif rid in d.registry.by_rid or rid in d.clients:
+        elif rid in registry.by_rid or rid in self._sessions.by_rid:
             reason = "this connection is already registered"
         elif msg.cores < 1:
             reason = f"an executor needs at least one core, got {msg.cores}"
@@ -36,114 +50,107 @@ class ExecutorEndpoint:
         if reason is not None:
             log.warning("refused registration of executor %r from %s: %s",
                         executor_id, msg.hostname, reason)
-            d.peers.send(rid, p.RegisterExecutorFailed(reason))
+            peers.send(rid, p.RegisterExecutorFailed(reason))
             return
-        executor = d.scheduler.add_executor(executor_id, rid, msg.hostname, msg.cores, msg.pid,
-                                            d.clock())
-        d.registry.add(executor, d.clock())
-        d.peers.peer_for(rid).role = Role.EXECUTOR
+        executor = self._scheduler.add_executor(executor_id, rid, msg.hostname, msg.cores, msg.pid,
+                                                clock())
+        registry.add(executor, clock())
+        peers.peer_for(rid).role = Role.EXECUTOR
         log.info("Registered executor %s on %s (pid %d) with %d core(s)",
                  executor_id, msg.hostname, msg.pid, msg.cores)
-        if d.cluster_manager is not None:
-            d.allocator.registered(executor_id)
-            d.cluster_manager.registered(executor_id)
-        d.peers.send(rid, p.RegisteredExecutor(d.incarnation, d.config.to_settings()))
-        d.offers_needed = True
+        if self._cluster_manager is not None:
+            self._allocator.registered(executor_id)
+            self._cluster_manager.registered(executor_id)
+        peers.send(rid, p.RegisteredExecutor(self._incarnation, self._config.to_settings()))
+        self._ask_for_offers()
 
     def _executor_for(self, rid, incarnation=None):
-        d = self.driver
-        executor = d.registry.by_rid.get(rid)
-        if executor is None or (incarnation is not None and incarnation != d.incarnation):
+        registry = self._registry
+        executor = registry.by_rid.get(rid)
+        if executor is None or (incarnation is not None and incarnation != self._incarnation):
             # an executor declared lost and then woken, or one of an earlier driver: what it
             # says is ignored (its tasks already run elsewhere) and it is told to exit
-            if rid not in d.warned_peers:
-                d.warned_peers.add(rid)
+            if self._warnings.first(rid):
                 log.info("ignoring an executor that is not registered with this driver "
                          "(peer %s); told it to exit", rid.hex())
-            d.peers.send(rid, p.StopExecutor("not registered with this driver (removed, or from "
-                                           "an earlier driver incarnation)"), quiet=True)
+            self._peers.send(rid, p.StopExecutor("not registered with this driver (removed, or from "
+                                                 "an earlier driver incarnation)"), quiet=True)
             if executor is not None:  # registered, yet it names another incarnation: told to
                 # exit, it takes no more tasks here; those it holds run elsewhere at once
                 self.remove_executor(executor.executor_id,
                                      "sent a message of another driver incarnation (told to exit)",
                                      notify=False, count_failure=False)
             return None
-        registry = d.registry
-        if registry.heard_from(executor.executor_id, d.clock()):
+        if registry.heard_from(executor.executor_id, self._clock()):
             log.warning("executor %s is heard from again", executor.executor_id)
         if registry.covering and rid == registry.covering.get(executor.executor_id):
             registry.uncover(executor)  # its loop speaks: the long task has ended
         return executor
 
     def on_status_updates(self, rid, msg):
-        d = self.driver
         executor = self._executor_for(rid, msg.incarnation)
         if executor is None:
             return
-        stale = d.scheduler.status_updates(executor, msg.updates, msg.busy)
+        stale = self._scheduler.status_updates(executor, msg.updates, msg.busy)
         if stale:
             log.info("ignored %d status update(s) for attempts no longer current from executor %s",
                      stale, executor.executor_id)
-        d.offers_needed = True
+        self._ask_for_offers()
 
     def on_heartbeat(self, rid, msg):
-        d = self.driver
         executor = self._executor_for(rid, msg.incarnation)
         if executor is None:
             return
         executor.metrics = p.heartbeat_metrics(msg.metrics)  # what the dashboard can serve
-        if rid == d.registry.reliefs.get(executor.executor_id):
-            d.registry.cover(executor)  # its loop runs a long task: the relief reads
-        d.peers.send(rid, p.HeartbeatAck(d.incarnation))
+        if rid == self._registry.reliefs.get(executor.executor_id):
+            self._registry.cover(executor)  # its loop runs a long task: the relief reads
+        self._peers.send(rid, p.HeartbeatAck(self._incarnation))
 
     def on_attach_relief(self, rid, msg):
         """An executor's relief thread connected: it gets a copy of each kill and stop."""
-        d = self.driver
-        executor = d.registry.get(msg.executor_id)
+        registry = self._registry
+        executor = registry.get(msg.executor_id)
         try:
-            if executor is None or msg.incarnation != d.incarnation or msg.pid != executor.pid:
+            if executor is None or msg.incarnation != self._incarnation or msg.pid != executor.pid:
                 raise ValueError("no such executor of this driver")
-            d.registry.attach_relief(msg.executor_id, rid)
+            registry.attach_relief(msg.executor_id, rid)
         except ValueError as exc:
-            d.warn_peer(rid, f"AttachRelief of executor {msg.executor_id!r} refused: {exc}")
+            self._warnings.warn(rid, f"AttachRelief of executor {msg.executor_id!r} refused: {exc}")
             return
-        d.peers.peer_for(rid).role = Role.EXECUTOR
+        self._peers.peer_for(rid).role = Role.EXECUTOR
 
     def send_control(self, executor, msg, quiet=False):
         """Send ``executor`` a kill or a stop on each of its connections: its relief thread
         may cover for a long task, and on its own one the message follows every launch
         sent there before. True if the executor's own connection took it."""
-        d = self.driver
-        registry = d.registry
+        registry = self._registry
         relief = registry.reliefs.get(executor.executor_id)
         if relief is not None:
-            d.peers.send(relief, msg, quiet=True)
+            self._peers.send(relief, msg, quiet=True)
         own = registry.covering.get(executor.executor_id, executor.routing_id)
-        return d.peers.send(own, msg, quiet)
+        return self._peers.send(own, msg, quiet)
 
     def relief_gone(self, rid):
         """If ``rid`` is an executor's relief connection, forget it: True if it was one."""
-        d = self.driver
-        if not d.registry.detach_relief(rid):
+        if not self._registry.detach_relief(rid):
             return False
-        d.peers.forget(rid)
+        self._peers.forget(rid)
         return True
 
     def on_remove(self, rid, msg):
-        d = self.driver
-        executor = d.registry.by_rid.get(rid)
+        executor = self._registry.by_rid.get(rid)
         if executor is not None:  # the executor reports its own exit
             self.remove_executor(executor.executor_id, msg.reason, notify=False,
                                  count_failure=msg.charge_tasks)
         else:
-            d.warn_peer(rid, "RemoveExecutor from an unknown peer")
+            self._warnings.warn(rid, "RemoveExecutor from an unknown peer")
 
     def remove_executor(self, executor_id, reason, notify=True, count_failure=True):
         """Forget an executor (its tasks run elsewhere) for ``reason``; ``notify`` tells it to
         exit; ``count_failure`` is False when the driver caused the loss."""
-        d = self.driver
-        relief = d.registry.reliefs.get(executor_id)
-        executor = d.registry.remove(executor_id, reason)  # its routing id is its own again
+        registry, peers = self._registry, self._peers
+        relief = registry.reliefs.get(executor_id)
+        executor = registry.remove(executor_id, reason)  # its routing id is its own again
         if executor is None:
             return False
         if executor.decommissioning:
@@ -151,26 +158,25 @@ class ExecutorEndpoint:
         log.log(logging.WARNING if count_failure else logging.INFO,
                 "Removed executor %s on %s: %s (%d task(s) were running)",
                 executor_id, executor.hostname, reason, len(executor.running))
-        d.counters["executors_lost"] += 1
-        d.scheduler.remove_executor(executor, reason, count_failure)
-        if d.cluster_manager is not None:
-            d.cluster_manager.kill([executor_id])  # if it still runs; it is replaced
+        self._counters["executors_lost"] += 1
+        self._scheduler.remove_executor(executor, reason, count_failure)
+        if self._cluster_manager is not None:
+            self._cluster_manager.kill([executor_id])  # if it still runs; it is replaced
         if notify:
-            d.peers.send(executor.routing_id, p.StopExecutor(reason), quiet=True)
+            peers.send(executor.routing_id, p.StopExecutor(reason), quiet=True)
             if relief is not None:
-                d.peers.send(relief, p.StopExecutor(reason), quiet=True)
-        d.peers.forget(executor.routing_id)  # if piped: it stops at the end of its input
+                peers.send(relief, p.StopExecutor(reason), quiet=True)
+        peers.forget(executor.routing_id)  # if piped: it stops at the end of its input
         if relief is not None:
-            d.peers.forget(relief)
-        d.offers_needed = True
+            peers.forget(relief)
+        self._ask_for_offers()
         return True
 
     def check_heartbeats(self):
         """Declare lost the executors silent past ``executor_heartbeat_timeout``; report
         those silent for a third of it (a task holding the GIL stalls heartbeats)."""
-        d = self.driver
-        now = d.clock()
-        liveness = d.registry.liveness
+        now = self._clock()
+        liveness = self._registry.liveness
         for executor_id in liveness.silent(now):
             self.remove_executor(executor_id,
                                  f"heartbeat timeout (no message for {liveness.timeout:g} s)")
@@ -179,39 +185,57 @@ class ExecutorEndpoint:
                         "it is declared lost after %g s", executor_id,
                         liveness.silence(executor_id, now), liveness.timeout)
 
-    def allocate_dynamically(self):
-        """Apply the dynamic allocation policy to what the driver sees now."""
-        d = self.driver
-        now = d.clock()
-        idle_since = {e.executor_id: None if e.running else self._idle_since.get(e.executor_id, now)
-                      for e in d.executors.values() if not e.decommissioning}
-        self._idle_since = {i: since for i, since in idle_since.items() if since is not None}
-        decision = d.dynamic_allocation.update(
-            now, d.allocator.target, d.scheduler.n_pending, d.scheduler.running_count(),
-            d.cluster_manager.cores_per_executor, idle_since)
-        for reason in decision.reasons:
-            log.info("dynamic allocation: %s", reason)
-        if decision.decommission:
-            d.admin.decommission_executors(decision.decommission, adjust_target=False)
-        d.allocator.set_target(decision.target, "dynamic allocation")
-
     def check_exits(self):
         """Executors the cluster manager started that ended are removed with how they
         ended; then the allocator compares and acts (replacing lost executors while the
         target is unchanged)."""
-        d = self.driver
-        if d.cluster_manager is None:
+        manager = self._cluster_manager
+        if manager is None:
             return
-        for executor_id, reason in d.cluster_manager.poll_exits():
-            d.allocator.ended(executor_id, reason)
+        for executor_id, reason in manager.poll_exits():
+            self._allocator.ended(executor_id, reason)
             removed = self.remove_executor(executor_id, reason, notify=False)
-            if not removed and d.cluster_manager.explains_losses_later:
+            if not removed and manager.explains_losses_later:
                 self._add_to_loss_reason(executor_id, reason)
-        d.allocator.tick()
+        self._allocator.tick()
 
     def _add_to_loss_reason(self, executor_id, reason):
         """What the cluster manager learned later of a loss already recorded (a batch system
         says why it ended a job after its executors said they got SIGTERM)."""
-        d = self.driver
-        if d.registry.add_to_loss_reason(executor_id, reason):
+        if self._registry.add_to_loss_reason(executor_id, reason):
             log.info("executor %s: %s", executor_id, reason)
+
+    # ------------------------------------------------------------ connections lost
+
+    def connection_lost(self, rid, problem):
+        """Connection ``rid`` is gone or not reading for ``problem``. If it was an executor's,
+        the executor goes (a relief connection alone is forgotten): True. Else False."""
+        if self.relief_gone(rid):
+            return True
+        executor = self._registry.by_rid.get(rid)
+        if executor is None:
+            return False
+        reason = f"disconnected ({problem})"
+        manager = self._cluster_manager
+        if manager is not None and executor.executor_id in manager.launched_ids():
+            # how did it end, if it ended?
+            reason = (manager.exit_reason(executor.executor_id, wait=0.2)
+                      or f"disconnected ({problem}; the process still runs: stopped or cut off?)")
+        self.remove_executor(executor.executor_id, reason, notify=False)
+        return True
+
+    def link_broke(self, rid, error):
+        """Peer ``rid`` broke its link (the driver cut it off). If it was an executor's, the
+        executor goes (a relief connection alone is forgotten): True. Else False."""
+        if self.relief_gone(rid):
+            return True
+        executor = self._registry.by_rid.get(rid)
+        if executor is None:
+            return False
+        self.remove_executor(executor.executor_id, f"broke its link: {error}", notify=False)
+        return True
+
+    def shut_down_all(self):
+        """Tell every executor to shut down (the driver stops)."""
+        for executor in list(self._registry.by_id.values()):
+            self.send_control(executor, p.Shutdown(), quiet=True)

@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from zsched.allocation import ExecutorAllocator
+from zsched.driver.allocation import ExecutorAllocator
 from zsched.cluster import ClusterManager
 from zsched.config import Config
 

@@ -16,7 +16,7 @@ on. A target beyond the manager's ``capacity()`` is reported once; the rest wait
 import logging
 from collections import deque
 
-log = logging.getLogger("zsched.allocation")
+log = logging.getLogger("zsched.driver.allocation")
 
 _BACKOFF_FIRST = 0.5
 _BACKOFF_MAX = 30.0

@@ -5,13 +5,14 @@ from zsched import protocol as p
 from zsched import wire
 from zsched.config import Config
 from zsched.protocol import TaskState
-from zsched.scheduler import ClientData, ExecutorData, TaskScheduler
+from zsched.driver.scheduler import ClientData, ExecutorData, TaskScheduler
 
 pytestmark = pytest.mark.unit
 
 
-def make(**settings):
-    scheduler = TaskScheduler(Config(**settings), functions={b"f": b"function blob"})
+def make(functions=None, **settings):
+    functions = {b"f": b"function blob"} if functions is None else functions
+    scheduler = TaskScheduler(Config(**settings), functions=functions)
     client = ClientData(b"client", 1)
     return scheduler, client
 
@@ -473,8 +474,7 @@ def test_queues_and_waiting_results_are_out_of_the_collector_and_still_hold_thei
 # ---------------------------------------------------------------- decisions and frames
 
 def test_resource_offers_hands_back_the_launch_decisions_for_the_wire_to_write():
-    scheduler, client = make()
-    scheduler.functions[b"g"] = b"g blob"
+    scheduler, client = make(functions={b"f": b"function blob", b"g": b"g blob"})
     a = scheduler.add_executor("a", b"ra", "h", 2, 10, 0.0)
     b = scheduler.add_executor("b", b"rb", "h", 1, 11, 0.0)
     rows = [[1, b"f", b"x1", 0], [2, b"g", b"x2", 0], [3, b"f", b"x3", 0], [4, b"g", b"x4", 0]]

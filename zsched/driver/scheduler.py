@@ -14,11 +14,11 @@ import math
 import time
 from collections import deque
 
-from .protocol import LaunchTasks, TaskState, frame_header
-from .runtime import gc_untrack
-from .scheduling import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
+from ..protocol import LaunchTasks, TaskState, frame_header
+from ..runtime import gc_untrack
+from ..scheduling import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
                          launch_tasks, offer_and_launch, queue_tasks, slots_per_core, window)
-from .wire import ResultRows, launch_frames
+from ..wire import ResultRows, launch_frames
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +94,14 @@ class TaskScheduler:
     kills its executor cannot take the same neighbours down with it again and again. While
     suspects wait, every window shrinks to its cores so that idle cores appear even under
     a flood of short tasks.
+
+    It is given the ``config``, the function table (``functions``: digest -> FunctionBlob,
+    which the driver's client sessions own; read when tasks are queued) and the ``clock``.
     """
 
     def __init__(self, config, functions=None, clock=time.monotonic):
         self.config = config
-        self.functions = {} if functions is None else functions  # digest -> blob, the driver's
+        self._functions = {} if functions is None else functions  # digest -> FunctionBlob
         self.clock = clock
         self.latency = LatencyHistogram()  # seconds from joining the queue to launch
         self.slots = SlotTable()
@@ -262,7 +265,7 @@ class TaskScheduler:
         for an id of a task the client has in flight (see ``queue_tasks``)."""
         first_id = self._next_task_id
         self._next_task_id, missing = queue_tasks(client, tasks, first_id, self.clock(),
-                                                  self.pending, self.functions)
+                                                  self.pending, self._functions)
         queued = self._next_task_id - first_id
         self.n_pending += queued
         self.counts["submitted"] += queued
