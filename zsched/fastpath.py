@@ -9,7 +9,7 @@ import os
 
 # The compiled modules, each beside its pure-Python twin (``<name>_py``) but _pipe_link's
 # and _arena_cache's, whose fallbacks live in their callers.
-EXTENSIONS = ("_wire", "_scheduling", "_slot_table", "_runtime", "_socket_state",
+EXTENSIONS = ("_wire", "_fastpath", "_slot_table", "_runtime", "_socket_state",
               "_pipe_link", "_arena_cache")
 
 COMPILED = os.environ.get("ZSCHED_PUREPYTHON", "") in ("", "0")

@@ -1,5 +1,5 @@
-"""The scheduling core in use: the compiled ``_scheduling`` (with ``_slot_table``), or its
-twin ``_scheduling_py`` where ``ZSCHED_PUREPYTHON=1`` (see ``fastpath``)."""
+"""The scheduling core in use: the compiled ``_fastpath`` (with ``_slot_table``), or its
+twin ``_fastpath_py`` where ``ZSCHED_PUREPYTHON=1`` (see ``fastpath``)."""
 from .fastpath import chosen
 
 NAMES = ("SlotTable", "Task", "RunningTasks", "ClientTasks", "queue_tasks", "launch_tasks",
@@ -7,4 +7,4 @@ NAMES = ("SlotTable", "Task", "RunningTasks", "ClientTasks", "queue_tasks", "lau
          "slots_per_core", "window")
 __all__ = list(NAMES)
 
-globals().update(chosen(NAMES, "_scheduling", "_slot_table"))
+globals().update(chosen(NAMES, "_fastpath", "_slot_table"))
