@@ -31,7 +31,7 @@ def _implementation(*modules):
     names = {}
     for module in reversed(modules):
         names.update((name, value) for name, value in vars(module).items() if not name.startswith("_"))
-    assert set(scheduling.NAMES + wire.NAMES) <= set(names)
+    assert set(scheduling.__all__ + wire.__all__) <= set(names)
     return types.SimpleNamespace(**names)
 
 
@@ -41,7 +41,7 @@ IMPLEMENTATIONS = [REFERENCE, COMPILED]
 
 
 def test_both_export_the_same_names():
-    for name in scheduling.NAMES:
+    for name in scheduling.__all__:
         assert (hasattr(_fastpath, name) or hasattr(_slot_table, name)) and hasattr(_fastpath_py, name)
 
 
