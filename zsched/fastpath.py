@@ -10,7 +10,8 @@ import importlib.util
 import os
 
 # The compiled modules, each beside its pure-Python twin (``<name>_py``) but _slot_table,
-# whose twin is _fastpath_py.
+# whose twin is _fastpath_py. All sit at the top of the package, _arena_cache too: finding
+# one here must not import the package its chooser lives in.
 EXTENSIONS = ("_wire", "_fastpath", "_slot_table", "_runtime", "_socket_state",
               "_pipe_link", "_arena_cache")
 

@@ -1,5 +1,6 @@
-"""The driver process's cache of freed object arenas (zsched/_arena_cache.pyx), each case in
-a fresh interpreter: the cache changes its process's allocator for good."""
+"""The driver process's cache of freed object arenas (zsched/driver/arena_cache.py and
+zsched/_arena_cache.pyx), each case in a fresh interpreter: the cache changes its process's
+allocator for good."""
 import json
 import os
 import subprocess
