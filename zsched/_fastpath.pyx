@@ -1,7 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The fast path: the compiled scheduling core, where the driver's loop of offers and
-launches runs (with ``_slot_table``); ``_fastpath_py.py`` is the twin it must agree with
-(see it for what each name does).
+"""The fast path, the compiled scheduling core (with ``_slot_table``): the driver's offers
+and launches. ``_fastpath_py.py`` is the twin it must agree with (see it for each name).
 
 ``Task`` is a C struct with typed fields. ``queue_tasks`` and ``apply_status_updates`` read
 the rows of SubmitTasks and StatusUpdates frames where they lie (checked by the wire's
