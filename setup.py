@@ -2,7 +2,7 @@
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-EXTENSIONS = ("_wire", "_scheduling", "_slot_table", "_runtime", "_socket_state", "_pipe_link",
+EXTENSIONS = ("_wire", "_fastpath", "_slot_table", "_runtime", "_socket_state", "_pipe_link",
               "_arena_cache")  # as zsched.fastpath
 
 setup(

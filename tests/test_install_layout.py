@@ -47,6 +47,18 @@ def test_an_uncompiled_checkout_names_the_install_command(tmp_path):
     assert "pip install ." in done.stderr and "ZSCHED_PUREPYTHON=1" in done.stderr
 
 
+
+@pytest.mark.skipif(not COMPILED_HERE, reason="no compiled modules in this checkout")
+def test_a_checkout_missing_one_compiled_module_names_the_install_command(tmp_path):
+    # as after a compiled module is renamed and the checkout not rebuilt
+    checkout = _copy_sources(tmp_path / "checkout", compiled=True)
+    for name in os.listdir(checkout / "zsched"):
+        if name.startswith("_fastpath.") and name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+            os.remove(checkout / "zsched" / name)
+    done = _run([sys.executable, "-S", "-c", "import zsched.scheduling"], cwd=checkout)
+    assert done.returncode != 0
+    assert "pip install ." in done.stderr and "ZSCHED_PUREPYTHON=1" in done.stderr
+
 def test_the_pure_python_reference_runs_from_an_uncompiled_checkout(tmp_path):
     checkout = _copy_sources(tmp_path / "checkout", compiled=False)
     done = _run([sys.executable, "-c", PROBE], cwd=checkout, ZSCHED_PUREPYTHON="1")

@@ -19,7 +19,8 @@ from zsched import protocol as p
 from zsched.cluster import LocalClusterManager
 from zsched.config import Config
 from zsched import fastpath
-from zsched.pipe_link import HEADER_SIZE, PipeLink, PipeLinkReference, pipe_pair
+from zsched._pipe_link_py import PipeLink as PipeLinkReference
+from zsched.pipe_link import HEADER_SIZE, PipeLink, pipe_pair
 
 pytestmark = pytest.mark.timeout(120)
 

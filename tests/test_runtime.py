@@ -9,7 +9,7 @@ IMPLEMENTATIONS = [_runtime_py, _runtime]
 
 
 def test_both_export_the_same_names():
-    for name in runtime.NAMES:
+    for name in runtime.__all__:
         assert hasattr(_runtime, name) and hasattr(_runtime_py, name)
 
 

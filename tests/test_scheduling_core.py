@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zsched import (
-    _scheduling,
-    _scheduling_py,
+    _fastpath,
+    _fastpath_py,
     _slot_table,
     _wire,
     _wire_py,
@@ -18,7 +18,7 @@ from zsched import (
     wire,
 )
 from zsched import protocol as p
-from zsched._scheduling_py import NO_TASK_STATE
+from zsched._fastpath_py import NO_TASK_STATE
 from zsched.driver.scheduler import ClientData, ExecutorData
 from zsched.task_state import TaskState
 
@@ -31,24 +31,24 @@ def _implementation(*modules):
     names = {}
     for module in reversed(modules):
         names.update((name, value) for name, value in vars(module).items() if not name.startswith("_"))
-    assert set(scheduling.NAMES + wire.NAMES) <= set(names)
+    assert set(scheduling.__all__ + wire.__all__) <= set(names)
     return types.SimpleNamespace(**names)
 
 
-REFERENCE = _implementation(_scheduling_py, _wire_py)
-COMPILED = _implementation(_scheduling, _slot_table, _wire)
+REFERENCE = _implementation(_fastpath_py, _wire_py)
+COMPILED = _implementation(_fastpath, _slot_table, _wire)
 IMPLEMENTATIONS = [REFERENCE, COMPILED]
 
 
 def test_both_export_the_same_names():
-    for name in scheduling.NAMES:
-        assert (hasattr(_scheduling, name) or hasattr(_slot_table, name)) and hasattr(_scheduling_py, name)
+    for name in scheduling.__all__:
+        assert (hasattr(_fastpath, name) or hasattr(_slot_table, name)) and hasattr(_fastpath_py, name)
 
 
 def test_compiled_is_used_unless_asked_otherwise():
     import os
     if os.environ.get("ZSCHED_PUREPYTHON", "") not in ("", "0"):
-        assert scheduling.SlotTable is _scheduling_py.SlotTable
+        assert scheduling.SlotTable is _fastpath_py.SlotTable
         assert "reference" in fastpath.IMPLEMENTATION
     else:
         assert scheduling.SlotTable is _slot_table.SlotTable
@@ -85,7 +85,7 @@ def test_idle_cores_are_offered_before_queue_room(impl):
 def test_a_few_tasks_are_shared_out_not_hoarded(impl):
     # deep windows, as after very short tasks: the next tasks may be long, so while fewer
     # wait than a batch, no executor takes more than an equal share, in one turn
-    assert _scheduling_py.BATCH_FRACTION == 2  # the compiled module's too
+    assert _fastpath_py.BATCH_FRACTION == 2  # the compiled module's too
     table = impl.SlotTable()
     a, b, c = table.add(1, 64), table.add(1, 64), table.add(2, 128)  # batches of 32, 32, 64
     assert table.offer(13) == [(a, 4), (b, 4), (c, 5)]  # idle cores 1+1+2, then 3 each
@@ -547,7 +547,7 @@ def test_the_compiled_path_calls_the_queue_s_methods_in_c():
     # deque's append takes one argument and its popleft none, as the compiled module
     # expects of them on the CPython versions zsched supports; were it otherwise, it would
     # call them as methods (the next test)
-    assert _scheduling.DEQUE_METHODS_IN_C
+    assert _fastpath.DEQUE_METHODS_IN_C
 
 
 class QueueOfTasks(deque):
@@ -768,8 +768,8 @@ def test_a_task_of_a_function_the_driver_does_not_hold_ends_at_once(impl):
             [1, b"f", b"again", 0]]  # the last one: an id in flight, refused
     assert impl.queue_tasks(client, _rows(impl, rows), 10, 0.0, pending, {b"f": b"F"}) == (12, 2)
     assert [(t.task_id, t.client_task_id, t.args) for t in pending] == [(10, 1, b"a"), (11, 4, b"d")]
-    assert results_of(client) == [[2, TaskState.ERROR, _scheduling_py.NO_FUNCTION],
-                                  [3, TaskState.ERROR, _scheduling_py.NO_FUNCTION]]
+    assert results_of(client) == [[2, TaskState.ERROR, _fastpath_py.NO_FUNCTION],
+                                  [3, TaskState.ERROR, _fastpath_py.NO_FUNCTION]]
     assert set(client.tasks) == {1, 4}
 
 

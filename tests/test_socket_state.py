@@ -7,7 +7,7 @@ IMPLEMENTATIONS = [_socket_state_py, _socket_state]
 
 
 def test_both_export_the_same_names():
-    for name in socket_state.NAMES:
+    for name in socket_state.__all__:
         assert hasattr(_socket_state, name) and hasattr(_socket_state_py, name)
 
 

@@ -15,7 +15,7 @@ LAUNCH_HEADER = p.frame_header(p.LaunchTasks)
 
 
 def test_both_export_the_same_names():
-    for name in wire.NAMES:
+    for name in wire.__all__:
         assert hasattr(_wire, name) and hasattr(_wire_py, name)
 
 

@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled ``PipeLink``: the same link as ``pipe_link.PipeLinkReference`` (see it for the
-contract), with its reads and writes made by C calls, the read buffer in C memory, and a
+"""Compiled ``PipeLink``: the same link as its twin ``_pipe_link_py`` (see ``pipe_link`` for
+the contract), with its reads and writes made by C calls, the read buffer in C memory, and a
 frame written with its length header in one ``writev`` when nothing waits before it."""
 import os
 from collections import deque
@@ -21,7 +21,7 @@ cdef extern from "<sys/uio.h>" nogil:
         size_t iov_len
     ssize_t writev(int fd, const iovec *iov, int iovcnt)
 
-from .pipe_link import BUFFER_SIZE, HEADER_SIZE, PIPE_BUF, close_fds, flush_within
+from ._pipe_link_py import BUFFER_SIZE, HEADER_SIZE, PIPE_BUF, close_fds, flush_within
 
 cdef Py_ssize_t C_BUFFER_SIZE = BUFFER_SIZE
 cdef Py_ssize_t C_PIPE_BUF = PIPE_BUF

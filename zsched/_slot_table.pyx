@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled slot table; ``_scheduling_py.py`` holds the twin it must agree with (see it for
+"""Compiled slot table; ``_fastpath_py.py`` holds the twin it must agree with (see it for
 what each name does). The per-executor state is in C arrays and its two rings in C circular
 buffers, so ``offer`` touches no Python object per task."""
 from libc.math cimport ceil
@@ -7,7 +7,7 @@ from libc.stdlib cimport free, malloc
 
 from ._wire cimport grow_array
 
-from ._scheduling_py import BATCH_FRACTION as _BATCH_FRACTION
+from ._fastpath_py import BATCH_FRACTION as _BATCH_FRACTION
 
 
 cdef long BATCH_FRACTION = _BATCH_FRACTION

@@ -25,7 +25,7 @@ import msgpack
 
 from .errors import ProtocolError
 from .task_state import TaskState  # noqa: F401 (part of the protocol; the wire's compiled part uses it too)
-from .wire import batch_tasks  # noqa: F401 (one splitter for LaunchTasks and SubmitTasks)
+from ._wire_py import batch_tasks  # noqa: F401 (one splitter for LaunchTasks and SubmitTasks)
 from .wire import StatusRows, SubmitRows, read_status_updates, read_submit_tasks, rows_have_types
 
 VERSION = 1

@@ -1,8 +1,11 @@
-"""``SocketState`` in use, for the transport loops: the compiled ``_socket_state``, or its
-twin ``_socket_state_py`` where ``ZSCHED_PUREPYTHON=1`` (see ``fastpath``)."""
-from .fastpath import chosen
+"""The chooser of ``SocketState``, for the transport loops: the compiled ``_socket_state``,
+or its twin ``_socket_state_py`` where ``ZSCHED_PUREPYTHON=1`` (the rule is
+``fastpath``'s). Both branches import the same names, those of ``__all__``."""
+from .fastpath import COMPILED
 
-NAMES = ("SocketState",)
-__all__ = list(NAMES)
+if COMPILED:
+    from ._socket_state import SocketState
+else:
+    from ._socket_state_py import SocketState
 
-globals().update(chosen(NAMES, "_socket_state"))
+__all__ = ["SocketState"]

@@ -1,23 +1,7 @@
 """A wake-up pipe: other threads (and signal handlers) wake a loop that polls sockets."""
-import ctypes
 import os
 
-from . import fastpath
-
-
-def _write_holding_gil():
-    """``write(2)`` called without releasing the GIL: compiled (``_pipe_link``), else through
-    ``ctypes.PyDLL``; None where the C library's ``write`` cannot be found that way."""
-    if fastpath.COMPILED:
-        from ._pipe_link import write_keeping_gil
-        return write_keeping_gil
-    try:
-        write = ctypes.PyDLL(None).write
-    except (OSError, AttributeError, TypeError):
-        return None
-    write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
-    write.restype = ctypes.c_ssize_t
-    return lambda fd, data: write(fd, data, len(data))
+from .pipe_link import write_keeping_gil
 
 
 class WakeupPipe:
@@ -37,7 +21,7 @@ class WakeupPipe:
         os.set_blocking(self.fd, False)
         os.set_blocking(self._write_fd, False)
         self.pending = False
-        self._write_keeping_gil = _write_holding_gil() if keep_gil else None
+        self._write_keeping_gil = write_keeping_gil if keep_gil else None
 
     def wake(self):
         if not self.pending:

@@ -6,7 +6,7 @@ import time
 from collections import deque
 
 from .. import protocol as p
-from ..arena_cache import stats as memory_cache_stats
+from .arena_cache import stats as memory_cache_stats
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from ..protocol import AdminOp
 

@@ -11,7 +11,7 @@ import sys
 import zmq
 
 from .. import protocol as p
-from ..arena_cache import keep_freed_memory
+from .arena_cache import keep_freed_memory
 from ..cluster import SlurmClusterManager, SSHClusterManager
 from ..cluster.hosts_file import read_hosts_file
 from ..config import MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config, number_in

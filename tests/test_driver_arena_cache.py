@@ -1,5 +1,6 @@
-"""The driver process's cache of freed object arenas (zsched/_arena_cache.pyx), each case in
-a fresh interpreter: the cache changes its process's allocator for good."""
+"""The driver process's cache of freed object arenas (zsched/driver/arena_cache.py and
+zsched/_arena_cache.pyx), each case in a fresh interpreter: the cache changes its process's
+allocator for good."""
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # fill took, the cache's figures, and a check that the objects held what was put in them.
 FLOODS = """
 import json, resource, sys
-from zsched.arena_cache import keep_freed_memory, stats
+from zsched.driver.arena_cache import keep_freed_memory, stats
 print(json.dumps({"kept": keep_freed_memory(int(sys.argv[1]))}))
 faults, checks = [], []
 for _ in range(3):

@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled scheduling core; ``_scheduling_py.py`` is the twin it must agree with (see it
-for what each name does).
+"""The fast path, the compiled scheduling core (with ``_slot_table``): the driver's offers
+and launches. ``_fastpath_py.py`` is the twin it must agree with (see it for each name).
 
 ``Task`` is a C struct with typed fields. ``queue_tasks`` and ``apply_status_updates`` read
 the rows of SubmitTasks and StatusUpdates frames where they lie (checked by the wire's
@@ -43,7 +43,7 @@ cdef extern from *:
 
 from collections import deque
 
-from ._scheduling_py import NO_FUNCTION, NO_TASK_STATE
+from ._fastpath_py import NO_FUNCTION, NO_TASK_STATE
 from .task_state import TaskState
 
 

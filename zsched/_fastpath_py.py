@@ -1,4 +1,4 @@
-"""Pure-Python twin of the compiled scheduling core (``_scheduling.pyx``, ``_slot_table.pyx``);
+"""Pure-Python twin of the compiled scheduling core (``_fastpath.pyx``, ``_slot_table.pyx``);
 they must agree exactly. It does no I/O: frames are read and written by the wire.
 
 - ``SlotTable`` holds, for every executor, its cores, its window (the tasks it may hold,
