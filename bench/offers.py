@@ -97,7 +97,7 @@ class Faults:
 def run_once(n_executors, cores, n_tasks, batch):
     """Schedule ``n_tasks`` on ``n_executors`` simulated executors; figures of the run."""
     from zsched.config import Config
-    from zsched.protocol import StatusUpdates, SubmitTasks, TaskResults, decode, encode, frame_header
+    from zsched.protocol import SubmitTasks, decode, encode
     from zsched.driver.scheduler import ClientData, TaskScheduler
 
     scheduler = TaskScheduler(Config(), functions={b"digest": b"cloudpickled function"})
@@ -120,16 +120,31 @@ def run_once(n_executors, cores, n_tasks, batch):
         scheduler.submit(client, decode(frame).tasks)
         submit_ns += clock() - start - timer_ns
         faults.stop("submit")
+    flood = run_flood(scheduler, client, executors, n_tasks, batch, clock, timer_ns, faults)
+    assert scheduler.counts["finished"] == n_tasks and scheduler.n_pending == 0
+    steps_ns = submit_ns + flood["offers_ns"] + flood["status_ns"] + flood["results_ns"]
+    return {"submit_ns": submit_ns / n_tasks, "offers_ns": flood["offers_ns"] / n_tasks,
+            "status_ns": flood["status_ns"] / n_tasks, "results_ns": flood["results_ns"] / n_tasks,
+            **{f"{phase}_faults_per_1k": 1000 * count / n_tasks for phase, count in faults.counts.items()},
+            "timed_faults_per_1k": 1000 * sum(faults.counts.values()) / n_tasks,
+            "total_ns": steps_ns / n_tasks, "offers": flood["offers"],
+            "launches": flood["launches"], "messages": flood["messages"],
+            "full_collections": flood["full_collections"],
+            "window": executors[0].slots}
+
+
+def run_flood(scheduler, client, executors, n_tasks, batch, clock, timer_ns, faults):
+    """Offers, the executors' StatusUpdates and the client's results, one wake-up of the
+    driver's loop at a time, until the ``n_tasks`` queued are done: ns in each step, in all."""
+    from zsched.protocol import TaskResults, decode, frame_header
+
     held = {executor: collections.deque() for executor in executors}  # launched, in order
     reporting = collections.deque()  # executors holding tasks, in the order they report
-    busy = TASK_SECONDS * batch
-
     offers_ns = status_ns = results_ns = 0
     results_header = frame_header(TaskResults)
     limit = scheduler.config.max_message_size
     n_offers = n_launches = n_messages = 0
     done = 0
-    status_updates = scheduler.status_updates
     gc.collect()
     full_collections = gc.get_stats()[2]["collections"]
     while done < n_tasks:  # one wake-up of the driver's loop
@@ -145,41 +160,48 @@ def run_once(n_executors, cores, n_tasks, batch):
                 reporting.append(executor)
             for frame in frames:
                 held[executor].extend(decode(frame).tasks)
-        # one StatusUpdates per executor holding tasks, RECV_BATCH at most; each is handled
-        # as soon as it is decoded and its rows are garbage afterwards, as in the driver
+        # one StatusUpdates per executor holding tasks, RECV_BATCH at most
         n_reports = min(len(reporting), RECV_BATCH)
         if not n_reports:
             raise RuntimeError(f"stalled: {n_tasks - done} tasks neither launched nor held")
-        for _ in range(n_reports):
-            executor = reporting.popleft()
-            queue = held[executor]
-            rows = [[row[0], row[1], FINISHED, RESULT]
-                    for row in (queue.popleft() for _ in range(min(batch, len(queue))))]
-            frame = encode(StatusUpdates(1, busy * len(rows) / batch, rows))  # the executor's
-            faults.start()
-            start = clock()
-            message = decode(frame)
-            status_updates(executor, message.updates, message.busy)
-            status_ns += clock() - start - timer_ns
-            faults.stop("status")
-            done += len(rows)
-            if queue:
-                reporting.append(executor)
+        ns, reported = report_status(scheduler, held, reporting, n_reports, batch, clock, timer_ns, faults)
+        status_ns += ns
+        done += reported
         n_messages += n_reports
         faults.start()
         start = clock()
         client.results.take_frames(results_header, limit, RESULT_ROWS)  # sent to the client
         results_ns += clock() - start - timer_ns
         faults.stop("results")
-    assert scheduler.counts["finished"] == n_tasks and scheduler.n_pending == 0
-    return {"submit_ns": submit_ns / n_tasks, "offers_ns": offers_ns / n_tasks,
-            "status_ns": status_ns / n_tasks, "results_ns": results_ns / n_tasks,
-            **{f"{phase}_faults_per_1k": 1000 * count / n_tasks for phase, count in faults.counts.items()},
-            "timed_faults_per_1k": 1000 * sum(faults.counts.values()) / n_tasks,
-            "total_ns": (submit_ns + offers_ns + status_ns + results_ns) / n_tasks, "offers": n_offers,
-            "launches": n_launches, "messages": n_messages,
-            "full_collections": gc.get_stats()[2]["collections"] - full_collections,
-            "window": executors[0].slots}
+    return {"offers_ns": offers_ns, "status_ns": status_ns, "results_ns": results_ns,
+            "offers": n_offers, "launches": n_launches, "messages": n_messages,
+            "full_collections": gc.get_stats()[2]["collections"] - full_collections}
+
+
+def report_status(scheduler, held, reporting, n_reports, batch, clock, timer_ns, faults):
+    """The StatusUpdates of the next ``n_reports`` executors in ``reporting``, each handled as
+    soon as it is decoded and its rows garbage afterwards, as in the driver: (ns, tasks)."""
+    from zsched.protocol import StatusUpdates, decode, encode
+
+    status_updates = scheduler.status_updates
+    busy = TASK_SECONDS * batch
+    status_ns = done = 0
+    for _ in range(n_reports):
+        executor = reporting.popleft()
+        queue = held[executor]
+        rows = [[row[0], row[1], FINISHED, RESULT]
+                for row in (queue.popleft() for _ in range(min(batch, len(queue))))]
+        frame = encode(StatusUpdates(1, busy * len(rows) / batch, rows))  # the executor's
+        faults.start()
+        start = clock()
+        message = decode(frame)
+        status_updates(executor, message.updates, message.busy)
+        status_ns += clock() - start - timer_ns
+        faults.stop("status")
+        done += len(rows)
+        if queue:
+            reporting.append(executor)
+    return status_ns, done
 
 
 def run_slot_table(n_executors, cores, n_tasks, batch, window):

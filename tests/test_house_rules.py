@@ -1,7 +1,9 @@
-"""The house rules of zsched's source: rooms small enough to read in a sitting.
+"""The house rules of zsched's source and its benchmarks: rooms small enough to read in a
+sitting.
 
 A Python module holds at most 600 lines, a compiled one at most 900; a class at most 400,
-a function at most 60. A part that grows past them is a part to split."""
+a function at most 60. A part that grows past them is a part to split. The scripts of
+``bench/`` and their helper modules are held to the same limits."""
 import ast
 import os
 import re
@@ -13,6 +15,7 @@ from conftest import REPO
 pytestmark = pytest.mark.unit
 
 PACKAGE = os.path.join(REPO, "zsched")
+BENCH = os.path.join(REPO, "bench")
 LIMITS = {"module": 600, "compiled module": 900, "class": 400, "function": 60}
 
 # Where a class or a function of a .pyx or .pxd file begins: its indentation, then
@@ -28,6 +31,13 @@ def _sources(*suffixes):
         for name in sorted(names):
             if name.endswith(suffixes):
                 yield os.path.join(folder, name)
+
+
+def _bench_sources():
+    """The benchmark scripts and their helper modules (``bench/*.py``)."""
+    for name in sorted(os.listdir(BENCH)):
+        if name.endswith(".py"):
+            yield os.path.join(BENCH, name)
 
 
 def _python_parts(text):
@@ -66,9 +76,9 @@ def _compiled_parts(text):
         yield start + 1, kind, match.group(2), end - start + 1
 
 
-def _too_long():
+def _too_long(paths):
     found = []
-    for path in _sources(".py", ".pyx", ".pxd"):
+    for path in paths:
         with open(path) as f:
             text = f.read()
         where = os.path.relpath(path, REPO)
@@ -83,7 +93,15 @@ def _too_long():
 
 
 def test_every_module_class_and_function_is_within_its_limit():
-    assert not _too_long(), "\n".join(_too_long())
+    found = _too_long(_sources(".py", ".pyx", ".pxd"))
+    assert not found, "\n".join(found)
+
+
+def test_every_benchmark_module_class_and_function_is_within_its_limit():
+    paths = list(_bench_sources())
+    assert paths, f"no benchmark found in {BENCH}"
+    found = _too_long(paths)
+    assert not found, "\n".join(found)
 
 
 # The wire is the bottom layer: of zsched it imports errors, task states, the chooser of
