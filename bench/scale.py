@@ -433,7 +433,7 @@ class Cluster:
     """A driver process, a client here, and simulated executor processes."""
 
     def __init__(self, args, workdir):
-        from zsched.cluster.local import child_environment, module_command
+        from zsched.cluster_managers.local import child_environment, module_command
         self.args = args
         self.env = child_environment()
         self.app_id = f"scale-{os.getpid()}-{time.monotonic_ns() % 10**9}"

@@ -11,7 +11,7 @@ import pytest
 from zsched.config import Config, check_url
 from zsched.dynamic_allocation import DynamicAllocationPolicy
 from zsched.errors import ConfigError
-from zsched.local_cluster import LocalCluster
+from zsched.clusters.local import LocalCluster
 
 from conftest import REPO
 

@@ -25,14 +25,14 @@ import time
 import weakref
 from typing import NamedTuple, Optional, Union
 
-from .cluster.local import child_environment, fits_a_unix_socket, module_command
-from .config import (MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config,
+from ..cluster_managers.local import child_environment, fits_a_unix_socket, module_command
+from ..config import (MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config,
                      check_number)
-from .dynamic_allocation import DynamicAllocationPolicy, executors_at_start
-from .errors import DriverConnectionError
-from .pipe_link import PipeLink, close_fds, pipe_pair
-from .protocol import MAX_CORES, frame_limit
-from .security import create_secret_file
+from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
+from ..errors import DriverConnectionError
+from ..pipe_link import PipeLink, close_fds, pipe_pair
+from ..protocol import MAX_CORES, frame_limit
+from ..security import create_secret_file
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class LocalCluster:
 
     def _start_in_process(self, config, started):
         """The driver in a thread of this process (see the class docstring)."""
-        from .driver import Driver, local_options
+        from ..driver import Driver, local_options
         if type(self)._manager_arguments is not LocalCluster._manager_arguments:
             raise ValueError(f"{type(self).__name__} runs its driver in a process of its own: "
                              "in_process=True is for LocalCluster")
@@ -274,7 +274,7 @@ class LocalCluster:
         """A client of this cluster in this process; closed with the cluster. With the
         driver in this process (``in_process``) it reaches the driver without a socket; else
         over a pair of pipes of its own."""
-        from .client import Client
+        from ..client import Client
         if self.channel is not None:
             kwargs.pop("secret_file", None)  # nothing to authenticate in this process
             client = Client.in_process(self.channel, **kwargs)
@@ -302,7 +302,7 @@ class LocalCluster:
 
     def wait_for_executors(self, n, timeout):
         """Wait until ``n`` executors have registered."""
-        from .client import Client
+        from ..client import Client
         deadline = time.monotonic() + timeout
         if self.channel is not None:  # asked through the channel, as any client asks
             with Client.in_process(self.channel, timeout=timeout) as client:

@@ -1,6 +1,6 @@
 """``zsched.SlurmCluster``: a driver process on this machine and executors as Slurm jobs,
 as ``bin/driver --slurm``."""
-from .local_cluster import LocalCluster
+from .local import LocalCluster
 
 
 class SlurmCluster(LocalCluster):

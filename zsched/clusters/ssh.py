@@ -2,8 +2,8 @@
 on other hosts, as ``bin/driver --hosts FILE``."""
 import os
 
-from .cluster.hosts_file import parse_hosts, read_hosts_file
-from .local_cluster import LocalCluster
+from ..cluster_managers.hosts_file import parse_hosts, read_hosts_file
+from .local import LocalCluster
 
 
 class SSHCluster(LocalCluster):

@@ -12,8 +12,8 @@ import zmq
 
 from .. import protocol as p
 from ..arena_cache import keep_freed_memory
-from ..cluster import SlurmClusterManager, SSHClusterManager
-from ..cluster.hosts_file import read_hosts_file
+from ..cluster_managers import SlurmClusterManager, SSHClusterManager
+from ..cluster_managers.hosts_file import read_hosts_file
 from ..config import MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config, number_in
 from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
 from ..errors import ConfigError
