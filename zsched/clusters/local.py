@@ -1,67 +1,22 @@
 """``zsched.LocalCluster``: a driver process and executor processes on this host, secured
 with a secret file private to the cluster.
 
-The driver runs in its own process (``python -m zsched.driver --local N``), not in a thread
-of the caller: a driver thread would share the caller's GIL, so the caller's own Python
-work (building futures, post-processing results) would slow every task of the cluster. The
-driver fate-shares with the caller
-through its standard input: when this process dies, the driver and its executors stop.
-``in_process=True`` runs the driver in a thread instead, for the lowest single-task latency
-of a client in this process (over inproc://); see ``LocalCluster``.
+The driver runs in its own process (``python -m zsched.driver --local N``), as every
+cluster's does (see ``base.py``). ``in_process=True`` runs the driver in a thread instead,
+for the lowest single-task latency of a client in this process (over inproc://); see
+``LocalCluster``.
 """
-import atexit
 import logging
-import math
 import os
-import re
-import secrets
 import shutil
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-import weakref
-from typing import NamedTuple, Optional, Union
 
-from ..cluster_managers.local import child_environment, fits_a_unix_socket, module_command
-from ..config import (MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config,
-                     check_number)
-from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
-from ..errors import DriverConnectionError
-from ..pipe_link import PipeLink, close_fds, pipe_pair
-from ..protocol import MAX_CORES, frame_limit
-from ..security import create_secret_file
+from .base import Cluster
 
 log = logging.getLogger(__name__)
 
-_live_clusters = weakref.WeakSet()
-_LISTENING = re.compile(r"zsched driver listening on (tcp://\S+)$")
 
-
-class _Start(NamedTuple):
-    """How a cluster starts its driver: its arguments, checked."""
-    n_executors: int
-    initial_executors: Optional[int]
-    policy: Optional[DynamicAllocationPolicy]
-    at_start: int  # the executors to wait for (see executors_at_start)
-    cores_per_executor: int
-    host: str
-    port: int
-    ipc_path: Optional[str]
-    log_level: str
-    dashboard: bool
-    wait: Union[bool, int]
-
-
-@atexit.register
-def _close_live_clusters():
-    for cluster in list(_live_clusters):
-        cluster.close()
-
-
-class LocalCluster:
+class LocalCluster(Cluster):
     """A local zsched cluster; a context manager.
 
     ``address`` and ``secret_file`` let any process connect (``zsched.Client(address,
@@ -87,147 +42,27 @@ class LocalCluster:
     connection to the driver and exit.
     """
 
-    def __init__(self, n_executors=2, cores_per_executor=1, *, host="127.0.0.1", port=0,
-                 secret_file=None, insecure=False, app_id=None, conf=None, wait=True,
-                 log_level="WARNING", dynamic_allocation=False, min_executors=0,
-                 max_executors=None, initial_executors=None, backlog_timeout=1.0,
-                 executor_idle_timeout=60.0, dashboard=False, in_process=False, **settings):
-        # bad arguments fail here, naming them, rather than in the driver or in ZeroMQ
-        n_executors, cores_per_executor, port, initial_executors, policy = self._checked(
-            n_executors, cores_per_executor, port, initial_executors, dynamic_allocation,
-            min_executors, max_executors, backlog_timeout, executor_idle_timeout)
-        at_start = executors_at_start(n_executors, initial_executors, policy)
-        values = {**(conf or {}), **settings}
-        config = self._config = Config.from_mapping(values)
-        self.n_executors = n_executors
-        self.app_id = app_id or f"local-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
-        self._closed = False
-        self._clients = weakref.WeakSet()
-        self._private_dir = tempfile.mkdtemp(prefix="zsched-")  # mode 0700
-        # the driver also listens at a Unix socket in it, for the executors and this
-        # process's clients: lower latency than loopback TCP (none if the path is too long)
-        ipc_path = os.path.join(self._private_dir, "driver.sock")
-        if not fits_a_unix_socket(ipc_path):
-            ipc_path = None
-        if not insecure and secret_file is None:
-            secret_file = os.path.join(self._private_dir, "secret")
-        self.secret_file = None if insecure else secret_file
-        self._process = self._driver = None
-        self._client_door = None  # hands the driver process a pipe pair per client()
-        self._client_door_lock = threading.Lock()
+    executors_on_this_host = True
+
+    def __init__(self, n_executors=2, cores_per_executor=1, *, in_process=False, **kwargs):
+        self._in_process = in_process
+        self._driver = None  # with the driver in this process: its zsched.driver.Driver
         self.inproc_address = self.context = None
         self.channel = None  # with the driver in this process: its zsched.channel.Channel
-        started = _Start(n_executors, initial_executors, policy, at_start, cores_per_executor,
-                         host, port, ipc_path, log_level, dashboard, wait)
-        if in_process:
+        super().__init__(n_executors, cores_per_executor, **kwargs)
+
+    def _manager_arguments(self, n_executors):
+        return ["--local", str(n_executors)]
+
+    def _start(self, values, config, started):
+        if self._in_process:
             self._start_in_process(config, started)
         else:
             self._start_process(values, config, started)
 
-    def _driver_command(self, values, started):
-        """``bin/driver``'s command line for ``started``. Creates the secret file (unless
-        insecure)."""
-        command = module_command("zsched.driver") + [
-            "--host", started.host, "--port", str(started.port), "--app-id", self.app_id,
-            *self._manager_arguments(started.n_executors),
-            "--cores-per-executor", str(started.cores_per_executor),
-            "--log-level", started.log_level, "--exit-on-stdin-close"]
-        if started.ipc_path is not None:
-            command += ["--ipc-path", started.ipc_path]
-        # the driver removes it when it stops, also after this process was killed
-        command += ["--private-dir", self._private_dir]
-        if started.dashboard:
-            command += ["--dashboard-port", "0"]
-        policy = started.policy
-        if policy is not None:
-            command += ["--dynamic-allocation", "--min-executors", str(policy.min_executors),
-                        "--backlog-timeout", str(policy.backlog_timeout),
-                        "--executor-idle-timeout", str(policy.idle_timeout)]
-            if policy.max_executors != math.inf:
-                command += ["--max-executors", str(policy.max_executors)]
-            if started.initial_executors is not None:
-                command += ["--initial-executors", str(started.initial_executors)]
-        if self.secret_file is None:
-            command.append("--insecure")
-        else:
-            create_secret_file(self.secret_file)
-            command += ["--secret-file", self.secret_file]
-        for name, value in values.items():
-            command += ["--conf", f"{name}={value}"]
-        return command
-
-    def _checked(self, n_executors, cores_per_executor, port, initial_executors,
-                 dynamic_allocation, min_executors, max_executors, backlog_timeout,
-                 executor_idle_timeout):
-        """The arguments as numbers in their bounds, and the dynamic allocation policy (or
-        None); ConfigError naming the first argument that is not."""
-        on_this_host = type(self)._manager_arguments is LocalCluster._manager_arguments
-        n_executors = check_number("n_executors", n_executors, 0,
-                                   MAX_EXECUTORS_PER_HOST if on_this_host else MAX_EXECUTORS,
-                                   integer=True)
-        cores_per_executor = check_number("cores_per_executor", cores_per_executor, 1, MAX_CORES,
-                                          integer=True)
-        port = check_number("port", port, 0, MAX_PORT, integer=True)
-        if initial_executors is not None:
-            initial_executors = check_number("initial_executors", initial_executors, 0,
-                                             MAX_EXECUTORS, integer=True)
-        executor_idle_timeout = check_number("executor_idle_timeout", executor_idle_timeout,
-                                             MIN_WAIT, WEEK, unit="s")
-        # the policy checks its bounds, also those of a cluster that does not use it
-        policy = DynamicAllocationPolicy(min_executors, max_executors, backlog_timeout,
-                                         executor_idle_timeout)
-        return (n_executors, cores_per_executor, port, initial_executors,
-                policy if dynamic_allocation else None)
-
-    def _start_process(self, values, config, started):
-        """Start ``bin/driver`` as ``started`` says and wait for its address (and executors)."""
-        command = self._driver_command(values, started)
-        ipc_path, dashboard = started.ipc_path, started.dashboard
-        # client() talks over a pipe pair (one thread woken per message, not three); the
-        # driver gets each pair through this Unix socket, which it inherits
-        self._client_door, driver_door = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        command += ["--client-door", str(driver_door.fileno())]
-        try:
-            self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             env=child_environment(), text=True,
-                                             pass_fds=[driver_door.fileno()])
-        except BaseException:
-            self._close_client_door()
-            raise
-        finally:
-            driver_door.close()
-        _live_clusters.add(self)
-        try:
-            line = self._process.stdout.readline().strip()
-            match = _LISTENING.match(line)
-            if not match:
-                raise DriverConnectionError(
-                    f"the cluster's driver did not start (exit status {self._process.wait(10)}); "
-                    f"see its log above")
-            self.address = match.group(1)
-            self.local_address = f"ipc://{ipc_path}" if ipc_path is not None else self.address
-            self.dashboard_url = None
-            while dashboard and self.dashboard_url is None:
-                line = self._process.stdout.readline()
-                if not line:
-                    raise DriverConnectionError("the cluster's driver stopped while starting "
-                                                "(see its log above)")
-                if line.startswith("zsched dashboard at "):
-                    self.dashboard_url = line[len("zsched dashboard at "):].strip()
-            # what the driver and the executors print later (tasks' output) goes to our stdout
-            threading.Thread(target=self._forward_output, name="zsched-cluster-output",
-                             daemon=True).start()
-            self._wait_for_start(started, config.registration_timeout)
-        except BaseException:
-            self.close()
-            raise
-
     def _start_in_process(self, config, started):
         """The driver in a thread of this process (see the class docstring)."""
         from ..driver import Driver, local_options
-        if type(self)._manager_arguments is not LocalCluster._manager_arguments:
-            raise ValueError(f"{type(self).__name__} runs its driver in a process of its own: "
-                             "in_process=True is for LocalCluster")
         try:
             options = local_options(
                 config, started.n_executors, started.cores_per_executor, host=started.host,
@@ -246,7 +81,7 @@ class LocalCluster:
         self.channel = self._driver.channel
         self.context = self._driver.context
         self.dashboard_url = self._driver.dashboard.url if self._driver.dashboard else None
-        _live_clusters.add(self)
+        self._close_at_exit()
         try:
             self._driver.start_thread()
             self._wait_for_start(started, config.registration_timeout)
@@ -254,132 +89,45 @@ class LocalCluster:
             self.close()
             raise
 
-    def _wait_for_start(self, started, timeout):
-        n_executors, wait = started.at_start, started.wait
-        if wait:  # True: all of them; a number: that many
-            count = n_executors if wait is True else min(int(wait), n_executors)
-            self.wait_for_executors(count, timeout)
-
-    def _manager_arguments(self, n_executors):
-        """The driver's cluster manager options."""
-        return ["--local", str(n_executors)]
-
-    def _forward_output(self):
-        for line in self._process.stdout:
-            if not line.startswith("zsched secret file: "):
-                sys.stdout.write(line)
-                sys.stdout.flush()
-
     def client(self, **kwargs):
         """A client of this cluster in this process; closed with the cluster. With the
         driver in this process (``in_process``) it reaches the driver without a socket; else
         over a pair of pipes of its own."""
+        if self.channel is None:
+            return super().client(**kwargs)
         from ..client import Client
-        if self.channel is not None:
-            kwargs.pop("secret_file", None)  # nothing to authenticate in this process
-            client = Client.in_process(self.channel, **kwargs)
-        elif (fds := self._pipes_to_driver()) is not None:
-            kwargs.pop("secret_file", None)  # the pipes reach the driver alone
-            link = PipeLink(*fds, frame_limit(Config().max_message_size))  # until the welcome
-            client = Client.over_pipes(link, self.local_address, **kwargs)
-        else:
-            kwargs.setdefault("secret_file", self.secret_file)
-            client = Client(self.local_address, **kwargs)
-        self._clients.add(client)
-        return client
+        kwargs.pop("secret_file", None)  # nothing to authenticate in this process
+        return self._keep(Client.in_process(self.channel, **kwargs))
 
     @property
     def driver_pid(self):
         """The driver's process id: this process's own when the driver runs in a thread."""
-        return os.getpid() if self._driver is not None else self._process.pid
+        return os.getpid() if self._driver is not None else super().driver_pid
 
     @property
     def driver_running(self):
         """Whether the driver still runs: False once it stopped, as after ``close()``."""
         if self._driver is not None:
             return self._driver.is_running()
-        return self._process.poll() is None
+        return super().driver_running
 
     def wait_for_executors(self, n, timeout):
         """Wait until ``n`` executors have registered."""
+        if self.channel is None:
+            super().wait_for_executors(n, timeout)
+            return
         from ..client import Client
         deadline = time.monotonic() + timeout
-        if self.channel is not None:  # asked through the channel, as any client asks
-            with Client.in_process(self.channel, timeout=timeout) as client:
-                self._wait_until_registered(n, timeout, deadline, lambda: len(client.executor_ids()),
-                                            self.channel.is_open)
-            return
-        with Client(self.local_address, secret_file=self.secret_file, timeout=timeout) as client:
+        with Client.in_process(self.channel, timeout=timeout) as client:  # as any client asks
             self._wait_until_registered(n, timeout, deadline, lambda: len(client.executor_ids()),
-                                        lambda: self.driver_running)
+                                        self.channel.is_open)
 
-    @staticmethod
-    def _wait_until_registered(n, timeout, deadline, registered, driver_running):
-        while (count := registered()) < n:
-            if not driver_running():
-                raise DriverConnectionError("the cluster's driver stopped while starting "
-                                            "(see its log above)")
-            if time.monotonic() > deadline:
-                raise DriverConnectionError(f"only {count} of {n} executors registered "
-                                            f"within {timeout:g} s")
-            time.sleep(0.005)
-
-    def close(self):
-        """Stop the driver and its executors (bounded), and remove the private secret."""
-        if self._closed:
+    def _stop_driver(self):
+        if self._driver is None:
+            super()._stop_driver()
             return
-        self._closed = True
-        _live_clusters.discard(self)
-        for client in list(self._clients):
-            client.close()
-        self._close_client_door()
-        if self._driver is not None:
-            self._driver.request_stop()  # it stops its executors, then closes its sockets
-            wait = 60 + self._config.shutdown_timeout
-            self._driver.join(wait)
-            if self._driver.is_running():
-                log.warning("the cluster's driver did not stop within %g s", wait)
-            shutil.rmtree(self._private_dir, ignore_errors=True)
-            return
-        process = self._process
-        try:
-            process.stdin.close()  # the driver stops at end of input, as on SIGTERM
-        except OSError:
-            pass
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            log.warning("the cluster's driver did not stop within 60 s: killing it")
-            process.kill()
-            process.wait()
-        shutil.rmtree(self._private_dir, ignore_errors=True)
-
-    def _pipes_to_driver(self):
-        """A new pipe pair to the driver process, through the client door: this process's
-        end of it (read fd, write fd); None when the door is closed (the cluster too)."""
-        with self._client_door_lock:
-            if self._client_door is None:
-                return None
-            ours, theirs = pipe_pair()
-            try:
-                socket.send_fds(self._client_door, [b"p"], list(theirs))
-            except OSError as exc:
-                close_fds(*ours)
-                raise DriverConnectionError(f"cannot connect to the cluster's driver: it is "
-                                            f"gone ({exc.strerror})") from None
-            finally:
-                close_fds(*theirs)
-            return ours
-
-    def _close_client_door(self):
-        with self._client_door_lock:
-            if self._client_door is not None:
-                self._client_door.close()
-                self._client_door = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-        return False
+        self._driver.request_stop()  # it stops its executors, then closes its sockets
+        wait = 60 + self._config.shutdown_timeout
+        self._driver.join(wait)
+        if self._driver.is_running():
+            log.warning("the cluster's driver did not stop within %g s", wait)
