@@ -8,10 +8,10 @@ from dataclasses import fields
 
 import pytest
 
+from zsched.clusters.local import LocalCluster
 from zsched.config import Config, check_url
 from zsched.dynamic_allocation import DynamicAllocationPolicy
 from zsched.errors import ConfigError
-from zsched.local_cluster import LocalCluster
 
 from conftest import REPO
 

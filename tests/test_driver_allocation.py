@@ -4,7 +4,7 @@ import itertools
 import pytest
 
 from zsched.driver.allocation import ExecutorAllocator
-from zsched.cluster import ClusterManager
+from zsched.cluster_managers import ClusterManager
 from zsched.config import Config
 
 pytestmark = pytest.mark.unit

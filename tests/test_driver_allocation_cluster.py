@@ -10,7 +10,7 @@ import pytest
 
 import zsched
 from conftest import wait_for
-from zsched.cluster import LocalClusterManager
+from zsched.cluster_managers import LocalClusterManager
 from zsched.config import Config
 from zsched.driver import Driver, DriverOptions
 

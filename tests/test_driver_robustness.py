@@ -9,7 +9,7 @@ import psutil
 import zmq
 
 import zsched
-from zsched.cluster import ClusterManager
+from zsched.cluster_managers import ClusterManager
 from zsched import protocol as p
 from zsched.config import Config
 from zsched.driver import Driver, DriverOptions

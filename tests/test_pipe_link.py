@@ -16,7 +16,7 @@ import pytest
 import zsched
 from conftest import BIN, wait_for
 from zsched import protocol as p
-from zsched.cluster import LocalClusterManager
+from zsched.cluster_managers import LocalClusterManager
 from zsched.config import Config
 from zsched import fastpath
 from zsched._pipe_link_py import PipeLink as PipeLinkReference

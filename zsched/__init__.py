@@ -46,10 +46,10 @@ _SOURCES = {
     "ConfigError": "errors", "DriverConnectionError": "errors", "MessageTooLarge": "errors",
     "ProtocolError": "errors", "RemoteTraceback": "errors", "TaskFailed": "errors",
     "ZschedError": "errors",
-    "LocalCluster": "local_cluster",
+    "LocalCluster": "clusters.local",
     "progress": "client.progress_bar",
-    "SlurmCluster": "slurm_cluster",
-    "SSHCluster": "ssh_cluster",
+    "SlurmCluster": "clusters.slurm",
+    "SSHCluster": "clusters.ssh",
 }
 
 __all__ = ["Client", "LocalCluster", "SlurmCluster", "SSHCluster", "progress", "TaskFuture", "Config",
@@ -63,7 +63,7 @@ __getattr__ = lazy_exports(__name__, _SOURCES)[0]
 def _embedded_cluster(n_executors):
     """The cluster of ``zsched.Client()``: a ``LocalCluster`` whose driver runs in a thread
     of this process."""
-    from .local_cluster import LocalCluster
+    from .clusters.local import LocalCluster
     return LocalCluster(n_executors=n_executors, in_process=True)
 
 

@@ -38,7 +38,7 @@ def processes_of(app_id):
     found = {}
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if app_id in cmdline and re.search(r"zsched\.(executor|cluster\.ssh_remote)", cmdline):
+        if app_id in cmdline and re.search(r"zsched\.(executor|cluster_managers\.ssh_remote)", cmdline):
             found[proc.info["pid"]] = cmdline
     return found
 
@@ -189,7 +189,7 @@ def test_an_ended_session_ends_its_executor_which_is_replaced(ssh_hosts, remote_
             wait_for_executors(client, 2)
             ssh_client = ending == "ssh client SIGKILLed"  # else: its remote end
             (pid,) = [pid for pid, cmd in processes_of(app_id).items() if "--executor-id 1 " in cmd
-                      and "-m zsched.cluster.ssh_remote" in cmd and cmd.startswith("ssh ") == ssh_client]
+                      and "-m zsched.cluster_managers.ssh_remote" in cmd and cmd.startswith("ssh ") == ssh_client]
             os.kill(pid, signal.SIGKILL if ssh_client else signal.SIGHUP)
             wait_for(lambda: not any("--executor-id 1 " in cmd for cmd in processes_of(app_id).values()),
                      20, message="executor 1 gone from its host")

@@ -11,9 +11,9 @@ import sys
 import zmq
 
 from .. import protocol as p
+from ..cluster_managers import SlurmClusterManager, SSHClusterManager
+from ..cluster_managers.hosts_file import read_hosts_file
 from .arena_cache import keep_freed_memory
-from ..cluster import SlurmClusterManager, SSHClusterManager
-from ..cluster.hosts_file import read_hosts_file
 from ..config import MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config, number_in
 from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
 from ..errors import ConfigError

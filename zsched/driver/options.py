@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cluster.local import (
+from ..cluster_managers.local import (
     UNIX_SOCKET_PATH_MAX,
     LocalClusterManager,
     fits_a_unix_socket,

@@ -4,7 +4,7 @@ import shlex
 import subprocess
 import sys
 
-from zsched.cluster.slurm import SlurmClusterManager, SlurmJob, describe_ended_job, parse_scontrol
+from zsched.cluster_managers.slurm import SlurmClusterManager, SlurmJob, describe_ended_job, parse_scontrol
 
 
 def make(**kwargs):

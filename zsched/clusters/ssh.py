@@ -2,11 +2,11 @@
 on other hosts, as ``bin/driver --hosts FILE``."""
 import os
 
-from .cluster.hosts_file import parse_hosts, read_hosts_file
-from .local_cluster import LocalCluster
+from ..cluster_managers.hosts_file import parse_hosts, read_hosts_file
+from .base import Cluster
 
 
-class SSHCluster(LocalCluster):
+class SSHCluster(Cluster):
     """A cluster of executors on ``hosts``; a context manager, like ``LocalCluster``.
 
     ``hosts`` is a hosts file's path or its lines (``["user@node1 4", "node2:2222"]``): at
@@ -16,7 +16,8 @@ class SSHCluster(LocalCluster):
     executors on each host get the address that host is reached from) and waits for
     ``wait_for_executors`` executors to register (default 1: the others join as they come;
     a host that cannot start executors is reported and retried without holding up the
-    others). The other arguments are those of ``LocalCluster``.
+    others). The other arguments are those of ``LocalCluster`` but ``in_process``: the
+    driver runs in a process of its own.
     """
 
     def __init__(self, hosts, cores_per_executor=1, *, ssh_options=(), remote_python="python3",

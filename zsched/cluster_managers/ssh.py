@@ -1,6 +1,6 @@
 """Executors on other hosts, started with the system OpenSSH client.
 
-Each executor is one ``ssh`` process running ``zsched.cluster.ssh_remote`` on its host, so
+Each executor is one ``ssh`` process running ``zsched.cluster_managers.ssh_remote`` on its host, so
 users' ``~/.ssh/config``, agents and ProxyJump apply. The secret travels on the session's
 standard input (never on a command line or in a file), and that input stays open for the
 executor's life: when it closes (the executor is killed, the driver stops or dies, the
@@ -178,7 +178,7 @@ class SSHClusterManager(ClusterManager):
         return arguments + ["--", host.destination, remote_command]
 
     def remote_command(self, host, executor_id):
-        command = [self.remote_python, "-m", "zsched.cluster.ssh_remote",
+        command = [self.remote_python, "-m", "zsched.cluster_managers.ssh_remote",
                    "--driver-url", self.driver_url_for(host), "--executor-id", executor_id,
                    "--hostname", host.name, "--cores", str(self.cores_per_executor),
                    "--app-id", self.app_id]

@@ -1,4 +1,4 @@
-"""The remote end of an executor started over SSH: ``python -m zsched.cluster.ssh_remote
+"""The remote end of an executor started over SSH: ``python -m zsched.cluster_managers.ssh_remote
 EXECUTOR-ARGUMENTS``, run by ssh on the host.
 
 It reads the secret from the first line of its standard input (an empty line: no

@@ -1,8 +1,8 @@
 """The hosts file of an SSH cluster, and the ssh command line made from it."""
 import pytest
 
-from zsched.cluster.hosts_file import Host, parse_hosts, read_hosts_file
-from zsched.cluster.ssh import DEFAULT_SSH_OPTIONS, SSHClusterManager
+from zsched.cluster_managers.hosts_file import Host, parse_hosts, read_hosts_file
+from zsched.cluster_managers.ssh import DEFAULT_SSH_OPTIONS, SSHClusterManager
 from zsched.errors import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -66,7 +66,7 @@ def test_the_ssh_command_line_lets_user_options_win_and_quotes_the_remote_comman
     assert options == ["ConnectTimeout=2", "ProxyJump=gate", *DEFAULT_SSH_OPTIONS]
     assert command[:2] == ["ssh", "-T"] and "BatchMode=yes" in options
     assert command[-4:-1] == ["2222", "--", "alice@node2"]
-    assert command[-1] == ("'/opt/py 3/bin/python' -m zsched.cluster.ssh_remote --driver-url "
+    assert command[-1] == ("'/opt/py 3/bin/python' -m zsched.cluster_managers.ssh_remote --driver-url "
                            "tcp://10.0.0.1:7077 --executor-id 7 --hostname node2 --cores 3 "
                            "--app-id app-1")
     assert manager.capacity() == 2
