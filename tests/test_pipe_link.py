@@ -467,7 +467,7 @@ def test_a_piped_client_fails_its_futures_at_once_when_its_driver_dies():
             future.result(30)
         with pytest.raises(zsched.DriverConnectionError):
             client.submit(abs, 1)
-        # refused at the door, or (the door taken just before the dying driver closed it)
+        # refused at the socket, or (the socket read just before the dying driver closed it)
         # by the pipes handed through it
         with pytest.raises(zsched.DriverConnectionError, match="cannot connect to (the cluster's )?driver"):
             cluster.client()
@@ -515,13 +515,13 @@ def sleep_then_return(seconds, value):
 
 
 class FakeClient:
-    """The test as a client, with a pipe pair passed through a driver's ``client_door``."""
+    """The test as a client, with a pipe pair passed through a driver's ``client_pipes``."""
 
     def __init__(self, caplog):
         import socket
         from zsched.driver import Driver, DriverOptions
-        self.door, driver_door = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.driver = Driver(DriverOptions(Config(), client_door=driver_door.detach()))
+        self.pipes_socket, driver_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.driver = Driver(DriverOptions(Config(), client_pipes=driver_end.detach()))
         with caplog.at_level(logging.INFO, logger="zsched.driver"):
             self.driver.start_thread()
         self.link = self.connect()
@@ -529,7 +529,7 @@ class FakeClient:
     def connect(self):
         import socket
         ours, theirs = pipe_pair()
-        socket.send_fds(self.door, [b"p"], list(theirs))
+        socket.send_fds(self.pipes_socket, [b"p"], list(theirs))
         for fd in theirs:
             os.close(fd)
         return PipeLink(*ours, 1 << 30)
@@ -549,7 +549,7 @@ class FakeClient:
         self.driver.request_stop()
         self.driver.join(60)
         self.link.close()
-        self.door.close()
+        self.pipes_socket.close()
         assert not self.driver.is_running()
 
 
@@ -605,18 +605,18 @@ def test_a_piped_client_whose_driver_breaks_the_link_fails_its_futures():
         driver_end.close()
 
 
-def test_the_client_door_ignores_junk_and_its_end_stops_no_client(caplog):
+def test_the_client_pipes_ignores_junk_and_its_end_stops_no_client(caplog):
     client = FakeClient(caplog)
     try:
-        client.door.send(b"x")  # a message without descriptors
-        wait_for(lambda: "ignored a message on the client door without a pipe pair" in caplog.text,
+        client.pipes_socket.send(b"x")  # a message without descriptors
+        wait_for(lambda: "ignored a message on the client-pipes socket without a pipe pair" in caplog.text,
                  timeout=30, message="the junk warned of")
         assert isinstance(client.exchange(p.ClientHello(os.getpid())), p.ClientWelcome)
-        second = client.connect()  # a second client, through the same door
+        second = client.connect()  # a second client, through the same socket
         second.send(p.encode(p.ClientHello(os.getpid())))
         wait_for(lambda: len(client.driver.sessions.by_rid) == 2, timeout=30, message="two clients")
-        client.door.close()  # no more clients: the driver stops watching the door
-        wait_for(lambda: client.driver.client_door is None, timeout=30, message="the door closed")
+        client.pipes_socket.close()  # no more clients: the driver stops watching the socket
+        wait_for(lambda: client.driver.client_pipes is None, timeout=30, message="the socket closed")
         client.link.send(p.encode(p.AdminExecutorIds(1)))
         wait_for(lambda: any(isinstance(p.decode(frame), p.AdminReply)
                              for frame in client.link.receive()), timeout=30,
@@ -627,11 +627,11 @@ def test_the_client_door_ignores_junk_and_its_end_stops_no_client(caplog):
 
 
 @pytest.mark.parametrize("value", ["7", "a", "0"])
-def test_a_bad_client_door_is_a_usage_error(value):
-    done = subprocess.run([sys.executable, "-m", "zsched.driver", "--insecure", "--client-door", value],
+def test_a_bad_client_pipes_is_a_usage_error(value):
+    done = subprocess.run([sys.executable, "-m", "zsched.driver", "--insecure", "--client-pipes", value],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
-    assert "--client-door must be the descriptor of an open Unix socket" in done.stderr
+    assert "--client-pipes must be the descriptor of an open Unix socket" in done.stderr
 
 
 def test_clients_made_at_once_in_several_threads_get_pipes_of_their_own():

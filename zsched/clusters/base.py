@@ -67,7 +67,7 @@ class Cluster:
     ``address`` and ``secret_file`` let any process connect (``zsched.Client(address,
     secret_file=...)``); ``client()`` returns a client in this process, which talks to the
     driver over a pair of pipes of its own (handed to the driver through a Unix socket the
-    driver inherited, ``bin/driver --client-door``). The keyword arguments are those of
+    driver inherited, ``bin/driver --client-pipes``). The keyword arguments are those of
     ``LocalCluster``.
     """
 
@@ -101,8 +101,8 @@ class Cluster:
             secret_file = os.path.join(self._private_dir, "secret")
         self.secret_file = None if insecure else secret_file
         self._process = None
-        self._client_door = None  # hands the driver process a pipe pair per client()
-        self._client_door_lock = threading.Lock()
+        self._client_pipes = None  # hands the driver process a pipe pair per client()
+        self._client_pipes_lock = threading.Lock()
         self._start(values, config, _Start(
             n_executors, initial_executors, policy, at_start, cores_per_executor, host, port,
             ipc_path, log_level, dashboard, wait))
@@ -182,17 +182,17 @@ class Cluster:
         command = self._driver_command(values, started)
         # client() talks over a pipe pair (one thread woken per message, not three); the
         # driver gets each pair through this Unix socket, which it inherits
-        self._client_door, driver_door = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        command += ["--client-door", str(driver_door.fileno())]
+        self._client_pipes, driver_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        command += ["--client-pipes", str(driver_end.fileno())]
         try:
             self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                              env=child_environment(), text=True,
-                                             pass_fds=[driver_door.fileno()])
+                                             pass_fds=[driver_end.fileno()])
         except BaseException:
-            self._close_client_door()
+            self._close_client_pipes()
             raise
         finally:
-            driver_door.close()
+            driver_end.close()
         self._close_at_exit()
         try:
             self._read_addresses(started)
@@ -295,7 +295,7 @@ class Cluster:
         _live_clusters.discard(self)
         for client in list(self._clients):
             client.close()
-        self._close_client_door()
+        self._close_client_pipes()
         self._stop_driver()
         shutil.rmtree(self._private_dir, ignore_errors=True)
 
@@ -314,14 +314,14 @@ class Cluster:
             process.wait()
 
     def _pipes_to_driver(self):
-        """A new pipe pair to the driver process, through the client door: this process's
-        end of it (read fd, write fd); None when the door is closed (the cluster too)."""
-        with self._client_door_lock:
-            if self._client_door is None:
+        """A new pipe pair to the driver process, through the client-pipes socket: this process's
+        end of it (read fd, write fd); None when that socket is closed (the cluster too)."""
+        with self._client_pipes_lock:
+            if self._client_pipes is None:
                 return None
             ours, theirs = pipe_pair()
             try:
-                socket.send_fds(self._client_door, [b"p"], list(theirs))
+                socket.send_fds(self._client_pipes, [b"p"], list(theirs))
             except OSError as exc:
                 close_fds(*ours)
                 raise DriverConnectionError(f"cannot connect to the cluster's driver: it is "
@@ -330,11 +330,11 @@ class Cluster:
                 close_fds(*theirs)
             return ours
 
-    def _close_client_door(self):
-        with self._client_door_lock:
-            if self._client_door is not None:
-                self._client_door.close()
-                self._client_door = None
+    def _close_client_pipes(self):
+        with self._client_pipes_lock:
+            if self._client_pipes is not None:
+                self._client_pipes.close()
+                self._client_pipes = None
 
     def __enter__(self):
         return self

@@ -22,7 +22,7 @@ class LocalCluster(Cluster):
     ``address`` and ``secret_file`` let any process connect (``zsched.Client(address,
     secret_file=...)``); ``client()`` returns a client in this process, which talks to the
     driver over a pair of pipes of its own (handed to the driver through a Unix socket the
-    driver inherited, ``bin/driver --client-door``). Settings are keyword arguments
+    driver inherited, ``bin/driver --client-pipes``). Settings are keyword arguments
     (``max_message_size=...``) or a ``conf`` mapping, as ``--conf`` of ``bin/driver``.
     ``dynamic_allocation=True`` (with ``min_executors``, ``max_executors``,
     ``initial_executors``, ``backlog_timeout``, ``executor_idle_timeout``) grows the cluster

@@ -72,7 +72,7 @@ def build_parser():
                         help="a directory made for this driver alone by the program that "
                              "started it (its secret file, its --ipc-path): removed, with "
                              "what it holds, when the driver stops")
-    parser.add_argument("--client-door", default=None, type=_open_unix_socket, metavar="FD",
+    parser.add_argument("--client-pipes", default=None, type=_open_unix_socket, metavar="FD",
                         help="a Unix socket inherited from the program that started this "
                              "driver, through which it passes a pipe pair for each of its "
                              "clients (LocalCluster's client())")
@@ -127,14 +127,14 @@ def _add_dynamic_options(parser):
 
 
 def _open_unix_socket(text):
-    """``--client-door FD``: an open Unix socket's descriptor."""
+    """``--client-pipes FD``: an open Unix socket's descriptor."""
     try:
         fd = int(text)
         if not stat.S_ISSOCK(os.fstat(fd).st_mode):
             raise ValueError
     except (ValueError, OSError):
         raise argparse.ArgumentTypeError(
-            f"--client-door must be the descriptor of an open Unix socket, got {text!r}") from None
+            f"--client-pipes must be the descriptor of an open Unix socket, got {text!r}") from None
     return fd
 
 
@@ -197,7 +197,7 @@ def options_from_args(args):
         config, secret_file=args.secret_file or default_secret_path(), insecure=args.insecure,
         cluster_manager=manager, initial_executors=initial, dynamic_allocation=policy,
         ipc_path=args.ipc_path, host=args.host, port=args.port, app_id=args.app_id,
-        report=_report, dashboard_port=args.dashboard_port, client_door=args.client_door,
+        report=_report, dashboard_port=args.dashboard_port, client_pipes=args.client_pipes,
         stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None)
 
 

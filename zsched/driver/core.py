@@ -29,7 +29,7 @@ from ..liveness import HeartbeatMonitor
 from ..wakeup import WakeupPipe
 from .admin import Admin
 from .allocation import ExecutorAllocator
-from .client_door import ClientDoor
+from .client_pipes import ClientPipes
 from .clients import ClientEndpoint, ClientSessions
 from .executors import ExecutorEndpoint
 from .loop import Loop
@@ -60,8 +60,8 @@ class Driver:
         self.cluster_manager = cluster_manager = options.cluster_manager
         self.clock = clock = options.clock
         self.stop_on_eof_fd = options.stop_on_eof_fd  # the driver stops at its end of file
-        # clients of the program that started this driver come through it (client_door.py)
-        self.client_door = None if options.client_door is None else ClientDoor(options.client_door)
+        # clients of the program that started this driver come through it (client_pipes.py)
+        self.client_pipes = None if options.client_pipes is None else ClientPipes(options.client_pipes)
         self.incarnation = secrets.randbits(62)
         self.sessions = ClientSessions()  # the clients, and the function table
         self.scheduler = TaskScheduler(self.config, self.sessions.functions, clock)
@@ -209,8 +209,8 @@ class Driver:
         if self.stop_on_eof_fd is not None:
             loop.watch(self.stop_on_eof_fd, self._on_stdin)
         loop.watch(self.router, self._receive)
-        if self.client_door is not None:
-            self.client_door.watch(loop, self.peers, self._client_door_closed)
+        if self.client_pipes is not None:
+            self.client_pipes.watch(loop, self.peers, self._client_pipes_closed)
         loop.watch(self.channel.wakeup.fd, self._on_local_wakeup)
         loop.watch(self.monitor, self._on_disconnects)
         loop.every(self.config.revive_interval, self._revive_offers)
@@ -295,8 +295,8 @@ class Driver:
         driver: its end is ``read_fd`` and ``write_fd``. Called in the loop's thread."""
         self.peers.adopt_link(f"executor {executor_id}", read_fd, write_fd)
 
-    def _client_door_closed(self):
-        self.client_door = None
+    def _client_pipes_closed(self):
+        self.client_pipes = None
 
     def _link_broke(self, rid, error):
         """Peer ``rid`` broke its link (this driver cut it off): that is why it goes."""
@@ -392,8 +392,8 @@ class Driver:
             self.peers.flush_links(1.0, self.clock)
             self.cluster_manager.stop(self.config.shutdown_timeout)
         self.peers.close_links()
-        if self.client_door is not None:
-            self.client_door.close()
+        if self.client_pipes is not None:
+            self.client_pipes.close()
         if self.zap is not None:
             self.zap.close()
         if self.dashboard is not None:

@@ -29,7 +29,7 @@ class DriverOptions:
     ``cluster_manager`` starts and stops executors (None: executors come by themselves);
     ``dynamic_allocation`` is a ``DynamicAllocationPolicy`` or None. ``keys`` are the CURVE
     keys of ``secret_file`` (None: insecure). ``stop_on_eof_fd``: the driver stops when this
-    descriptor reaches end of file. ``client_door``: a Unix socket's descriptor through
+    descriptor reaches end of file. ``client_pipes``: a Unix socket's descriptor through
     which the program that started the driver passes a pipe pair per client. ``inproc``:
     the ROUTER also listens at an inproc:// address; ``ipc_path``: also at this Unix socket,
     in a directory private to the user. ``report`` is given the text of each allocation
@@ -45,7 +45,7 @@ class DriverOptions:
     initial_executors: int = 0
     dynamic_allocation: Any = None
     stop_on_eof_fd: int | None = None
-    client_door: int | None = None
+    client_pipes: int | None = None
     report: Callable[[str], None] | None = None
     dashboard_port: int | None = None
     inproc: bool = False
