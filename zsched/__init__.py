@@ -62,8 +62,8 @@ __getattr__ = lazy_exports(__name__, _SOURCES)[0]
 
 def _embedded_cluster(n_executors):
     """The cluster of ``zsched.Client()``: a ``LocalCluster`` whose driver runs in a thread
-    of this process."""
-    from .clusters.local import LocalCluster
+    of this process. Taken through the package's names, as ``zsched.LocalCluster``."""
+    from . import LocalCluster
     return LocalCluster(n_executors=n_executors, in_process=True)
 
 
