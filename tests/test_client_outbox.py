@@ -3,6 +3,7 @@ that keep their place among them, cancelling and shutting down during a flood, a
 functions the driver holds for a client (zsched/client/client.py, zsched/client/outbox.py)."""
 import concurrent.futures
 import functools
+import os
 import threading
 import time
 
@@ -112,10 +113,23 @@ def test_shutdown_with_cancel_during_a_flood_leaves_no_future_pending(cluster):
     assert cancelled > 0 and cancelled + len(finished) == len(submitted)
 
 
-def test_cancelling_during_a_flood_loses_no_future(client):
+def held_until(path, x):
+    """``x``, once the file ``path`` exists."""
+    while not os.path.exists(path):
+        time.sleep(0.001)
+    return x
+
+
+def test_cancelling_during_a_flood_loses_no_future(client, tmp_path):
+    # every core holds a task until the cancels are made: none of the flood has finished
+    gate = str(tmp_path / "open")
+    cores = sum(executor["cores"] for executor in client.status()["executors"])
+    held = [client.submit(held_until, gate, -1) for _ in range(cores)]
     futures = [client.submit(identity, i) for i in range(FLOOD)]
     cancelled = {i for i, f in enumerate(futures) if i % 3 == 0 and f.cancel()}
+    open(gate, "w").close()
     assert cancelled
+    assert [f.result(60) for f in held] == [-1] * cores
     done, not_done = concurrent.futures.wait(futures, timeout=60)
     assert not not_done  # cancelled futures count as done, at once
     for i, future in enumerate(futures):
