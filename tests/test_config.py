@@ -9,7 +9,7 @@ from dataclasses import fields
 import pytest
 
 from zsched.clusters.local import LocalCluster
-from zsched.config import Config, check_url
+from zsched.config import Config, check_name, check_url, name_problem
 from zsched.dynamic_allocation import DynamicAllocationPolicy
 from zsched.errors import ConfigError
 
@@ -176,6 +176,8 @@ def test_the_defaults_are_within_the_bounds():
      "initial executors must be from 0 to 1, within the dynamic allocation's bounds, got 2"),
     (dict(dynamic_allocation=True, backlog_timeout=math.nan), "backlog_timeout"),
     (dict(dynamic_allocation=True, executor_idle_timeout=1e400), "executor_idle_timeout"),
+    (dict(app_id="a\nb"), "app_id"),
+    (dict(app_id="$(reboot)"), "app_id"),
 ])
 @pytest.mark.parametrize("in_process", [False, True], ids=["process", "in_process"])
 def test_a_local_cluster_refuses_bad_arguments_before_it_starts(kwargs, named, in_process,
@@ -217,3 +219,20 @@ def test_check_url_takes_what_zeromq_connects_to(url):
 def test_check_url_refuses_anything_else_naming_the_option(url):
     with pytest.raises(ConfigError, match=r"^address must be tcp://HOST:PORT \(PORT from 1 to 65535\)"):
         check_url("address", url)
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("", "empty"), ("\u00b2", "ASCII"), ("\u2460", "ASCII"), ("9" * 5000, "5000 characters"),
+    ("a/b", "ASCII letters"), ("a\nb", "ASCII letters"), ("a\n", "ASCII letters"),
+    ("-x", "beginning with"), ("x" * 65, "more than 64"), (7, "empty"),
+])
+def test_an_odd_app_or_executor_id_is_refused_saying_why(value, problem):
+    assert problem in name_problem(value)
+    with pytest.raises(ConfigError, match="executor id"):
+        check_name("executor id", value)
+
+
+@pytest.mark.parametrize("value", ["1", "12345", "exec-a", "app-20261128101607-d8b9f8", "A.b_c-9",
+                                   "x" * 64])
+def test_plain_ids_are_taken(value):
+    assert name_problem(value) is None and check_name("executor id", value) == value

@@ -138,6 +138,9 @@ def test_the_cli_refuses_bad_values_naming_the_option(argv, named, capsys):
      "--min-executors"),
     (["--ssh-option", "A=b"], "--ssh-option"),
     (["--partition", "p"], "--partition"),
+    (["--app-id", "a\nb"], "app id"),
+    (["--app-id", "a;rm -rf x"], "app id"),
+    (["--app-id", "x" * 65], "app id"),
 ])
 def test_options_from_the_cli_refuse_bad_values_naming_them(argv, named):
     with pytest.raises(ConfigError, match=named):

@@ -98,6 +98,15 @@ def test_non_integer_cores_prints_usage_and_exits_1(cores):
     assert_usage_error(status, out, err)
 
 
+@pytest.mark.parametrize("option", ["executor_id", "app_id"])
+@pytest.mark.parametrize("value", ["\u00b2", "\u2460", "9" * 5000, "a/b", "a\nb", "a b", "-x"])
+def test_an_odd_id_prints_usage_and_exits_1(option, value):
+    status, out, err = run_executor(*argv(**{option: value}), env=FAST, timeout=30)
+    assert_usage_error(status, out, err)
+    assert f"--{option.replace('_', '-')} " in err
+    assert "Traceback" not in err and "Cannot register" not in err
+
+
 @pytest.mark.parametrize("option", ["driver_url", "worker_url"])
 @pytest.mark.parametrize("url", ["bogus", "", "http://x:1", "tcp://", "tcp://127.0.0.1",
                                  "tcp://127.0.0.1:abc", "tcp://127.0.0.1:0",

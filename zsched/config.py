@@ -137,6 +137,33 @@ def check_url(name, url):
                       f"or inproc://NAME, got {url!r}")
 
 
+NAME_LIMIT = 64  # characters of an app id or an executor id
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+
+
+def name_problem(value):
+    """What is wrong with ``value`` as an app id or an executor id, or None. Such an id goes
+    into command lines, Slurm scripts, logs and sorts: 1 to 64 ASCII letters, digits, '.',
+    '_' or '-', beginning with a letter or a digit."""
+    if not isinstance(value, str) or not value:
+        return "it is empty"
+    if len(value) > NAME_LIMIT:
+        return f"it has {len(value)} characters, more than {NAME_LIMIT}"
+    if not (value.isascii() and _NAME.match(value)):
+        return ("it may hold only ASCII letters, digits, '.', '_' and '-', beginning with a "
+                "letter or a digit")
+    return None
+
+
+def check_name(name, value):
+    """``value`` if it is a valid app id or executor id (``name_problem``); ConfigError
+    naming ``name`` otherwise."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{name} {value!r:.80}: {problem}")
+    return value
+
+
 _RULES = {
     # payloads are msgpack bins and frames are indexed with 32-bit offsets: under 4 GiB each
     "max_message_size": _size(1, 2 << 30),

@@ -27,7 +27,7 @@ from typing import NamedTuple, Optional, Union
 
 from ..cluster_managers.local import child_environment, fits_a_unix_socket, module_command
 from ..config import (MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config,
-                      check_number)
+                      check_name, check_number)
 from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
 from ..errors import DriverConnectionError
 from ..pipe_link import PipeLink, close_fds, pipe_pair
@@ -88,6 +88,8 @@ class Cluster:
         values = {**(conf or {}), **settings}
         config = self._config = Config.from_mapping(values)
         self.n_executors = n_executors
+        if app_id is not None:
+            check_name("app_id", app_id)  # before any process or file is made
         self.app_id = app_id or f"local-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
         self._closed = False
         self._clients = weakref.WeakSet()

@@ -3,6 +3,7 @@ removal, and the checks its loop runs on them (silence, exits)."""
 import logging
 
 from .. import protocol as p
+from ..config import name_problem
 from .peers import Role
 
 log = logging.getLogger("zsched.driver")
@@ -45,8 +46,8 @@ class ExecutorEndpoint:
             reason = f"an executor needs at least one core, got {msg.cores}"
         elif msg.cores > p.MAX_CORES:
             reason = f"an executor may have at most {p.MAX_CORES} cores, got {msg.cores}"
-        elif not executor_id:
-            reason = "empty executor id"
+        elif name_problem(executor_id) is not None:
+            reason = f"executor id {executor_id!r:.80}: {name_problem(executor_id)}"
         if reason is not None:
             log.warning("refused registration of executor %r from %s: %s",
                         executor_id, msg.hostname, reason)

@@ -14,7 +14,7 @@ from ..cluster_managers.local import (
     LocalClusterManager,
     fits_a_unix_socket,
 )
-from ..config import Config
+from ..config import Config, check_name
 from ..dynamic_allocation import executors_at_start
 from ..errors import ConfigError
 from ..security import create_secret_file, load_keys
@@ -60,6 +60,8 @@ class DriverOptions:
         ``initial_executors`` is what ``executors_at_start`` decided."""
         if ipc_path is not None:
             check_ipc_path(ipc_path)
+        if others.get("app_id") is not None:
+            check_name("app id", others["app_id"])
         if dynamic_allocation is not None:
             if cluster_manager is None:
                 raise ConfigError("--dynamic-allocation needs a cluster manager: --local N, "

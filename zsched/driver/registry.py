@@ -144,4 +144,6 @@ class ExecutorRegistry:
 
 
 def _natural_key(executor_id):
-    return (0, int(executor_id), "") if executor_id.isdigit() else (1, 0, executor_id)
+    """Numbers in their order, then the other ids (``isdigit`` alone takes '²' too)."""
+    numeric = executor_id.isascii() and executor_id.isdigit()
+    return (0, int(executor_id), "") if numeric else (1, 0, executor_id)

@@ -10,7 +10,7 @@ import signal
 import sys
 
 from .. import protocol as p
-from ..config import Config, check_url
+from ..config import Config, check_name, check_url
 from ..errors import ConfigError
 from ..security import load_keys
 from .backend import ExecutorBackend
@@ -85,6 +85,8 @@ def parse_args(argv):
     if args.relief_fds is not None and args.driver_fds is None:
         raise _UsageError("--relief-fds goes with --driver-fds")
     try:
+        check_name("--executor-id", args.executor_id)
+        check_name("--app-id", args.app_id)
         if args.driver_fds is None:  # over pipes, the URL only names the driver
             check_url("--driver-url", args.driver_url)
         if args.worker_url is not None:
