@@ -285,3 +285,30 @@ def test_insecure_driver_drops_junk_and_keeps_working(driver_factory):
     assert_serves(driver.url, None)
     assert driver.stop() == 0
     assert "dropped malformed input" in driver.stderr, driver.stderr
+
+
+def test_the_zap_handler_remembers_a_bounded_number_of_refused_addresses(monkeypatch, caplog):
+    """Each refused address is warned about once; past the limit the handler forgets them
+    all, so a flood of addresses cannot grow its memory without end."""
+    from zsched import security
+    monkeypatch.setattr(security, "REFUSED_ADDRESSES_LIMIT", 2)
+    context = zmq.Context()
+    handler = security.ZapHandler(context, CurveKeys.from_secret(secrets.token_bytes(32)))
+    asker = context.socket(zmq.REQ)
+    asker.connect(security.ZAP_ENDPOINT)
+    try:
+        def refuse(address):
+            asker.send_multipart([b"1.0", b"1", b"", address, b"", b"CURVE", bytes(32)])
+            while not handler.socket.poll(0):
+                asker.poll(10)
+            handler.handle()
+            assert asker.recv_multipart()[2] == b"400"
+        with caplog.at_level("WARNING", logger="zsched.security"):
+            for address in [b"a", b"b", b"a", b"c", b"a"]:
+                refuse(address)
+        warned = re.findall(r"refused a connection from (\w)", caplog.text)
+        assert warned == ["a", "b", "c", "a"]  # a again once c made the handler forget
+    finally:
+        asker.close(linger=0)
+        handler.close()
+        context.term()

@@ -101,6 +101,9 @@ def make_client(sock, keys):
     sock.curve_secretkey = keys.client_secret
 
 
+REFUSED_ADDRESSES_LIMIT = 10000  # addresses a ZapHandler remembers having warned about
+
+
 class ZapHandler:
     """Answers ZAP requests for the driver's context: only the derived client key passes.
 
@@ -125,6 +128,8 @@ class ZapHandler:
             ok = (mechanism == b"CURVE" and len(credentials) == 1
                   and zmq.utils.z85.encode(credentials[0]) == self._allowed)
             if not ok and address not in self._refused_addresses:
+                if len(self._refused_addresses) >= REFUSED_ADDRESSES_LIMIT:
+                    self._refused_addresses.clear()  # bounded: each is warned about again
                 self._refused_addresses.add(address)
                 log.warning("refused a connection from %s: it does not hold the cluster secret",
                             address.decode(errors="replace"))
