@@ -312,3 +312,23 @@ def test_the_zap_handler_remembers_a_bounded_number_of_refused_addresses(monkeyp
         asker.close(linger=0)
         handler.close()
         context.term()
+
+
+@pytest.mark.parametrize("secret", [b"x", b"hunter2", b"a" * 31])
+def test_a_secret_shorter_than_32_bytes_is_stretched_with_scrypt(secret):
+    from zsched.security import MIN_SECRET_BYTES, stretch
+    assert len(secret) < MIN_SECRET_BYTES
+    keys = CurveKeys.from_secret(secret)
+    assert keys == CurveKeys.from_secret(stretch(secret))  # derived from the stretched form
+    assert keys.client_secret != client_key_of(secret)    # not from the short secret itself
+
+
+def client_key_of(secret):
+    """The client's secret key as derived from ``secret`` without stretching."""
+    import hashlib
+    return zmq.utils.z85.encode(hashlib.sha256(b"zsched client key\0" + secret).digest())
+
+
+def test_a_secret_of_32_bytes_or_more_keeps_its_keys():
+    for secret in (secrets.token_hex(32).encode(), b"b" * 32):
+        assert CurveKeys.from_secret(secret).client_secret == client_key_of(secret)

@@ -58,6 +58,15 @@ def read_secret(path):
     return secret
 
 
+MIN_SECRET_BYTES = 32  # a secret file zsched writes has 64 (hex of 32 random bytes)
+
+
+def stretch(secret):
+    """32 bytes derived from a short ``secret`` with scrypt (16 MiB, about 0.1 s)."""
+    return hashlib.scrypt(secret, salt=b"zsched cluster secret", n=1 << 14, r=8, p=1,
+                          maxmem=64 << 20, dklen=32)
+
+
 @dataclass(frozen=True)
 class CurveKeys:
     server_public: bytes
@@ -67,6 +76,10 @@ class CurveKeys:
 
     @classmethod
     def from_secret(cls, secret):
+        """The keys of a cluster secret. One shorter than ``MIN_SECRET_BYTES`` is stretched
+        with scrypt first, so that guessing it costs each guess that much work."""
+        if len(secret) < MIN_SECRET_BYTES:
+            secret = stretch(secret)
         server_secret = zmq.utils.z85.encode(hashlib.sha256(b"zsched server key\0" + secret).digest())
         client_secret = zmq.utils.z85.encode(hashlib.sha256(b"zsched client key\0" + secret).digest())
         return cls(
