@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from zsched.dashboard import DashboardServer, dashboard_token
+from zsched.dashboard import DashboardServer, dashboard_token, gate
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -382,5 +382,67 @@ def test_ipv6_loopback(source):
         assert server.url == f"http://[::1]:{server.port}/"
         with urllib.request.urlopen(server.url + "api/status", timeout=30) as response:
             assert json.load(response)["app_id"] == "app-test"
+    finally:
+        server.close()
+
+
+def test_the_token_appears_in_no_log(guarded, caplog):
+    with caplog.at_level(logging.DEBUG, logger="zsched.dashboard"):
+        status, _, _ = fetch(guarded, f"/?token={TOKEN}")
+        assert status == 200
+        fetch(guarded, "/?token=wrong")
+    assert any("GET /?token=..." in record.getMessage() for record in caplog.records)
+    assert TOKEN not in caplog.text and "wrong" not in caplog.text
+
+
+def test_idle_connections_hold_no_thread_and_stop_no_answer(server):
+    """500 connections that send nothing: the page and /metrics still answer, and the
+    server has made no thread for them."""
+    threads_before = threading.active_count()
+    idle = []
+    try:
+        for _ in range(500):
+            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=30))
+        for path in ("/", "/metrics", "/api/status"):
+            connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=1)
+            try:
+                connection.request("GET", path)
+                response = connection.getresponse()
+                assert response.status == 200 and response.read()
+            finally:
+                connection.close()
+        assert threading.active_count() <= threads_before + gate.WORKERS
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_a_connection_that_sends_no_request_in_time_is_closed(source, monkeypatch):
+    monkeypatch.setattr(gate, "HEADER_DEADLINE", 0.2)
+    server = DashboardServer("127.0.0.1", 0, source)
+    server.start()
+    try:
+        slow = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        slow.sendall(b"GET / HTTP/1.1\r\n")  # and never the end of its headers
+        assert slow.recv(1) == b""  # closed by the server, not by this test's timeout
+        slow.close()
+        assert fetch(server, "/")[0] == 200
+    finally:
+        server.close()
+
+
+def test_past_the_cap_the_oldest_waiting_connection_is_closed(source, monkeypatch):
+    monkeypatch.setattr(gate, "MAX_WAITING", 3)
+    server = DashboardServer("127.0.0.1", 0, source)
+    server.start()
+    try:
+        waiting = [socket.create_connection(("127.0.0.1", server.port), timeout=30)
+                   for _ in range(3)]
+        newer = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        assert waiting[0].recv(1) == b""  # the oldest made room
+        newer.sendall(b"GET /api/status HTTP/1.0\r\n\r\n")
+        assert newer.recv(12).startswith(b"HTTP/1.0 200")
+        for sock in waiting + [newer]:
+            sock.close()
     finally:
         server.close()

@@ -163,3 +163,25 @@ def test_a_dashboard_port_in_use_is_a_clear_error(tmp_path):
     assert result.returncode == 1
     assert "cannot listen on 127.0.0.1" in result.stderr and "Address already in use" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args, bound", [
+    (["--host", "0.0.0.0"], "127.0.0.1"),  # the bus on every address, the dashboard not
+    (["--host", "0.0.0.0", "--dashboard-host", "0.0.0.0"], "0.0.0.0"),
+])
+def test_the_dashboard_listens_on_its_own_host(args, bound):
+    import psutil
+    driver = DriverProcess("--insecure", "--dashboard-port", "0", *args)
+    try:
+        line = wait_for(lambda: re.search(r"zsched dashboard at http://[^:/]+:(\d+)/\n",
+                                          driver.stdout_so_far()), 10, message="the dashboard line")
+        port = int(line.group(1))
+        process = psutil.Process(driver.proc.pid)
+        connections = getattr(process, "net_connections", None) or process.connections  # psutil < 6
+        listening = [c.laddr.ip for c in connections("tcp")
+                     if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+        assert listening == [bound]
+        status, _ = get(f"http://127.0.0.1:{port}/api/status")
+        assert status == 200
+    finally:
+        assert driver.stop() == 0

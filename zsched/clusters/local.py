@@ -29,7 +29,7 @@ class LocalCluster(Cluster):
     with the backlog and shrinks it when idle, as ``bin/driver --dynamic-allocation``.
     ``wait=True`` returns once every executor registered, ``wait=N`` once N have.
     ``dashboard=True`` serves the live dashboard and Prometheus ``/metrics`` on a free port
-    of ``host``; ``dashboard_url`` is its address (with the token it needs).
+    of 127.0.0.1; ``dashboard_url`` is its address (with the token it needs).
 
     ``in_process=True`` runs the driver in a thread of this process instead (the executors
     are processes either way): ``client()`` and the embedded ``zsched.Client()`` then hand

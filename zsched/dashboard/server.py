@@ -11,19 +11,22 @@ With a token every route requires it (see ``auth.py``); without one the server i
 snapshot published yet) ``/api/status`` and ``/metrics`` answer 503.
 """
 import importlib.resources
+import io
 import json
 import logging
+import re
 import socket
 import socketserver
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Callable
 from urllib.parse import unquote
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from .auth import check_token, token_cookie_header
+from .gate import RequestGate
 from .metrics import render_metrics
 
 log = logging.getLogger("zsched.dashboard")
@@ -84,7 +87,7 @@ class DashboardServer:
             self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
                                             name="zsched-dashboard", daemon=True)
             self._thread.start()
-        log.debug("dashboard listening on %s", self.url)
+        log.debug("dashboard listening on %s", redacted(self.url))
 
     @property
     def port(self) -> int:
@@ -110,8 +113,10 @@ class DashboardServer:
         thread.join()
 
 
-class _DashboardHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
+class _DashboardHTTPServer(HTTPServer):
+    """The dashboard's HTTP server: requests pass the gate, then a worker answers."""
+
+    request_queue_size = 1024  # the listen backlog: a burst of connections is not refused
 
     def __init__(self, address, dashboard: DashboardServer):
         if ":" in address[0]:
@@ -119,7 +124,25 @@ class _DashboardHTTPServer(ThreadingHTTPServer):
         self.dashboard = dashboard
         self.static_files = load_static_files()
         self.snapshot_failed_before = False
+        self.gate = RequestGate(self._serve)  # before binding: a failed bind closes it
         super().__init__(address, _DashboardRequestHandler)
+
+    def process_request(self, request, client_address):
+        """No thread yet: the gate reads the request first (see ``gate.py``)."""
+        self.gate.admit(request, client_address)
+
+    def _serve(self, sock, head, client_address):
+        """Answer the request whose request line and headers are ``head``, in a worker."""
+        try:
+            self.RequestHandlerClass((sock, head), client_address, self)
+        except Exception:
+            self.handle_error(sock, client_address)
+        finally:
+            self.shutdown_request(sock)
+
+    def server_close(self):
+        super().server_close()
+        self.gate.close()
 
     def server_bind(self):
         # not HTTPServer.server_bind, which looks up the host's fully qualified name
@@ -136,7 +159,14 @@ class _DashboardHTTPServer(ThreadingHTTPServer):
 
 class _DashboardRequestHandler(BaseHTTPRequestHandler):
     server_version = "zsched-dashboard"
-    timeout = 30  # a client that sends nothing for this long is dropped
+    timeout = 5  # a viewer that takes no part of the answer for this long is dropped
+
+    def setup(self):
+        # the request line and headers were read by the gate; a GET or HEAD has no body
+        self.connection, head = self.request
+        self.connection.settimeout(self.timeout)
+        self.rfile = io.BytesIO(head)
+        self.wfile = self.connection.makefile("wb")
 
     def do_GET(self):
         self._answer()
@@ -225,4 +255,12 @@ class _DashboardRequestHandler(BaseHTTPRequestHandler):
         return self.server_version
 
     def log_message(self, format, *args):
-        log.debug("dashboard %s: %s", self.address_string(), format % args)
+        log.debug("dashboard %s: %s", self.address_string(), redacted(format % args))
+
+
+_TOKEN = re.compile(r"(token=)[^&#\s\"]*")
+
+
+def redacted(text):
+    """``text`` with the value of any ``token=`` in it hidden: no log holds the token."""
+    return _TOKEN.sub(r"\1...", text)

@@ -62,7 +62,10 @@ def build_parser():
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--dashboard-port", type=_PORT, default=None, metavar="P",
                         help="serve a live dashboard and Prometheus /metrics on this port of "
-                             "--host (0 picks a free one); off unless given")
+                             "--dashboard-host (0 picks a free one); off unless given")
+    parser.add_argument("--dashboard-host", default="127.0.0.1", metavar="H",
+                        help="address the dashboard binds (default 127.0.0.1: this host only, "
+                             "whatever --host is)")
     _add_manager_options(parser)
     parser.add_argument("--ipc-path", default=None, metavar="PATH",
                         help="also listen at this Unix socket, in a directory private to you: "
@@ -197,7 +200,8 @@ def options_from_args(args):
         config, secret_file=args.secret_file or default_secret_path(), insecure=args.insecure,
         cluster_manager=manager, initial_executors=initial, dynamic_allocation=policy,
         ipc_path=args.ipc_path, host=args.host, port=args.port, app_id=args.app_id,
-        report=_report, dashboard_port=args.dashboard_port, client_pipes=args.client_pipes,
+        report=_report, dashboard_port=args.dashboard_port, dashboard_host=args.dashboard_host,
+        client_pipes=args.client_pipes,
         stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None)
 
 
@@ -224,8 +228,9 @@ def main(argv=None):
     if secret_file:
         print(f"zsched secret file: {secret_file}", flush=True)
     if driver.dashboard is not None:
-        host = args.host if args.host not in ("0.0.0.0", "*", "") else socket.gethostname()
-        print(f"zsched dashboard at {driver.dashboard.url.replace(args.host, host, 1)}", flush=True)
+        bound = args.dashboard_host
+        host = bound if bound not in ("0.0.0.0", "::", "*", "") else socket.gethostname()
+        print(f"zsched dashboard at {driver.dashboard.url.replace(bound, host, 1)}", flush=True)
     try:
         driver.run()
     finally:

@@ -87,6 +87,7 @@ class Driver:
         self.counters = {"bytes_in": 0, "bytes_out": 0, "messages_in": 0, "messages_out": 0,
                          "executors_lost": 0}
         self.dashboard_port = options.dashboard_port  # None: no dashboard
+        self.dashboard_host = options.dashboard_host
         self.dashboard = None
         self._probe_at = None         # when to probe the peers again after a disconnect
         self.allocator = None
@@ -154,7 +155,7 @@ class Driver:
         from ..dashboard import DashboardServer, dashboard_token
         # with a secure bus the page needs a token, which whoever holds the secret can derive
         token = dashboard_token(self.keys.client_secret) if self.keys is not None else None
-        self.dashboard = DashboardServer(self.host, self.dashboard_port, self.admin.last_snapshot, token)
+        self.dashboard = DashboardServer(self.dashboard_host, self.dashboard_port, self.admin.last_snapshot, token)
         self.dashboard.start()
         self.admin.publish_snapshot()
 

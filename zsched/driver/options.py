@@ -33,7 +33,8 @@ class DriverOptions:
     which the program that started the driver passes a pipe pair per client. ``inproc``:
     the ROUTER also listens at an inproc:// address; ``ipc_path``: also at this Unix socket,
     in a directory private to the user. ``report`` is given the text of each allocation
-    warning. ``clock`` is the driver's monotonic clock."""
+    warning. ``dashboard_port`` (None: no dashboard) is served on ``dashboard_host``.
+    ``clock`` is the driver's monotonic clock."""
 
     config: Config = field(default_factory=Config)
     host: str = "127.0.0.1"
@@ -48,6 +49,7 @@ class DriverOptions:
     client_pipes: int | None = None
     report: Callable[[str], None] | None = None
     dashboard_port: int | None = None
+    dashboard_host: str = "127.0.0.1"
     inproc: bool = False
     ipc_path: str | None = None
     clock: Callable[[], float] = time.monotonic
