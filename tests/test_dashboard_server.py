@@ -417,32 +417,21 @@ def test_idle_connections_hold_no_thread_and_stop_no_answer(server):
             sock.close()
 
 
-def test_a_connection_that_sends_no_request_in_time_is_closed(source, monkeypatch):
-    monkeypatch.setattr(gate, "HEADER_DEADLINE", 0.2)
-    server = DashboardServer("127.0.0.1", 0, source)
-    server.start()
-    try:
-        slow = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-        slow.sendall(b"GET / HTTP/1.1\r\n")  # and never the end of its headers
-        assert slow.recv(1) == b""  # closed by the server, not by this test's timeout
-        slow.close()
-        assert fetch(server, "/")[0] == 200
-    finally:
-        server.close()
+def test_a_connection_that_sends_no_request_in_time_is_closed(server, monkeypatch):
+    monkeypatch.setattr(gate, "HEADER_DEADLINE", 0.2)  # read as each connection arrives
+    slow = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    slow.sendall(b"GET / HTTP/1.1\r\n")  # and never the end of its headers
+    assert slow.recv(1) == b""  # closed by the server, not by this test's timeout
+    slow.close()
+    assert fetch(server, "/")[0] == 200
 
 
-def test_past_the_cap_the_oldest_waiting_connection_is_closed(source, monkeypatch):
+def test_past_the_cap_the_oldest_waiting_connection_is_closed(server, monkeypatch):
     monkeypatch.setattr(gate, "MAX_WAITING", 3)
-    server = DashboardServer("127.0.0.1", 0, source)
-    server.start()
-    try:
-        waiting = [socket.create_connection(("127.0.0.1", server.port), timeout=30)
-                   for _ in range(3)]
-        newer = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-        assert waiting[0].recv(1) == b""  # the oldest made room
-        newer.sendall(b"GET /api/status HTTP/1.0\r\n\r\n")
-        assert newer.recv(12).startswith(b"HTTP/1.0 200")
-        for sock in waiting + [newer]:
-            sock.close()
-    finally:
-        server.close()
+    waiting = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(3)]
+    newer = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    assert waiting[0].recv(1) == b""  # the oldest made room
+    newer.sendall(b"GET /api/status HTTP/1.0\r\n\r\n")
+    assert newer.makefile("rb").readline().startswith(b"HTTP/1.0 200")
+    for sock in waiting + [newer]:
+        sock.close()
