@@ -263,14 +263,8 @@ class RawClient(Peer):
         self.replies = {}     # request id -> [AdminReply, ...]
         self.results = {}     # client task id -> [(state, payload), ...]
         self.stops = 0
-        self.registered_as = None  # the executor id it registered under, once it left as a client
-        self.registering = None
+        self.refusals = []    # why registrations it sent were refused
         self.hello()
-
-    def send(self, msg):
-        if isinstance(msg, p.RegisterExecutor):
-            self.registering = msg.executor_id
-        super().send(msg)
 
     def hello(self):
         self.welcome = None
@@ -288,8 +282,8 @@ class RawClient(Peer):
             self.replies.setdefault(msg.request_id, []).append(msg)
         elif isinstance(msg, p.StopExecutor):
             self.stops += 1
-        elif isinstance(msg, p.RegisteredExecutor):  # it said goodbye, then registered
-            self.registered_as = self.registering
+        elif isinstance(msg, p.RegisterExecutorFailed):  # its connection is a client's
+            self.refusals.append(msg.reason)
 
     def request(self, operation, *args, request_id=None):
         """Send admin ``operation`` (an ``AdminOp`` name in lower case) and return the reply."""
@@ -408,14 +402,6 @@ class Bus:
         if self.fake.stopped is not None or self.fake.registered is not True:
             self.fake.leave()
             self.fake = FakeExecutor(self, f"fake-{next(self.fake_ids)}", cores=self.fake_cores)
-        if self.hostile.registered_as is not None:
-            # a client that said goodbye may register as an executor on the same connection;
-            # one that then runs nothing would hold honest tasks until its heartbeats are
-            # missed (30 s), and is not a client any more: it leaves, a new client comes
-            self.hostile.send(p.RemoveExecutor(self.hostile.registered_as, "leaving", False))
-            self.hostile.sync()
-            self.hostile.close()
-            self.hostile = RawClient(self)
         self.hostile.hello()
 
     def replace_stopped_real_executor(self):
@@ -562,8 +548,9 @@ def wrongly_typed_frames():
         p.StatusUpdates: [1, 0.0, []],
         p.Heartbeat: [1, "x", {}],
         p.RemoveExecutor: ["nobody", "r", False],
-        p.AttachRelief: [1, "nobody", 1],
-        p.RegisteredExecutor: [1, {}],
+        p.AttachRelief: [1, "nobody", 1, b"token"],
+        p.ExecutorHello: [1],
+        p.RegisteredExecutor: [1, {}, b"token"],
         p.RegisterExecutorFailed: ["r"],
         p.LaunchTasks: [{}, []],
         p.KillTask: [1, 1, "r"],
@@ -676,7 +663,7 @@ def test_frames_that_are_not_msgpack_truncated_or_of_an_unknown_type_are_dropped
 def test_messages_meant_for_executors_or_clients_are_refused(bus):
     """What the driver sends (launches, kills, welcomes, results...) is never taken from a
     peer, and a client may not speak as an executor nor an executor as a client."""
-    for msg in [p.RegisteredExecutor(1, {}), p.RegisterExecutorFailed("x"),
+    for msg in [p.RegisteredExecutor(1, {}, b"t"), p.RegisterExecutorFailed("x"),
                 p.LaunchTasks({UNKNOWN_DIGEST: b"f"}, [[1, 1, UNKNOWN_DIGEST, b"a"]]),
                 p.KillTask(1, 1, "x"), p.StopExecutor("x"), p.Shutdown(), p.HeartbeatAck(1),
                 p.DecommissionExecutor("x"), p.Probe(), p.ReturnTasks(5),
@@ -779,28 +766,32 @@ def test_a_status_update_with_a_wrong_incarnation_is_ignored_and_the_executor_to
 
 
 def test_a_relief_connection_is_bound_to_its_executor_and_gets_copies_of_kills(fresh_bus):
-    """AttachRelief binds a second connection to an executor of this driver at its pid,
-    once; that connection gets a copy of each kill and its heartbeats are answered. Any
-    other attach is refused, and the executor keeps serving either way."""
+    """AttachRelief binds a second connection to an executor of this driver, once, proven
+    by the token the executor alone received; that connection gets a copy of each kill and
+    its heartbeats are answered. Any other attach is refused (the public facts, incarnation,
+    id and pid, prove nothing), and the executor keeps serving either way."""
     bus = fresh_bus(real_executor=False)
     fake = bus.fake
+    token = fake.welcome.relief_token
     relief = Peer(bus)
     heard = []
     relief.on = heard.append
-    for incarnation, executor_id, pid in [
-            (fake.incarnation, fake.executor_id, os.getpid() + 1),   # another process
-            (fake.incarnation + 1, fake.executor_id, os.getpid()),   # another driver's
-            (fake.incarnation, "no-such-executor", os.getpid())]:
-        relief.send(p.AttachRelief(incarnation, executor_id, pid))
-    bus.hostile.send(p.AttachRelief(fake.incarnation, fake.executor_id, os.getpid()))
+    for incarnation, executor_id, proof in [
+            (fake.incarnation, fake.executor_id, b""),                   # what anyone knows
+            (fake.incarnation, fake.executor_id, bytes(len(token))),     # a guess
+            (fake.incarnation + 1, fake.executor_id, token),             # another driver's
+            (fake.incarnation, "no-such-executor", token)]:
+        relief.send(p.AttachRelief(incarnation, executor_id, os.getpid(), proof))
+    # a client, even one holding the token, never becomes an executor's connection
+    bus.hostile.send(p.AttachRelief(fake.incarnation, fake.executor_id, os.getpid(), token))
     bus.hostile.sync()
     assert [e["relief"] for e in bus.client.status()["executors"]] == [False]
-    relief.send(p.AttachRelief(fake.incarnation, fake.executor_id, os.getpid()))
+    relief.send(p.AttachRelief(fake.incarnation, fake.executor_id, os.getpid(), token))
     wait_for(lambda: bus.client.status()["executors"][0]["relief"], timeout=WAIT,
              message="the relief connection attached")
     second = Peer(bus)
     second.on = heard.append
-    second.send(p.AttachRelief(fake.incarnation, fake.executor_id, os.getpid()))
+    second.send(p.AttachRelief(fake.incarnation, fake.executor_id, os.getpid(), token))
     future = bus.client.submit(square, 3)
     fake.receive_until(lambda: len(fake.held) == 1, what="a launch")
     [(task_id, (attempt, _, _))] = fake.held.items()
@@ -1248,16 +1239,25 @@ def test_a_client_that_leaves_leaves_no_task_behind_even_with_duplicate_ids(fres
     bus.serve_until(nothing_left, timeout=3, what="no task of the client that left")
 
 
-def test_a_client_that_left_may_register_as_an_executor_on_its_connection(bus):
-    """Found by the typed-messages fuzz test: the harness took such a peer for a client."""
+def test_a_connection_keeps_its_role_after_a_goodbye_or_a_removal(bus):
+    """A client that left cannot register as an executor on its connection, nor can an
+    executor that removed itself say hello as a client on its own."""
     bus.reset()
     bus.hostile.send(p.ClientGoodbye())
     bus.hostile.send(p.RegisterExecutor("phantom", "h", 1, APP_ID, 1))
-    bus.hostile.sync()
-    assert bus.hostile.registered_as == "phantom"
-    assert "phantom" in bus.client.executor_ids()
-    bus.assert_still_serving()
+    bus.hostile.receive_until(lambda: bus.hostile.refusals, what="the registration refused")
+    assert "a client's" in bus.hostile.refusals[0]
     assert "phantom" not in bus.client.executor_ids()
+    fake = bus.fake
+    fake.send(p.RemoveExecutor(fake.executor_id, "leaving", False))
+    wait_for(lambda: fake.executor_id not in bus.client.executor_ids(), timeout=WAIT,
+             message="the fake executor to leave")
+    fake.send(p.ClientHello(os.getpid()))
+    fake.send(p.AdminStatus(99))
+    fake.receive(0.5)
+    assert fake.unexpected == [] and 99 not in fake.pongs  # no welcome, no admin reply
+    bus.recover()
+    bus.assert_still_serving()
 
 
 def test_an_executor_that_heartbeats_then_leaves_in_one_burst_is_replaced(fresh_bus):

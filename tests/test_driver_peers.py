@@ -13,7 +13,7 @@ from zsched.channel import Channel, Endpoint
 from zsched.config import Config
 from zsched.errors import ProtocolError
 from zsched.driver.loop import Loop
-from zsched.driver.peers import GONE, InProcessPeer, Peers, Role, open_router
+from zsched.driver.peers import GONE, InProcessPeer, Peers, Role, open_router, role_of_user
 from zsched.pipe_link import PipeLink, pipe_pair
 
 MAX_FRAME = p.frame_limit(Config().max_message_size)
@@ -25,7 +25,7 @@ class Harness:
     def __init__(self, max_frame=MAX_FRAME):
         self.context = zmq.Context()
         self.router, state, _, self.monitor, port = open_router(
-            self.context, Config(), None, "127.0.0.1", 0)
+            self.context, Config(), None, None, "127.0.0.1", 0)
         self.url = f"tcp://127.0.0.1:{port}"
         self.counters = {"bytes_in": 0, "bytes_out": 0, "messages_in": 0, "messages_out": 0}
         self.loop = Loop(time.monotonic)
@@ -60,7 +60,7 @@ class Harness:
         """A pipe-link peer adopted by ``Peers``, and the other end of its pipes; the peer's
         routing id is learnt from its first frame."""
         ours, theirs = pipe_pair()
-        self.peers.adopt_link("a test peer", *ours)  # closed by Peers
+        self.peers.adopt_link("a test peer", *ours, Role.EXECUTOR, "7")  # closed by Peers
         other = PipeLink(*theirs, MAX_FRAME)
         self.others.append(other)
         other.send(p.encode(p.ClientHello(2)))
@@ -104,25 +104,25 @@ def receive(dealer, timeout=10.0):
 
 # ------------------------------------------------------------ roles
 
-def test_a_peer_starts_unknown_and_keeps_the_role_it_is_given(harness):
+def test_a_router_peer_is_kept_from_its_first_message_its_role_undecided_on_an_insecure_bus(harness):
     harness.dealer(b"client-1")
-    peer = harness.peers.peer_for(b"client-1")
-    assert peer.role is Role.UNKNOWN
-    peer.role = Role.CLIENT
-    assert harness.peers.peer_for(b"client-1") is peer
-    assert harness.peers.get(b"client-1").role is Role.CLIENT
+    peer = harness.peers.get(b"client-1")
+    assert peer.role is Role.UNDECIDED and peer.executor_id is None
 
 
 def test_each_kind_of_peer_carries_its_own_role(harness):
-    harness.dealer(b"exec-1")
     rid, _ = harness.link()
-    harness.peers.peer_for(b"exec-1").role = Role.EXECUTOR
-    harness.peers.get(rid).role = Role.ADMINISTRATOR
+    assert (harness.peers.get(rid).role, harness.peers.get(rid).executor_id) == (Role.EXECUTOR, "7")
     local = InProcessPeer(b"\0local", harness.counters, Endpoint(list, lambda msg: None, lambda: None))
-    local.role = Role.CLIENT
-    assert harness.peers.get(b"exec-1").role is Role.EXECUTOR
-    assert harness.peers.get(rid).role is Role.ADMINISTRATOR
     assert local.role is Role.CLIENT
+
+
+@pytest.mark.parametrize("user_id, role", [
+    (b"", (Role.UNDECIDED, None)), (b"administrator", (Role.UNDECIDED, None)),
+    (b"client", (Role.CLIENT, None)), (b"executor:12", (Role.EXECUTOR, "12")),
+    (b"someone", None)])
+def test_a_zap_user_id_gives_a_role(user_id, role):
+    assert role_of_user(user_id) == role
 
 
 # ------------------------------------------------------------ ROUTER peers
@@ -145,26 +145,27 @@ def test_a_router_peer_that_is_gone_is_reported(harness):
 
 def test_a_router_peers_queue_is_the_sockets(harness):
     harness.dealer(b"client-1")
-    assert harness.peers.peer_for(b"client-1").queued() == 0
+    assert harness.peers.get(b"client-1").queued() == 0
 
 
 def test_a_probe_finds_the_router_peers_that_left(harness):
     stays = harness.dealer(b"stays")
     leaves = harness.dealer(b"leaves")
-    harness.peers.peer_for(b"stays")
-    harness.peers.peer_for(b"leaves")
     harness.dealers.remove(leaves)
     leaves.close(0)
     harness.until(lambda: (harness.peers.probe(), harness.lost)[1])
     assert harness.lost == [(b"leaves", "connection lost")]
     assert stays.poll(5000)  # a probe reached the one that stays
+    assert harness.peers.get(b"leaves") is None  # its role went with its connection
+    assert harness.peers.get(b"stays") is not None
 
 
-def test_a_forgotten_router_peer_is_no_longer_kept(harness):
+def test_a_forgotten_router_peer_keeps_its_role_while_connected(harness):
     harness.dealer(b"client-1")
-    harness.peers.peer_for(b"client-1")
-    harness.peers.forget_router_peer(b"client-1")
-    assert harness.peers.get(b"client-1") is None
+    peer = harness.peers.get(b"client-1")
+    peer.role = Role.CLIENT
+    harness.peers.forget(b"client-1")
+    assert harness.peers.get(b"client-1") is peer and peer.role is Role.CLIENT
 
 
 def test_a_message_of_several_frames_is_reported_malformed(harness):

@@ -112,21 +112,26 @@ def test_a_relief_connection_finds_its_executor_until_either_goes():
     a, b = executor("1"), executor("2")
     registry.add(a)
     registry.add(b)
-    registry.attach_relief("1", b"relief-1")
+    tokens = registry.relief_tokens
+    assert len(tokens["1"]) == 16 and tokens["1"] != tokens["2"]
+    registry.attach_relief("1", b"relief-1", tokens["1"])
     assert registry.for_rid(b"relief-1") is a and registry.reliefs == {"1": b"relief-1"}
-    for executor_id, rid in [("1", b"relief-x"),   # it has one already
-                             ("3", b"relief-3"),   # no such executor
-                             ("2", b"rid-1"),      # an executor's own connection
-                             ("2", b"relief-1")]:  # another's relief
+    for executor_id, rid, token in [("1", b"relief-x", tokens["1"]),   # it has one already
+                                    ("3", b"relief-3", tokens["1"]),   # no such executor
+                                    ("2", b"rid-1", tokens["2"]),      # an executor's own connection
+                                    ("2", b"relief-1", tokens["2"]),   # another's relief
+                                    ("2", b"relief-2", tokens["1"]),   # another's token
+                                    ("2", b"relief-2", b"")]:          # no token
         with pytest.raises(ValueError):
-            registry.attach_relief(executor_id, rid)
+            registry.attach_relief(executor_id, rid, token)
     assert registry.reliefs == {"1": b"relief-1"}
     assert not registry.detach_relief(b"rid-1")  # not a relief: kept
     assert registry.detach_relief(b"relief-1")
     assert registry.for_rid(b"relief-1") is None and registry.get("1") is a
-    registry.attach_relief("2", b"relief-2")
-    registry.remove("2", "gone")  # its relief goes with it
+    registry.attach_relief("2", b"relief-2", tokens["2"])
+    registry.remove("2", "gone")  # its relief goes with it, and its token
     assert registry.for_rid(b"relief-2") is None and registry.reliefs == {}
+    assert "2" not in registry.relief_tokens
     assert not registry.detach_relief(b"relief-2")
 
 

@@ -30,6 +30,7 @@ APP = "liveness"
 
 
 INCARNATION = 123456789
+RELIEF_TOKEN = b"relief token of x1"
 SETTINGS = Config(executor_heartbeat_interval=5.0, executor_heartbeat_timeout=30.0).to_settings()
 
 
@@ -78,15 +79,13 @@ class FakeDriver:
 
     def start(self):
         self.thread.start()
-        # first it asks for the settings over a connection of its own, as a client would
+        # first it asks for the settings over a connection of its own
         msg = self.recv()
-        assert isinstance(msg, p.ClientHello), msg
+        assert isinstance(msg, p.ExecutorHello), msg
         self.send(p.ClientWelcome(INCARNATION, APP, SETTINGS))
         msg = self.recv()
-        if isinstance(msg, p.ClientGoodbye):
-            msg = self.recv()
         assert isinstance(msg, p.RegisterExecutor) and msg.executor_id == "x1", msg
-        self.send(p.RegisteredExecutor(INCARNATION, SETTINGS))
+        self.send(p.RegisteredExecutor(INCARNATION, SETTINGS, RELIEF_TOKEN))
         # its loop has started once it sends its first heartbeat (at T0)
         assert isinstance(self.recv(), p.Heartbeat)
 
@@ -105,7 +104,7 @@ class FakeDriver:
             rid, frame = self.router.recv_multipart()
             msg = p.decode(frame)
             if isinstance(msg, p.AttachRelief):
-                assert (msg.incarnation, msg.executor_id) == (INCARNATION, "x1"), msg
+                assert (msg.incarnation, msg.executor_id, msg.token) == (INCARNATION, "x1", RELIEF_TOKEN), msg
                 self.relief_rid = rid
                 continue
             if rid == self.relief_rid and not relief:
@@ -126,7 +125,7 @@ class FakeDriver:
                 rid, frame = self.router.recv_multipart()
                 msg = p.decode(frame)
                 if isinstance(msg, p.AttachRelief):
-                    assert (msg.incarnation, msg.executor_id) == (INCARNATION, "x1"), msg
+                    assert (msg.incarnation, msg.executor_id, msg.token) == (INCARNATION, "x1", RELIEF_TOKEN), msg
                     self.relief_rid = rid
                 else:
                     self.from_relief.append(msg)

@@ -15,6 +15,7 @@ import pytest
 import zmq
 
 import zsched
+from zsched.credentials import ExecutorKeys
 from conftest import run_executor, wait_for
 from zsched import protocol as p
 from zsched.security import CurveKeys
@@ -293,7 +294,8 @@ def test_the_zap_handler_remembers_a_bounded_number_of_refused_addresses(monkeyp
     from zsched import security
     monkeypatch.setattr(security, "REFUSED_ADDRESSES_LIMIT", 2)
     context = zmq.Context()
-    handler = security.ZapHandler(context, CurveKeys.from_secret(secrets.token_bytes(32)))
+    keys = CurveKeys.from_secret(secrets.token_bytes(32))
+    handler = security.ZapHandler(context, keys, ExecutorKeys(keys.server_public))
     asker = context.socket(zmq.REQ)
     asker.connect(security.ZAP_ENDPOINT)
     try:

@@ -94,6 +94,7 @@ class MsgType(IntEnum):
     HEARTBEAT = 3
     REMOVE_EXECUTOR = 4
     ATTACH_RELIEF = 5
+    EXECUTOR_HELLO = 6
     # driver -> executor
     REGISTERED_EXECUTOR = 10
     REGISTER_EXECUTOR_FAILED = 11
@@ -238,22 +239,32 @@ class RemoveExecutor(Message):
     charge_tasks: bool  # whether the tasks it held count this loss as one of their failures
 
 
-@_message(MsgType.ATTACH_RELIEF, _int, _str, _int)
+@_message(MsgType.ATTACH_RELIEF, _int, _str, _int, _bytes)
 class AttachRelief(Message):
     """The first message of an executor's second connection, its relief thread's own: the
     driver sends it copies of the kills and stops it sends the executor, and hears its
-    heartbeats while the executor's loop thread runs a long task."""
+    heartbeats while the executor's loop thread runs a long task. ``token`` proves it: the
+    driver gave it to that executor alone, in its RegisteredExecutor."""
     incarnation: int
     executor_id: str
+    pid: int
+    token: bytes
+
+
+@_message(MsgType.EXECUTOR_HELLO, _int)
+class ExecutorHello(Message):
+    """An executor asks the driver's settings before it registers (over a connection of
+    its own, closed then); answered with a ClientWelcome."""
     pid: int
 
 
 # -- driver -> executor
 
-@_message(MsgType.REGISTERED_EXECUTOR, _int, _settings)
+@_message(MsgType.REGISTERED_EXECUTOR, _int, _settings, _bytes)
 class RegisteredExecutor(Message):
     incarnation: int
     settings: dict
+    relief_token: bytes  # what the executor's second connection proves itself with
 
 
 @_message(MsgType.REGISTER_EXECUTOR_FAILED, _str)

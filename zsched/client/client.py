@@ -22,7 +22,7 @@ import cloudpickle
 from .. import protocol as p
 from ..config import Config, check_url
 from ..embedded import start_cluster
-from ..errors import DriverConnectionError, MessageTooLarge, TaskFailed
+from ..errors import ConfigError, DriverConnectionError, MessageTooLarge, TaskFailed
 from ..runtime import gc_untrack
 from ..security import load_keys
 from .channel_transport import ChannelTransport
@@ -69,6 +69,9 @@ class Client(concurrent.futures.Executor):
             return
         check_url("address", address)
         keys = load_keys(secret_file)
+        if keys is not None and keys.role == "executor":
+            raise ConfigError(f"the credential of executor {keys.executor_id} cannot connect a "
+                              "client: give the cluster secret or a client credential")
         self._connect(SocketTransport(address, timeout, self._outbox, self._futures, keys))
 
     @classmethod

@@ -2,7 +2,10 @@
 
 Every manager has the same small interface:
 
-- ``attach(driver_url, app_id, secret_file)``: called once, when the driver is bound.
+- ``attach(driver_url, app_id, credential_for)``: called once, when the driver is bound.
+  ``credential_for(executor_id)`` gives the credential of an executor about to start (None
+  on an insecure bus): it hands it over on a pipe, never in a file, an argument or the
+  executor's environment.
 - ``request_total(n, avoid_hosts)``: have ``n`` executors (starting new ones as needed,
   never killing), none on ``avoid_hosts`` (hosts backing off after failed starts).
 - ``host_of(executor_id)``: the host it runs on; ``capacity()``: the most it can run (or None);

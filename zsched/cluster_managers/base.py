@@ -17,8 +17,16 @@ class ClusterManager:
     # driver's end of a pipe pair to an executor the manager starts (see pipe_link)
     adopt_link = None
 
-    def attach(self, driver_url, app_id, secret_file):
-        self.driver_url, self.app_id, self.secret_file = driver_url, app_id, secret_file
+    def attach(self, driver_url, app_id, credential_for):
+        """``credential_for(executor_id)``: the credential (one line, bytes) that an executor
+        it starts connects with, None on an insecure bus."""
+        self.driver_url, self.app_id, self.credential_for = driver_url, app_id, credential_for
+
+    def credential(self, executor_id):
+        """A fresh credential for executor ``executor_id``: b"" on an insecure bus, and for
+        a manager not attached (called ``attach`` with no ``credential_for``)."""
+        issue = getattr(self, "credential_for", None)
+        return (issue(executor_id) if issue is not None else None) or b""
 
     def request_total(self, n, avoid_hosts=()):
         pass

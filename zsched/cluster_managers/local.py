@@ -8,6 +8,7 @@ import sys
 import time
 
 from ..pipe_link import pipe_pair
+from ..security import SECRET_VARIABLES
 from .base import ClusterManager
 
 log = logging.getLogger(__name__)
@@ -54,14 +55,30 @@ def module_command(module, python=sys.executable):
 
 def child_environment():
     """The environment for a child process: it imports what this process can (this zsched
-    first, then the user's modules wherever they were found)."""
+    first, then the user's modules wherever they were found), and holds no secret."""
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     paths = [package_parent] + [p for p in sys.path if p and os.path.isdir(p)]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+    for name in SECRET_VARIABLES:
+        environment.pop(name, None)
+    return environment
 
 
-def executor_command(driver_url, executor_id, hostname, cores, app_id, secret_file=None,
+def credential_pipe(credential):
+    """A pipe holding ``credential`` for a child to read: its read end (the writer's is
+    closed, so the child reads to the end)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, credential)  # one line: far under a pipe's buffer
+    finally:
+        os.close(write_fd)
+    return read_fd
+
+
+def executor_command(driver_url, executor_id, hostname, cores, app_id, credential_fd=None,
                      python=sys.executable, log_level=None, driver_fds=None, relief_fds=None):
+    """The executor's command line: over pipes (``driver_fds``), else with its credential
+    on ``credential_fd``, else insecure."""
     command = module_command("zsched.executor", python) + ["--driver-url", driver_url,
                "--executor-id", executor_id, "--hostname", hostname,
                "--cores", str(cores), "--app-id", app_id]
@@ -69,8 +86,10 @@ def executor_command(driver_url, executor_id, hostname, cores, app_id, secret_fi
         command += ["--driver-fds", "%d,%d" % driver_fds]
         if relief_fds is not None:
             command += ["--relief-fds", "%d,%d" % relief_fds]
-    elif secret_file:
-        command += ["--secret-file", secret_file]
+    elif credential_fd is not None:
+        command += ["--credential-fd", str(credential_fd)]
+    else:
+        command.append("--insecure")
     if log_level:
         command += ["--log-level", log_level]
     return command
@@ -106,11 +125,17 @@ class LocalClusterManager(ClusterManager):
         the driver over a pipe pair instead of the driver's sockets."""
         executor_id = str(next(self._ids))
         pairs = []  # (ours, theirs): the executor's link, and its relief thread's (one core)
+        credential_fd = None  # the pipes are its credential; else a key of its own
         if self.adopt_link is not None:
             pairs = [pipe_pair() for _ in range(2 if self.cores_per_executor == 1 else 1)]
+        else:
+            credential = self.credential(executor_id)
+            credential_fd = credential_pipe(credential) if credential else None
         theirs = [fd for _, fds in pairs for fd in fds]
+        if credential_fd is not None:
+            theirs.append(credential_fd)
         command = executor_command(self.driver_url, executor_id, self.hostname,
-                                   self.cores_per_executor, self.app_id, self.secret_file,
+                                   self.cores_per_executor, self.app_id, credential_fd,
                                    log_level=self.log_level,
                                    driver_fds=pairs[0][1] if pairs else None,
                                    relief_fds=pairs[1][1] if len(pairs) > 1 else None)
@@ -120,6 +145,8 @@ class LocalClusterManager(ClusterManager):
         except BaseException:
             for fd in [fd for pair in pairs for fds in pair for fd in fds]:
                 os.close(fd)
+            if credential_fd is not None:
+                os.close(credential_fd)
             raise
         self._processes[executor_id] = process
         for fd in theirs:  # the child's now: its exit closes the pipes' last ends

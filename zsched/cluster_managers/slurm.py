@@ -6,8 +6,11 @@ they count toward the target and are never timed out while they wait for room. A
 ends (it failed, was cancelled, preempted, or reached its time limit) is an executor loss
 with Slurm's state and reason, as ``scontrol show job`` gives them.
 
-The secret travels in ``sbatch``'s environment (``ZSCHED_SECRET``), which Slurm hands to
-the job: it is on no command line, and Slurm keeps it where only Slurm's own user reads.
+Each executor's own credential (a key pair the driver made for it alone) travels in
+``sbatch``'s environment (``ZSCHED_CREDENTIAL_1``, ``_2``, ... in the job's order), which
+Slurm hands to the job. The batch script takes each from its environment at once and
+hands it to its executor on a pipe: it is on no command line and in no executor's
+environment; Slurm keeps the job's environment where only Slurm's own user reads it.
 
 Slurm commands take tens of milliseconds and more on a busy controller, so they run in
 a thread of this manager; the driver's calls only change its bookkeeping. The executors
@@ -23,7 +26,7 @@ import sys
 import threading
 import time
 
-from ..security import SECRET_ENV, read_secret
+from ..security import SECRET_VARIABLES
 from .base import ClusterManager
 from .local import module_command
 
@@ -45,6 +48,7 @@ class SlurmJob:
         self.node = None
         self.ended_as = None        # why it ended, once it has
         self.cancel = False         # to be cancelled (its executors are killed)
+        self.credentials = []       # its executors' credentials, in order (none: insecure)
 
     @property
     def waiting(self):
@@ -62,6 +66,15 @@ def run_command(arguments, stdin=None, env=None):
     except subprocess.TimeoutExpired:
         return 124, "", f"{arguments[0]} did not answer within {COMMAND_TIMEOUT:g} s"
     return done.returncode, done.stdout, done.stderr
+
+
+CREDENTIAL_ENV = "ZSCHED_CREDENTIAL"
+
+
+def job_credentials(job):
+    """The environment variables that carry ``job``'s credentials to it."""
+    return {f"{CREDENTIAL_ENV}_{i}": credential.decode().strip()
+            for i, credential in enumerate(job.credentials, 1)}
 
 
 def describe_ended_job(job_id, fields):
@@ -114,13 +127,11 @@ class SlurmClusterManager(ClusterManager):
         self._thread = None
         self._environment = None
 
-    def attach(self, driver_url, app_id, secret_file):
-        super().attach(driver_url, app_id, secret_file)
+    def attach(self, driver_url, app_id, credential_for):
+        super().attach(driver_url, app_id, credential_for)
         self.job_name = f"zsched-{app_id}"
-        self._environment = dict(os.environ)
-        self._environment.pop(SECRET_ENV, None)
-        if secret_file:
-            self._environment[SECRET_ENV] = read_secret(secret_file).decode()
+        self._environment = {name: value for name, value in os.environ.items()
+                             if name not in SECRET_VARIABLES}
         self._thread = threading.Thread(target=self._watch, name="zsched-slurm", daemon=True)
         self._thread.start()
 
@@ -134,6 +145,9 @@ class SlurmClusterManager(ClusterManager):
             while missing > 0:
                 size = min(missing, self.executors_per_job)
                 job = SlurmJob([str(next(self._ids)) for _ in range(size)])
+                job.credentials = [self.credential(executor_id) for executor_id in job.executor_ids]
+                if not all(job.credentials):
+                    job.credentials = []
                 self._jobs.append(job)
                 for executor_id in job.executor_ids:
                     self._job_of[executor_id] = job
@@ -242,13 +256,19 @@ class SlurmClusterManager(ClusterManager):
         the job fails (with its status) if one of them does."""
         lines = ["#!/bin/sh", f"# zsched executors {', '.join(job.executor_ids)} of {self.app_id}",
                  'host="${SLURMD_NODENAME:-$(hostname)}"', 'pids=""']
-        for executor_id in job.executor_ids:
+        for i in range(1, len(job.credentials) + 1):  # out of the environment at once
+            lines.append(f'credential_{i}="${CREDENTIAL_ENV}_{i}"; unset {CREDENTIAL_ENV}_{i}')
+        for i, executor_id in enumerate(job.executor_ids, 1):
             command = module_command("zsched.executor", self.python) + [
                 "--driver-url", self.driver_url, "--executor-id", executor_id,
                 "--cores", str(self.cores_per_executor), "--app-id", self.app_id]
             if self.log_level:
                 command += ["--log-level", self.log_level]
-            lines.append(f'{shlex.join(command)} --hostname "$host" & pids="$pids $!"')
+            if job.credentials:  # on its standard input (printf is the shell's own), read once
+                lines.append(f'printf \'%s\\n\' "$credential_{i}" | {shlex.join(command)} '
+                             f'--credential-fd 0 --hostname "$host" & pids="$pids $!"')
+            else:
+                lines.append(f'{shlex.join(command)} --insecure --hostname "$host" & pids="$pids $!"')
         lines += ["status=0", 'for pid in $pids; do wait "$pid" || status=$?; done', "exit $status"]
         return "\n".join(lines) + "\n"
 
@@ -269,7 +289,7 @@ class SlurmClusterManager(ClusterManager):
                     self._end(job, "cancelled before it was submitted")
         for job in new:
             status, out, err = run_command(self.sbatch_arguments(job), self.job_script(job),
-                                           self._environment)
+                                           {**self._environment, **job_credentials(job)})
             with self._lock:
                 if status != 0:
                     self._end(job, f"sbatch failed: {_last_line(err) or f'exit status {status}'}")

@@ -1,8 +1,9 @@
 """Executors on other hosts, started with the system OpenSSH client.
 
 Each executor is one ``ssh`` process running ``zsched.cluster_managers.ssh_remote`` on its host, so
-users' ``~/.ssh/config``, agents and ProxyJump apply. The secret travels on the session's
-standard input (never on a command line or in a file), and that input stays open for the
+users' ``~/.ssh/config``, agents and ProxyJump apply. The executor's own credential (a key
+pair the driver made for it alone) travels on the session's standard input (never on a
+command line, in a file or in an environment), and that input stays open for the
 executor's life: when it closes (the executor is killed, the driver stops or dies, the
 ssh client dies, the connection drops) the remote end stops the executor. Whatever the
 remote end prints (the executor's log, ssh's own errors) is forwarded to the driver's
@@ -19,7 +20,6 @@ import threading
 import time
 from collections import Counter, deque
 
-from ..security import read_secret
 from .base import ClusterManager
 from .local import describe_exit, wait_all
 
@@ -121,15 +121,10 @@ class SSHClusterManager(ClusterManager):
         self.driver_host = driver_host
         self.log_level = log_level
         self.ssh_command = ssh_command
-        self._secret = b""
         self._urls = {}        # host name -> the driver URL executors there connect to
         self._ids = itertools.count(1)
         self._running = {}     # executor id -> RemoteExecutor, counted toward the target
         self._leaving = {}     # executor id -> RemoteExecutor, killed and not yet reaped
-
-    def attach(self, driver_url, app_id, secret_file):
-        super().attach(driver_url, app_id, secret_file)
-        self._secret = read_secret(secret_file) if secret_file else b""
 
     def capacity(self):
         return sum(host.executors for host in self.hosts)
@@ -192,8 +187,8 @@ class SSHClusterManager(ClusterManager):
         # a session of its own: a Ctrl-C at the driver's terminal is the driver's to handle
         process = subprocess.Popen(arguments, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            process.stdin.write(self._secret + b"\n")
+        try:  # its credential, on the session's standard input (an empty line: insecure)
+            process.stdin.write(self.credential(executor_id).rstrip(b"\n") + b"\n")
             process.stdin.flush()
         except OSError:
             pass  # ssh already ended: its exit is reported

@@ -1,10 +1,10 @@
 """The remote end of an executor started over SSH: ``python -m zsched.cluster_managers.ssh_remote
 EXECUTOR-ARGUMENTS``, run by ssh on the host.
 
-It reads the secret from the first line of its standard input (an empty line: no
-secret), so the secret is on no command line and in no file. It then starts the executor
-(``zsched.executor`` with the same arguments, the secret in its environment, which only
-the same user can read) and watches two things:
+It reads the executor's credential from the first line of its standard input (an empty
+line: an insecure bus), so the credential is on no command line and in no file. It then
+starts the executor (``zsched.executor`` with the same arguments), hands it the credential
+on a pipe it reads once (``--credential-fd``), and watches two things:
 
 - its standard input, which is the SSH session: at end of input (the driver closed it,
   the driver or the ssh client died, the connection dropped), or on SIGHUP or SIGTERM,
@@ -22,8 +22,8 @@ import signal
 import subprocess
 import sys
 
-from ..security import SECRET_ENV
-from .local import describe_exit
+from ..security import SECRET_VARIABLES
+from .local import credential_pipe, describe_exit
 from .ssh import EXIT_MARKER
 
 STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
@@ -54,18 +54,25 @@ def _stop(executor):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     stdin = sys.stdin.buffer
-    secret = stdin.readline().strip()
-    environment = dict(os.environ)
-    environment.pop(SECRET_ENV, None)
-    if secret:
-        environment[SECRET_ENV] = secret.decode()
-    del secret
+    credential = stdin.readline().strip()
+    environment = {name: value for name, value in os.environ.items() if name not in SECRET_VARIABLES}
+    credential_fds = []
+    if credential:
+        credential_fds.append(credential_pipe(credential + b"\n"))
+        argv = [*argv, "--credential-fd", str(credential_fds[0])]
+    else:
+        argv = [*argv, "--insecure"]
+    del credential
     stop_requested = []
     for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop_requested.append(True))
-    executor = subprocess.Popen([sys.executable, "-m", "zsched.executor", *argv],
-                                stdin=subprocess.DEVNULL, env=environment,
-                                start_new_session=True, preexec_fn=_die_with_parent)
+    try:
+        executor = subprocess.Popen([sys.executable, "-m", "zsched.executor", *argv],
+                                    stdin=subprocess.DEVNULL, env=environment, pass_fds=credential_fds,
+                                    start_new_session=True, preexec_fn=_die_with_parent)
+    finally:
+        for fd in credential_fds:
+            os.close(fd)
     stdin_fd = stdin.fileno()
     while executor.poll() is None:
         if stop_requested:

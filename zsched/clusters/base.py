@@ -29,10 +29,11 @@ from ..cluster_managers.local import child_environment, fits_a_unix_socket, modu
 from ..config import (MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config,
                       check_name, check_number)
 from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
-from ..errors import DriverConnectionError
+from ..errors import ConfigError, DriverConnectionError
 from ..pipe_link import PipeLink, close_fds, pipe_pair
 from ..protocol import MAX_CORES, frame_limit
-from ..security import create_secret_file
+from ..credentials import write_credential_file
+from ..security import create_secret_file, keys_of, read_secret
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +255,18 @@ class Cluster:
             kwargs.setdefault("secret_file", self.secret_file)
             client = Client(self.local_address, **kwargs)
         return self._keep(client)
+
+    def client_credential(self):
+        """The path of a credential that only submits tasks and calls the client API
+        (``zsched.Client(cluster.address, secret_file=path)``): it cannot register an
+        executor. Written once, mode 0600, in the cluster's private directory."""
+        if self.secret_file is None:
+            raise ConfigError("an insecure cluster has no credentials")
+        path = os.path.join(self._private_dir, "client-credential")
+        if not os.path.exists(path):
+            keys = keys_of(read_secret(self.secret_file), self.secret_file)
+            write_credential_file(path, keys.client_credential)
+        return path
 
     def _keep(self, client):
         """``client``, to be closed with the cluster."""

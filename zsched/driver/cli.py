@@ -17,6 +17,7 @@ from .arena_cache import keep_freed_memory
 from ..config import MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config, number_in
 from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
 from ..errors import ConfigError
+from ..credentials import write_credential_file
 from ..security import default_secret_path
 from .core import Driver
 from .options import DriverOptions, local_manager
@@ -57,6 +58,9 @@ def build_parser():
     parser.add_argument("--app-id", default=None)
     parser.add_argument("--secret-file", default=None,
                         help=f"shared secret; created (mode 0600) if missing (default {default_secret_path()})")
+    parser.add_argument("--client-credential", default=None, metavar="FILE",
+                        help="write a credential (mode 0600) that only submits tasks and calls "
+                             "the client API: zsched.Client(address, secret_file=FILE)")
     parser.add_argument("--insecure", action="store_true",
                         help="no authentication or encryption (anyone reaching the port can run code)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
@@ -205,6 +209,15 @@ def options_from_args(args):
         stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None)
 
 
+def _write_client_credential(parser, path, keys):
+    if keys is None:
+        parser.error("--client-credential needs the cluster secret: not with --insecure")
+    try:
+        write_credential_file(path, keys.client_credential)
+    except OSError as exc:
+        parser.error(f"cannot write --client-credential {path}: {exc.strerror}")
+
+
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -216,6 +229,8 @@ def main(argv=None):
         options = options_from_args(args)
     except ConfigError as exc:
         parser.error(str(exc))
+    if args.client_credential is not None:
+        _write_client_credential(parser, args.client_credential, options.keys)
     log.info("freed memory kept for reuse: %s", keep_freed_memory(options.config.driver_memory_cache))
     try:
         driver = Driver(options)

@@ -7,6 +7,8 @@ import logging
 import os
 import socket
 
+from .peers import Role
+
 log = logging.getLogger("zsched.driver")
 
 
@@ -37,7 +39,7 @@ class ClientPipes:
                 data, fds = b"", []
                 log.warning("stopped watching the client-pipes socket: %s", exc)
             if len(fds) == 2:
-                self._peers.adopt_link("a client of the program that started this driver", *fds)
+                self._peers.adopt_link("a client of the program that started this driver", *fds, Role.CLIENT)
                 continue
             for fd in fds:
                 os.close(fd)

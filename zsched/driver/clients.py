@@ -11,7 +11,6 @@ import weakref
 
 from .. import protocol as p
 from ..protocol import TaskState
-from .peers import Role
 from .scheduler import ClientData
 
 log = logging.getLogger("zsched.driver")
@@ -106,8 +105,7 @@ class ClientEndpoint:
 
     It is given the driver's ``app_id``, ``incarnation`` and ``config``; the client
     ``sessions`` and the ``scheduler`` it changes; the executor ``registry`` (to tell
-    executors which functions to drop); ``peers``, to send and to set or forget a peer's
-    role; the ``admin`` operations, which answer admin requests; the executor endpoint's
+    executors which functions to drop); ``peers``, to send and to forget a peer; the ``admin`` operations, which answer admin requests; the executor endpoint's
     ``send_control(executor, msg)``, for kills; the driver's ``warnings`` (a
     ``PeerWarnings``); and ``ask_for_offers()``, called when tasks arrive."""
 
@@ -123,7 +121,6 @@ class ClientEndpoint:
 
     def on_hello(self, rid, msg):
         self._sessions.connect(rid, msg.pid)
-        self._peers.peer_for(rid).role = Role.CLIENT  # an administrator too: the secret is theirs
         self._peers.send(rid, p.ClientWelcome(self._incarnation, self._app_id, self._config.to_settings()))
 
     def client_for(self, rid):
@@ -173,7 +170,6 @@ class ClientEndpoint:
     def on_goodbye(self, rid, msg):
         client = self._sessions.disconnect(rid)
         if client is not None:
-            self._peers.forget_router_peer(rid)
             self.drop_client(client, "its client left")
             log.info("client %s left", rid.hex())
 

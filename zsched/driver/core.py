@@ -22,6 +22,7 @@ import zmq
 
 from .. import protocol as p
 from ..channel import Channel
+from ..credentials import ExecutorKeys
 from ..errors import ProtocolError
 from ..fastpath import IMPLEMENTATION as FASTPATH_IMPLEMENTATION
 from ..protocol import AdminOp, MsgType
@@ -55,7 +56,9 @@ class Driver:
         self.host = options.host
         self.port = options.port
         self.app_id = options.app_id or f"app-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
-        self.keys = options.keys
+        self.keys = keys = options.keys
+        # a key pair for each executor it starts, admitted until that executor is removed
+        self.executor_keys = None if keys is None else ExecutorKeys(keys.server_public)
         self.secret_file = options.secret_file
         self.cluster_manager = cluster_manager = options.cluster_manager
         self.clock = clock = options.clock
@@ -121,7 +124,7 @@ class Driver:
         self.executor_endpoint = executors = ExecutorEndpoint(
             **known, **shared, clock=self.clock, peers=self.peers,
             cluster_manager=self.cluster_manager, allocator=self.allocator,
-            counters=self.counters, warnings=self.warnings, ask_for_offers=self.ask_for_offers)
+            executor_keys=self.executor_keys, counters=self.counters, warnings=self.warnings, ask_for_offers=self.ask_for_offers)
         self.admin = Admin(
             registry=self.registry, scheduler=self.scheduler, functions=self.sessions.functions,
             send=self.peers.send, clock=self.clock, counters=self.counters, app_id=self.app_id,
@@ -142,7 +145,7 @@ class Driver:
             self.ipc_url = f"ipc://{self.ipc_path}"
         extra_urls = [url for url in (self.inproc_url, self.ipc_url) if url is not None]
         self.router, self._router_state, self.zap, self.monitor, port = open_router(
-            self.context, self.config, self.keys, self.host, self.port, extra_urls)
+            self.context, self.config, self.keys, self.executor_keys, self.host, self.port, extra_urls)
         self.port = port
         advertised = self.host
         if advertised in ("0.0.0.0", "*", ""):
@@ -187,7 +190,7 @@ class Driver:
                 url = self.url
                 if self.ipc_url is not None and self.cluster_manager.on_this_host:
                     url = self.ipc_url
-                self.cluster_manager.attach(url, self.app_id, self.secret_file)
+                self.cluster_manager.attach(url, self.app_id, self._executor_credential)
                 if self.cluster_manager.on_this_host and self.config.local_executor_link == "pipe":
                     self.cluster_manager.adopt_link = self._adopt_executor_link
                 self.allocator.round()
@@ -273,15 +276,20 @@ class Driver:
 
     def _handle(self, rid, msg):
         """Handle a well-formed message from peer ``rid`` (of the ROUTER, or a client in this
-        process), if a peer of its role may send it."""
+        process), if a peer of its role may send it. A connection whose role is undecided
+        (the cluster secret's) takes the role of its first message, for good."""
         entry = self._handlers.get(msg.TYPE)
         if entry is None:
             self.warnings.warn(rid, f"{type(msg).__name__} is not a message for the driver")
             return
-        roles, handler = entry
-        role = self.peers.role_of(rid)
-        if role not in roles:
-            self.warnings.warn(rid, f"{type(msg).__name__} from a peer whose role is {role.value}")
+        role, handler = entry
+        peer = self.peers.get(rid)
+        if peer is None:  # forgotten while its last frames were read (a removed executor)
+            return
+        if peer.role is Role.UNDECIDED and type(msg) in FIRST_MESSAGES:
+            peer.role = role
+        if peer.role is Role.UNDECIDED or (role is not None and peer.role is not role):
+            self._refuse(rid, msg, peer.role)
             return
         try:
             handler(rid, msg)
@@ -289,12 +297,30 @@ class Driver:
             # a bug for one message must not stop the loop
             log.exception("error handling %s from peer %s", type(msg).__name__, rid.hex())
 
-    # -- executors over pipes
+    def _refuse(self, rid, msg, role):
+        """``msg`` is not for a connection of ``role``: warned about; a registration is
+        answered, so that the executor says why it stops."""
+        if role is Role.UNDECIDED:
+            why = "a connection whose role is not yet known (it first says hello or registers)"
+        else:
+            why = f"a connection whose credential is a{'n' if role is Role.EXECUTOR else ''} {role.value}'s"
+        self.warnings.warn(rid, f"{type(msg).__name__} refused from {why}")
+        if type(msg) in (p.RegisterExecutor, p.ExecutorHello):
+            self.peers.send(rid, p.RegisterExecutorFailed(f"refused from {why}"), quiet=True)
+
+    # -- executors the driver starts
+
+    def _executor_credential(self, executor_id):
+        """The credential (one line) for executor ``executor_id``, which the cluster manager
+        is starting; None on an insecure bus."""
+        if self.executor_keys is None:
+            return None
+        return self.executor_keys.issue(executor_id).line()
 
     def _adopt_executor_link(self, executor_id, read_fd, write_fd):
         """The cluster manager started executor ``executor_id`` with a pipe pair to this
         driver: its end is ``read_fd`` and ``write_fd``. Called in the loop's thread."""
-        self.peers.adopt_link(f"executor {executor_id}", read_fd, write_fd)
+        self.peers.adopt_link(f"executor {executor_id}", read_fd, write_fd, Role.EXECUTOR, executor_id)
 
     def _client_pipes_closed(self):
         self.client_pipes = None
@@ -412,14 +438,16 @@ class Driver:
         log.info("driver stopped")
 
 
+# the messages that decide the role of a connection holding the cluster secret
+FIRST_MESSAGES = frozenset((p.ClientHello, p.ExecutorHello, p.RegisterExecutor, p.AttachRelief))
+
+
 def message_handlers(executors, clients):
-    """For each message type a peer may send the driver: the roles that may send it and
-    its handler(rid, msg). A peer not yet known (UNKNOWN) may send any: the handler
-    answers one that did not register or say hello."""
-    by_executors = frozenset((Role.UNKNOWN, Role.EXECUTOR))
-    by_clients = frozenset((Role.UNKNOWN, Role.CLIENT, Role.ADMINISTRATOR))
-    by_anyone = frozenset(Role)  # a ping only says that the loop is alive
+    """For each message type a peer may send the driver: the role that may send it (None:
+    any role, a ping only says that the loop is alive) and its handler(rid, msg)."""
+    by_executors, by_clients = Role.EXECUTOR, Role.CLIENT
     return {
+        MsgType.EXECUTOR_HELLO: (by_executors, executors.on_hello),
         MsgType.REGISTER_EXECUTOR: (by_executors, executors.on_register),
         MsgType.STATUS_UPDATES: (by_executors, executors.on_status_updates),
         MsgType.HEARTBEAT: (by_executors, executors.on_heartbeat),
@@ -430,7 +458,7 @@ def message_handlers(executors, clients):
         MsgType.CANCEL_TASKS: (by_clients, clients.on_cancel_tasks),
         MsgType.CANCEL_QUEUED_TASKS: (by_clients, clients.on_cancel_queued_tasks),
         **dict.fromkeys(map(MsgType, AdminOp), (by_clients, clients.on_admin)),
-        MsgType.ADMIN_PING: (by_anyone, clients.on_admin),
+        MsgType.ADMIN_PING: (None, clients.on_admin),
         MsgType.STOP_EXECUTORS: (by_clients, clients.on_stop_executors),
         MsgType.CLIENT_GOODBYE: (by_clients, clients.on_goodbye),
         MsgType.FORGET_FUNCTIONS: (by_clients, clients.on_forget_functions),

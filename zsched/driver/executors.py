@@ -4,7 +4,6 @@ import logging
 
 from .. import protocol as p
 from ..config import name_problem
-from .peers import Role
 
 log = logging.getLogger("zsched.driver")
 
@@ -16,54 +15,78 @@ class ExecutorEndpoint:
     It is given the driver's ``app_id``, ``incarnation``, ``config`` and ``clock``; the
     executor ``registry`` and the ``scheduler`` it changes; the client ``sessions`` (a
     connection that is a client's does not register); ``peers``, to send and to set or
-    forget a peer's role; the ``cluster_manager`` and ``allocator`` (None without a cluster
-    manager); the traffic ``counters`` (it counts executors lost); the driver's
-    ``warnings`` (a ``PeerWarnings``); and ``ask_for_offers()``, called when cores or tasks
-    may have freed up."""
+    forget a peer; the ``cluster_manager`` and ``allocator`` (None without a cluster
+    manager); the ``executor_keys`` it revokes (None on an insecure bus); the traffic
+    ``counters`` (it counts executors lost); the driver's ``warnings`` (a
+    ``PeerWarnings``); and ``ask_for_offers()``, called when cores or tasks may have freed
+    up."""
 
     def __init__(self, *, app_id, incarnation, config, clock, registry, scheduler, sessions,
-                 peers, cluster_manager, allocator, counters, warnings, ask_for_offers):
+                 peers, cluster_manager, allocator, executor_keys, counters, warnings,
+                 ask_for_offers):
         self._app_id, self._incarnation = app_id, incarnation
         self._config, self._clock = config, clock
         self._registry, self._scheduler, self._sessions = registry, scheduler, sessions
         self._peers = peers
         self._cluster_manager, self._allocator = cluster_manager, allocator
+        self._executor_keys = executor_keys
         self._counters = counters
         self._warnings = warnings
         self._ask_for_offers = ask_for_offers
 
+    def on_hello(self, rid, msg):
+        """An executor asks the settings it registers with."""
+        self._peers.send(rid, p.ClientWelcome(self._incarnation, self._app_id, self._config.to_settings()))
+
     def on_register(self, rid, msg):
         registry, peers, clock = self._registry, self._peers, self._clock
         executor_id = msg.executor_id
-        reason = None
-        if msg.app_id != self._app_id:
-            reason = f"app id {msg.app_id!r} does not match the driver's {self._app_id!r}"
-        elif executor_id in registry.by_id:
-            reason = f"Duplicate executor ID: {executor_id}"
-        elif rid in registry.by_rid or rid in self._sessions.by_rid:
-            reason = "this connection is already registered"
-        elif msg.cores < 1:
-            reason = f"an executor needs at least one core, got {msg.cores}"
-        elif msg.cores > p.MAX_CORES:
-            reason = f"an executor may have at most {p.MAX_CORES} cores, got {msg.cores}"
-        elif name_problem(executor_id) is not None:
-            reason = f"executor id {executor_id!r:.80}: {name_problem(executor_id)}"
+        reason = self._registration_problem(rid, msg)
         if reason is not None:
-            log.warning("refused registration of executor %r from %s: %s",
+            log.warning("refused registration of executor %.80r from %.80r: %s",
                         executor_id, msg.hostname, reason)
             peers.send(rid, p.RegisterExecutorFailed(reason))
             return
         executor = self._scheduler.add_executor(executor_id, rid, msg.hostname, msg.cores, msg.pid,
                                                 clock())
         registry.add(executor, clock())
-        peers.peer_for(rid).role = Role.EXECUTOR
         log.info("Registered executor %s on %s (pid %d) with %d core(s)",
                  executor_id, msg.hostname, msg.pid, msg.cores)
         if self._cluster_manager is not None:
             self._allocator.registered(executor_id)
             self._cluster_manager.registered(executor_id)
-        peers.send(rid, p.RegisteredExecutor(self._incarnation, self._config.to_settings()))
+        peers.send(rid, p.RegisteredExecutor(self._incarnation, self._config.to_settings(),
+                                             registry.relief_tokens[executor_id]))
         self._ask_for_offers()
+
+    def _registration_problem(self, rid, msg):
+        """Why ``msg`` (a RegisterExecutor) from connection ``rid`` is refused, or None."""
+        executor_id = msg.executor_id
+        if msg.app_id != self._app_id:
+            return f"app id {msg.app_id!r} does not match the driver's {self._app_id!r}"
+        if name_problem(executor_id) is not None:
+            return f"executor id {executor_id!r:.80}: {name_problem(executor_id)}"
+        if executor_id in self._registry.by_id:
+            return f"Duplicate executor ID: {executor_id}"
+        if rid in self._registry.by_rid or rid in self._sessions.by_rid:
+            return "this connection is already registered"
+        if msg.cores < 1:
+            return f"an executor needs at least one core, got {msg.cores}"
+        if msg.cores > p.MAX_CORES:
+            return f"an executor may have at most {p.MAX_CORES} cores, got {msg.cores}"
+        return self._credential_problem(rid, executor_id)
+
+    def _credential_problem(self, rid, executor_id):
+        """Why connection ``rid`` may not register ``executor_id``, or None. A connection
+        whose key (or pipes) the driver gave an executor registers that executor, once."""
+        own = self._peers.get(rid).executor_id
+        if own is None:
+            return None
+        if own != executor_id:
+            return f"this connection's credential is executor {own}'s, not {executor_id!r:.80}'s"
+        if self._executor_keys is not None and not self._executor_keys.first_registration(own):
+            return f"the credential of executor {own} has registered once already"
+        return None
 
     def _executor_for(self, rid, incarnation=None):
         registry = self._registry
@@ -110,15 +133,13 @@ class ExecutorEndpoint:
     def on_attach_relief(self, rid, msg):
         """An executor's relief thread connected: it gets a copy of each kill and stop."""
         registry = self._registry
-        executor = registry.get(msg.executor_id)
+        own = self._peers.get(rid).executor_id
         try:
-            if executor is None or msg.incarnation != self._incarnation or msg.pid != executor.pid:
-                raise ValueError("no such executor of this driver")
-            registry.attach_relief(msg.executor_id, rid)
+            if msg.incarnation != self._incarnation or own not in (None, msg.executor_id):
+                raise ValueError("not an executor of this driver, or not this one")
+            registry.attach_relief(msg.executor_id, rid, msg.token)
         except ValueError as exc:
-            self._warnings.warn(rid, f"AttachRelief of executor {msg.executor_id!r} refused: {exc}")
-            return
-        self._peers.peer_for(rid).role = Role.EXECUTOR
+            self._warnings.warn(rid, f"AttachRelief of executor {msg.executor_id!r:.80} refused: {exc}")
 
     def send_control(self, executor, msg, quiet=False):
         """Send ``executor`` a kill or a stop on each of its connections: its relief thread
@@ -152,6 +173,7 @@ class ExecutorEndpoint:
         registry, peers = self._registry, self._peers
         relief = registry.reliefs.get(executor_id)
         executor = registry.remove(executor_id, reason)  # its routing id is its own again
+        self.revoke(executor_id)
         if executor is None:
             return False
         if executor.decommissioning:
@@ -172,6 +194,11 @@ class ExecutorEndpoint:
             peers.forget(relief)
         self._ask_for_offers()
         return True
+
+    def revoke(self, executor_id):
+        """Executor ``executor_id`` is gone: its key, if the driver gave it one, dies."""
+        if self._executor_keys is not None:
+            self._executor_keys.revoke(executor_id)
 
     def check_heartbeats(self):
         """Declare lost the executors silent past ``executor_heartbeat_timeout``; report
@@ -194,6 +221,7 @@ class ExecutorEndpoint:
         if manager is None:
             return
         for executor_id, reason in manager.poll_exits():
+            self.revoke(executor_id)
             self._allocator.ended(executor_id, reason)
             removed = self.remove_executor(executor_id, reason, notify=False)
             if not removed and manager.explains_losses_later:

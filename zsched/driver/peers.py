@@ -4,7 +4,7 @@ A peer of the ROUTER socket (``RouterPeer``), an executor or client over a pair 
 (``LinkPeer``) and a client in the driver's own process (``InProcessPeer``) are sent to with
 the same call, ``send(msg)``, which never blocks and returns None when the peer took the
 message, else what is wrong ("gone", "not reading (its queue is full)"). Each peer owns its
-send queue (``queued()``), and carries its role, set when it registers or says hello.
+send queue (``queued()``), and carries its role, fixed for the life of the connection.
 
 What peers send comes in as frames, whatever carried them, and goes one way in:
 ``take(rid, frame)``, which decodes and checks it. A peer with a transport of its own (a
@@ -21,7 +21,8 @@ from .. import protocol as p
 from ..pipe_link import PipeLink
 from ..socket_options import set_heartbeats
 from ..socket_state import SocketState
-from ..security import ZapHandler, make_server
+from ..security import (ADMINISTRATOR_USER, CLIENT_USER, EXECUTOR_USER, ZapHandler,
+                        make_server)
 from .loop import POLLIN, POLLOUT
 
 log = logging.getLogger("zsched.driver")
@@ -36,23 +37,39 @@ NOT_READING = "not reading (its queue is full)"
 
 
 class Role(enum.Enum):
-    """What a peer is to the driver: known once it registers or says hello."""
-    UNKNOWN = "unknown"
+    """What a connection may do, fixed for its life. A client or executor credential fixes
+    it when the connection is made; a connection holding the cluster secret (or any, on
+    an insecure bus) is UNDECIDED until its first message, which decides it once."""
+    UNDECIDED = "undecided"
     EXECUTOR = "executor"
     CLIENT = "client"
-    ADMINISTRATOR = "administrator"
+
+
+def role_of_user(user_id):
+    """The role and executor id (or None) that a ZAP User-Id gives a connection; None for
+    a User-Id no credential gives."""
+    if not user_id or user_id == ADMINISTRATOR_USER:  # the cluster secret, or insecure
+        return Role.UNDECIDED, None
+    if user_id == CLIENT_USER:
+        return Role.CLIENT, None
+    if user_id.startswith(EXECUTOR_USER):
+        return Role.EXECUTOR, user_id[len(EXECUTOR_USER):].decode()
+    return None
 
 
 class Peer:
     """One connection to the driver. ``rid`` names it: a ROUTER routing id, or one made up
     for the other transports that no ROUTER peer can have (it starts with a zero byte and is
-    not five bytes long). ``counters`` are the driver's traffic counters."""
+    not five bytes long). ``role`` says what it may send; ``executor_id`` is the executor
+    its credential (or its pipes) belongs to, if any. ``counters`` are the driver's traffic
+    counters."""
 
-    __slots__ = ("counters", "rid", "role")
+    __slots__ = ("counters", "executor_id", "rid", "role")
 
-    def __init__(self, rid, counters):
+    def __init__(self, rid, counters, role=Role.UNDECIDED, executor_id=None):
         self.rid = rid
-        self.role = Role.UNKNOWN
+        self.role = role
+        self.executor_id = executor_id
         self.counters = counters
 
     def send(self, msg):
@@ -77,8 +94,8 @@ class RouterPeer(Peer):
 
     __slots__ = ("router",)
 
-    def __init__(self, rid, counters, router):
-        super().__init__(rid, counters)
+    def __init__(self, rid, counters, router, role=Role.UNDECIDED, executor_id=None):
+        super().__init__(rid, counters, role, executor_id)
         self.router = router
 
     def send(self, msg):
@@ -122,8 +139,8 @@ class LinkPeer(Peer):
 
     __slots__ = ("_on_writable", "link", "loop", "writing")
 
-    def __init__(self, rid, counters, link, loop, on_readable, on_writable):
-        super().__init__(rid, counters)
+    def __init__(self, rid, counters, link, loop, on_readable, on_writable, role, executor_id):
+        super().__init__(rid, counters, role, executor_id)
         self.link = link
         self.loop = loop
         self.writing = False
@@ -186,7 +203,7 @@ class InProcessPeer(Peer):
     __slots__ = ("endpoint", "said_goodbye")
 
     def __init__(self, rid, counters, endpoint):
-        super().__init__(rid, counters)
+        super().__init__(rid, counters, Role.CLIENT)
         self.endpoint = endpoint
         self.said_goodbye = False
 
@@ -225,10 +242,11 @@ class InProcessPeer(Peer):
             log.exception("error telling a client in this process that the driver stopped")
 
 
-def open_router(context, config, keys, host, port, extra_urls=()):
+def open_router(context, config, keys, executor_keys, host, port, extra_urls=()):
     """The driver's ROUTER socket, bound at ``host``:``port`` (0: a free one) and at
-    ``extra_urls``, with the ZAP handler of ``keys`` (None: insecure) and a monitor of lost
-    connections: (router, its SocketState, zap handler or None, monitor, port)."""
+    ``extra_urls``, with the ZAP handler of ``keys`` and ``executor_keys`` (None: insecure)
+    and a monitor of lost connections: (router, its SocketState, zap handler or None,
+    monitor, port)."""
     router = context.socket(zmq.ROUTER)
     router.router_mandatory = 1
     router.linger = 1000
@@ -238,7 +256,7 @@ def open_router(context, config, keys, host, port, extra_urls=()):
     set_heartbeats(router, config)
     zap = None
     if keys is not None:
-        zap = ZapHandler(context, keys)
+        zap = ZapHandler(context, keys, executor_keys)
         make_server(router, keys)
     else:
         log.warning("the bus is NOT authenticated or encrypted (insecure mode): "
@@ -260,10 +278,11 @@ class Peers:
     """Every peer of the driver by routing id, whatever carries it, with one way to send to
     any of them (``send``) and one way in for what they send.
 
-    A ROUTER peer is kept once it registers or says hello (``peer_for``); piped peers and
-    those in this process from the start. Every frame that arrives goes to ``take(rid,
-    frame)``; ``warn(rid, what)`` reports malformed input, ``lost(rid, problem, msg)`` a peer
-    that is gone or not reading, ``broke(rid, error)`` one that broke its link."""
+    A ROUTER peer is kept from its first message, with the role its credential gives, until
+    its connection is gone; piped peers and those in this process from the start. Every
+    frame that arrives goes to ``take(rid, frame)``; ``warn(rid, what)`` reports malformed
+    input, ``lost(rid, problem, msg)`` a peer that is gone or not reading, ``broke(rid,
+    error)`` one that broke its link."""
 
     def __init__(self, router, router_state, counters, loop, channel, max_frame, *, take,
                  warn, lost, broke):
@@ -282,33 +301,30 @@ class Peers:
     def get(self, rid):
         return self._peers.get(rid)
 
-    def role_of(self, rid):
-        """What peer ``rid`` is: UNKNOWN until it registers or says hello."""
-        peer = self._peers.get(rid)
-        return Role.UNKNOWN if peer is None else peer.role
-
     def in_process(self, rid):
         return rid in self._in_process
 
-    def peer_for(self, rid):
-        """The peer ``rid`` is, kept from now on."""
-        peer = self._peers.get(rid)
-        if peer is None:
-            peer = self._peers[rid] = RouterPeer(rid, self.counters, self.router)
-        return peer
-
     def forget(self, rid):
-        """Forget peer ``rid`` (an executor removed, a client gone); a link is closed."""
-        peer = self._peers.pop(rid, None)
-        if peer is not None:
+        """Forget peer ``rid`` (an executor removed, a client gone): a link is closed. A
+        ROUTER peer's connection keeps its role until it is gone (``probe``)."""
+        peer = self._peers.get(rid)
+        if peer is not None and type(peer) is not RouterPeer:
+            del self._peers[rid]
             self._in_process.pop(rid, None)
             peer.close()
 
-    def forget_router_peer(self, rid):
-        """Forget ``rid`` if it is a ROUTER peer (a client that said goodbye: a link goes at
-        its end of file, a client in this process once its messages are taken)."""
-        if type(self._peers.get(rid)) is RouterPeer:
-            del self._peers[rid]
+    def _router_peer(self, rid, frame):
+        """The ROUTER peer of a connection heard from for the first time, its role given by
+        the credential it presented (the User-Id of ``frame``); None if it has none."""
+        try:
+            user_id = frame.get("User-Id").encode()
+        except zmq.ZMQError:  # no ZAP: an insecure bus
+            user_id = b""
+        role = role_of_user(user_id)
+        if role is None:
+            return None
+        peer = self._peers[rid] = RouterPeer(rid, self.counters, self.router, *role)
+        return peer
 
     # ------------------------------------------------------------ sending
 
@@ -316,7 +332,7 @@ class Peers:
         """Send without blocking; a peer that is gone or not reading is reported to ``lost``
         (unless ``quiet``: its end of file, or its exit, will tell). True if it took it."""
         peer = self._peers.get(rid)
-        if peer is None:  # a ROUTER peer that did not register or say hello
+        if peer is None:  # a ROUTER peer whose connection is gone
             peer = RouterPeer(rid, self.counters, self.router)
         problem = peer.send(msg)
         if problem is None:
@@ -331,6 +347,7 @@ class Peers:
         for peer in [peer for peer in self._peers.values() if type(peer) is RouterPeer]:
             if not peer.probe():
                 self._lost(peer.rid, "connection lost", None)
+                self._peers.pop(peer.rid, None)  # its role goes with its connection
 
     # ------------------------------------------------------------ receiving
 
@@ -340,6 +357,7 @@ class Peers:
         state = self._router_state
         take = self._take
         counters = self.counters
+        known = self._peers
         for _ in range(limit):
             try:
                 rid = router.recv(_NOBLOCK)
@@ -347,12 +365,19 @@ class Peers:
                 return False
             # a message arrives whole: once its first frame is here, the others are
             frames = [rid]
+            peer = True
+            if rid not in known and state.more():  # a new connection: whose credential?
+                frame = router.recv(_NOBLOCK, copy=False)
+                frames.append(frame.bytes)
+                peer = self._router_peer(rid, frame)
             while state.more():
                 frames.append(router.recv(_NOBLOCK))
             counters["messages_in"] += 1
             counters["bytes_in"] += sum(map(len, frames))
             if len(frames) != 2:
                 self._warn(rid, f"message of {len(frames) - 1} frames, expected 1")
+            elif peer is None:
+                self._warn(rid, "its credential gives it no role")
             else:
                 take(rid, frames[1])
             # whether more waits, read without a recv that would raise zmq.Again
@@ -383,9 +408,10 @@ class Peers:
 
     # ------------------------------------------------------------ links
 
-    def adopt_link(self, description, read_fd, write_fd):
+    def adopt_link(self, description, read_fd, write_fd, role, executor_id=None):
         """Talk to a peer (``description``, for the log) over this driver's end of a pipe
-        pair, ``read_fd`` and ``write_fd``, as to a peer of the ROUTER."""
+        pair, ``read_fd`` and ``write_fd``, as to a peer of the ROUTER. The pipes are its
+        credential: they give it ``role`` (and ``executor_id``, an executor's)."""
         # a routing id that starts with a zero byte and is not five bytes long: no ROUTER
         # peer has it, nor a client in this process (see zsched.channel)
         rid = b"\0pipe" + next(self._link_keys).to_bytes(4, "big")
@@ -394,7 +420,7 @@ class Peers:
         link = PipeLink(read_fd, write_fd, self.max_frame)
         self._peers[rid] = LinkPeer(rid, self.counters, link, self.loop,
                                     lambda: self._on_link_readable(rid),
-                                    lambda: self._on_link_writable(rid))
+                                    lambda: self._on_link_writable(rid), role, executor_id)
         log.debug("%s talks to this driver over pipes (peer %s)", description, rid.hex())
 
     def _on_link_readable(self, rid):

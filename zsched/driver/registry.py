@@ -1,5 +1,6 @@
 """The executors registered with the driver: by executor id, by routing id and by host,
 with their states (active, late, decommissioning) and the recent losses."""
+import secrets
 import time
 
 from ..liveness import HeartbeatMonitor
@@ -15,8 +16,9 @@ class ExecutorRegistry:
     ``reliefs`` maps executor id to the routing id of its relief thread's connection;
     ``covering`` holds, for an executor whose relief thread covers for its loop (which
     runs a long task), its own routing id: its ``routing_id`` is the relief's meanwhile,
-    so that what the driver sends reaches the thread that reads. Only the driver's loop
-    changes them.
+    so that what the driver sends reaches the thread that reads. ``relief_tokens`` maps
+    executor id to the token its relief connection proves itself with. Only the driver's
+    loop changes them.
     ``liveness`` watches each registered executor's heartbeats (by default: a 5 s interval
     and a 30 s timeout on the monotonic clock)."""
 
@@ -25,6 +27,7 @@ class ExecutorRegistry:
         self.by_rid = {}
         self.reliefs = {}
         self.covering = {}
+        self.relief_tokens = {}
         self.liveness = liveness if liveness is not None else HeartbeatMonitor(5.0, 30.0)
         self.losses = []      # recent (executor id, host, reason, wall-clock time)
 
@@ -51,6 +54,7 @@ class ExecutorRegistry:
             raise ValueError(f"executor {executor.executor_id} or its connection is registered already")
         self.by_id[executor.executor_id] = executor
         self.by_rid[executor.routing_id] = executor
+        self.relief_tokens[executor.executor_id] = secrets.token_bytes(16)
         self.liveness.heard(executor.executor_id, now)
 
     def remove(self, executor_id, reason):
@@ -60,6 +64,7 @@ class ExecutorRegistry:
             return None
         self.uncover(executor)
         del self.by_rid[executor.routing_id]
+        del self.relief_tokens[executor_id]
         relief = self.reliefs.pop(executor_id, None)
         if relief is not None:
             del self.by_rid[relief]
@@ -68,11 +73,14 @@ class ExecutorRegistry:
         del self.losses[:-_LOSSES_KEPT]
         return executor
 
-    def attach_relief(self, executor_id, rid):
-        """Connection ``rid`` is the relief thread's of ``executor_id``; ValueError if the
-        executor is not registered, has one already, or ``rid`` is taken."""
+    def attach_relief(self, executor_id, rid, token):
+        """Connection ``rid``, proven by ``token``, is the relief thread's of
+        ``executor_id``; ValueError if the executor is not registered, the token is not its
+        own, it has a relief already, or ``rid`` is taken."""
         executor = self.by_id.get(executor_id)
-        if executor is None or executor_id in self.reliefs or rid in self.by_rid:
+        if executor is None or not secrets.compare_digest(token, self.relief_tokens[executor_id]):
+            raise ValueError("no such executor, or not its token")
+        if executor_id in self.reliefs or rid in self.by_rid:
             raise ValueError(f"no relief connection for executor {executor_id} from here")
         self.reliefs[executor_id] = rid
         self.by_rid[rid] = executor

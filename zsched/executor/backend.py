@@ -51,6 +51,7 @@ class ExecutorBackend:
         self.clock = clock
         self.config = Config()
         self.incarnation = None
+        self.relief_token = None
         self.context = zmq.Context()
         # (read fd, write fd) inherited from the driver that started this executor: its link
         # to the driver instead of a socket (see pipe_link)
@@ -104,6 +105,7 @@ class ExecutorBackend:
             self.driver = DriverConnection(socket=socket)
             how = ""
         self.incarnation = msg.incarnation
+        self.relief_token = msg.relief_token  # the proof its relief thread's connection gives
         self.config = Config.from_mapping(msg.settings)
         self.tasks.max_result_size = self.config.max_message_size
         if self.link is not None:

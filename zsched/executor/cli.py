@@ -12,7 +12,8 @@ import sys
 from .. import protocol as p
 from ..config import Config, check_name, check_url
 from ..errors import ConfigError
-from ..security import load_keys
+from ..credentials import read_credential_fd
+from ..security import SECRET_VARIABLES, CurveKeys, load_keys
 from .backend import ExecutorBackend
 
 REGISTRATION_TIMEOUT_ENV = "ZSCHED_REGISTRATION_TIMEOUT"
@@ -27,6 +28,7 @@ Usage: zsched-executor [options]
    --app-id <appid>
    --worker-url <workerUrl>
    --secret-file <path>
+   --credential-fd <fd>
    --driver-fds <readFd>,<writeFd>
    --relief-fds <readFd>,<writeFd>
    --log-level <level>
@@ -68,6 +70,19 @@ def _registration_timeout():
         raise ConfigError(f"{REGISTRATION_TIMEOUT_ENV}: {exc}") from None
 
 
+def _keys(args):
+    """The keys the executor connects with: its own credential, read from
+    ``--credential-fd``, else the cluster secret's; None for none. Tasks inherit neither:
+    the secret's variables leave this process's environment."""
+    if args.credential_fd is not None:
+        keys = CurveKeys.from_credential(read_credential_fd(args.credential_fd))
+    else:
+        keys = load_keys(args.secret_file)
+    for name in SECRET_VARIABLES:
+        os.environ.pop(name, None)
+    return keys
+
+
 def parse_args(argv):
     """The parsed arguments; _UsageError says what is wrong with them."""
     parser = _Parser(prog="zsched-executor", add_help=False)
@@ -78,6 +93,7 @@ def parse_args(argv):
     parser.add_argument("--app-id", required=True)
     parser.add_argument("--worker-url", default=None)
     parser.add_argument("--secret-file", default=None)
+    parser.add_argument("--credential-fd", default=None, type=int)
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--driver-fds", default=None, type=_fd_pair("--driver-fds"))
     parser.add_argument("--relief-fds", default=None, type=_fd_pair("--relief-fds"))
@@ -114,7 +130,7 @@ def main(argv=None):
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s executor {args.executor_id}: %(message)s")
     try:
-        keys = load_keys(args.secret_file)
+        keys = _keys(args)
         timeout = _registration_timeout()
     except ConfigError as exc:
         sys.stderr.write(f"{exc}\n")

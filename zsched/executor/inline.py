@@ -193,7 +193,8 @@ class InlinePath:
         poller = zmq.Poller()
         poller.register(self._timer.fd, zmq.POLLIN)
         if connection is not None:
-            connection.send(p.AttachRelief(backend.incarnation, backend.executor_id, os.getpid()))
+            connection.send(p.AttachRelief(backend.incarnation, backend.executor_id, os.getpid(),
+                                           backend.relief_token))
             connection.watch(poller)
         if backend.worker_url:  # the loop's thread connects by its deadline: none here
             self._worker = WorkerWatch(backend.context, backend.worker_url, backend.config,

@@ -62,8 +62,7 @@ class Registration:
         """Register over a new DEALER: (the socket, the driver's RegisteredExecutor)."""
         sock, watch = connect(context, self.driver_url, Config(), keys)
         try:
-            welcome = self._exchange(sock, watch, p.ClientHello(os.getpid()))
-            sock.send(p.encode(p.ClientGoodbye()))
+            welcome = self._exchange(sock, watch, p.ExecutorHello(os.getpid()))
         finally:
             watch.close()
             sock.close(linger=200)
@@ -81,7 +80,7 @@ class Registration:
         """Send ``request`` and wait for the driver's answer to it (ClientWelcome or
         RegisteredExecutor)."""
         sock.send(p.encode(request))
-        expected = p.ClientWelcome if isinstance(request, p.ClientHello) else p.RegisteredExecutor
+        expected = p.ClientWelcome if isinstance(request, p.ExecutorHello) else p.RegisteredExecutor
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(watch.socket, zmq.POLLIN)
