@@ -47,13 +47,22 @@ class Credential:
         return b" ".join([*words, self.server_public, self.secret_key]) + b"\n"
 
 
+def _credential_line(text):
+    """The line of ``text`` (bytes) that holds a credential, or None (lines starting with
+    ``#`` are comments)."""
+    for line in text.splitlines():
+        if line.startswith(TAG):
+            return line
+    return None
+
+
 def is_credential(text):
-    return text.lstrip().startswith(TAG)
+    return _credential_line(text) is not None
 
 
 def parse_credential(text, where="credential"):
     """The Credential in ``text`` (bytes); ConfigError naming ``where`` if malformed."""
-    words = text.split()
+    words = (_credential_line(text) or b"").split()
     try:
         if words[0] != TAG:
             raise ValueError
