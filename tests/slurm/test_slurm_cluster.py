@@ -30,7 +30,15 @@ def running(slurm, driver):
     return sorted(job["id"] for job in our_jobs(slurm, driver) if job["state"] == "RUNNING")
 
 
-def test_executors_run_as_jobs_and_the_secret_is_on_no_command_line(slurm, tmp_path):
+def task_environment(_=None):
+    import os
+    return dict(os.environ)
+
+
+def test_executors_run_as_jobs_and_nothing_secret_reaches_them(slurm, tmp_path):
+    """The cluster secret never reaches a job; each executor's key leaves the job's
+    environment at once: it is in no executor's environment or command line, nor in a
+    task's environment."""
     driver = start_driver(slurm, tmp_path, "--initial-executors", "2")
     try:
         with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
@@ -39,16 +47,24 @@ def test_executors_run_as_jobs_and_the_secret_is_on_no_command_line(slurm, tmp_p
             status = client.status()
             assert {e["host"] for e in status["executors"]} == {slurm.node}
             assert len(running(slurm, driver)) == 2
-            with open(driver.secret_file) as f:
+            with open(driver.secret_file, "rb") as f:
                 secret = f.read().strip()
             executors = []
             for proc in psutil.process_iter(["cmdline"]):
                 cmdline = " ".join(proc.info["cmdline"] or [])
-                assert secret not in cmdline
+                assert secret.decode() not in cmdline and "zsched-credential" not in cmdline
                 if "zsched.executor" in cmdline and driver.app_id in cmdline:
                     executors.append(proc)
             assert len(executors) == 2
-            assert all(proc.environ()["ZSCHED_SECRET"] == secret for proc in executors)
+            for proc in executors:
+                assert "--credential-fd" in proc.cmdline()
+                with open(f"/proc/{proc.pid}/environ", "rb") as f:
+                    environ = f.read()
+                assert secret not in environ and b"zsched-credential" not in environ
+                assert b"ZSCHED_SECRET" not in environ and b"ZSCHED_CREDENTIAL" not in environ
+            for environment in client.map(task_environment, range(4), chunksize=1):
+                assert not any(name.startswith(("ZSCHED_SECRET", "ZSCHED_CREDENTIAL"))
+                               for name in environment)
     finally:
         assert driver.stop() == 0
     wait_for(lambda: not our_jobs(slurm, driver), 30, message="the jobs ended")

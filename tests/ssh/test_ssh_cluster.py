@@ -57,7 +57,14 @@ def start_driver(ssh_hosts, remote_python, tmp_path, lines, *extra, options=()):
                          *ssh_options, *extra)
 
 
-def test_tasks_run_on_every_host_and_the_secret_is_on_no_command_line(ssh_hosts, remote_python):
+def task_environment(_=None):
+    import os
+    return dict(os.environ)
+
+
+def test_tasks_run_on_every_host_and_nothing_secret_reaches_the_hosts(ssh_hosts, remote_python):
+    """The cluster secret never reaches a host; each executor's own key is on no command
+    line and in no environment, neither its nor its remote end's nor its tasks'."""
     lines = [f"{host.name} 2" for host in ssh_hosts.hosts]
     with zsched.SSHCluster(lines, ssh_options=ssh_hosts.ssh_options, remote_python=remote_python,
                            wait_for_executors=4) as cluster:
@@ -68,18 +75,25 @@ def test_tasks_run_on_every_host_and_the_secret_is_on_no_command_line(ssh_hosts,
         assert sorted(e["host"] for e in status["executors"]) == sorted(
             h.name for h in ssh_hosts.hosts for _ in range(2))
         assert status["tasks"]["finished"] == 400
-        with open(cluster.secret_file) as f:
+        with open(cluster.secret_file, "rb") as f:
             secret = f.read().strip()
         ours = processes_of(cluster.app_id)
         assert len(ours) == 12  # per executor: ssh client, remote end, executor
-        for proc in psutil.process_iter(["cmdline"]):
-            assert secret not in " ".join(proc.info["cmdline"] or [])
-        # executors hold it in their environment, which only their user can read
+        for pid in ours:
+            for name in ("cmdline", "environ"):
+                with open(f"/proc/{pid}/{name}", "rb") as f:
+                    seen = f.read()
+                assert secret not in seen and b"zsched-credential" not in seen, (pid, name)
+                assert b"ZSCHED_SECRET" not in seen and b"ZSCHED_CREDENTIAL" not in seen
         executors = [pid for pid, cmd in ours.items() if "-m zsched.executor" in cmd]
         assert len(executors) == 4
         for pid in executors:
-            assert psutil.Process(pid).environ()["ZSCHED_SECRET"] == secret
-            assert os.stat(f"/proc/{pid}/environ").st_mode & 0o077 == 0
+            assert "--credential-fd" in ours[pid]
+        environments = client.map(task_environment, range(8), chunksize=1)
+        for environment in environments:
+            assert not any(name.startswith(("ZSCHED_SECRET", "ZSCHED_CREDENTIAL")) for name in environment)
+            assert not any("zsched-credential" in value or secret.decode() in value
+                           for value in environment.values())
         app_id = cluster.app_id
     wait_for(lambda: not processes_of(app_id), 20, message="nothing left on the hosts")
 

@@ -58,10 +58,12 @@ def child_environment():
     first, then the user's modules wherever they were found), and holds no secret."""
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     paths = [package_parent] + [p for p in sys.path if p and os.path.isdir(p)]
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
-    for name in SECRET_VARIABLES:
-        environment.pop(name, None)
-    return environment
+    return {**environment_without_secrets(), "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+
+
+def environment_without_secrets():
+    """This process's environment without the cluster secret's variables."""
+    return {name: value for name, value in os.environ.items() if name not in SECRET_VARIABLES}
 
 
 def credential_pipe(credential):

@@ -19,16 +19,14 @@ jobs of a killed driver end too; a clean stop also cancels them.
 """
 import itertools
 import logging
-import os
 import shlex
 import subprocess
 import sys
 import threading
 import time
 
-from ..security import SECRET_VARIABLES
 from .base import ClusterManager
-from .local import module_command
+from .local import environment_without_secrets, module_command
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +128,7 @@ class SlurmClusterManager(ClusterManager):
     def attach(self, driver_url, app_id, credential_for):
         super().attach(driver_url, app_id, credential_for)
         self.job_name = f"zsched-{app_id}"
-        self._environment = {name: value for name, value in os.environ.items()
-                             if name not in SECRET_VARIABLES}
+        self._environment = environment_without_secrets()
         self._thread = threading.Thread(target=self._watch, name="zsched-slurm", daemon=True)
         self._thread.start()
 

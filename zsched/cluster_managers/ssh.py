@@ -21,7 +21,7 @@ import time
 from collections import Counter, deque
 
 from .base import ClusterManager
-from .local import describe_exit, wait_all
+from .local import describe_exit, environment_without_secrets, wait_all
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,8 @@ class SSHClusterManager(ClusterManager):
         arguments = self.ssh_arguments(host, self.remote_command(host, executor_id))
         # a session of its own: a Ctrl-C at the driver's terminal is the driver's to handle
         process = subprocess.Popen(arguments, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+                                   stderr=subprocess.STDOUT, start_new_session=True,
+                                   env=environment_without_secrets())
         try:  # its credential, on the session's standard input (an empty line: insecure)
             process.stdin.write(self.credential(executor_id).rstrip(b"\n") + b"\n")
             process.stdin.flush()

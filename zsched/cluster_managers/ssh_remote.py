@@ -22,8 +22,7 @@ import signal
 import subprocess
 import sys
 
-from ..security import SECRET_VARIABLES
-from .local import credential_pipe, describe_exit
+from .local import credential_pipe, describe_exit, environment_without_secrets
 from .ssh import EXIT_MARKER
 
 STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
@@ -55,7 +54,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     stdin = sys.stdin.buffer
     credential = stdin.readline().strip()
-    environment = {name: value for name, value in os.environ.items() if name not in SECRET_VARIABLES}
+    environment = environment_without_secrets()
     credential_fds = []
     if credential:
         credential_fds.append(credential_pipe(credential + b"\n"))
