@@ -4,7 +4,8 @@ import shlex
 import subprocess
 import sys
 
-from zsched.cluster_managers.slurm import SlurmClusterManager, SlurmJob, describe_ended_job, parse_scontrol
+from zsched.cluster_managers.slurm import (SlurmClusterManager, SlurmJob, describe_ended_job, job_credentials,
+                                          parse_scontrol)
 
 
 def make(**kwargs):
@@ -24,7 +25,7 @@ def test_a_job_script_starts_its_executors_side_by_side_and_waits_for_them(tmp_p
     words = shlex.split(starts[1][:-len(end)])
     assert words[0] == "/opt/py 3/bin/python" and "zsched.executor" in words[2]
     assert words[3:] == ["--driver-url", "tcp://head:7077", "--executor-id", "8", "--cores", "2",
-                         "--app-id", "app-1", "--log-level", "INFO"]
+                         "--app-id", "app-1", "--log-level", "INFO", "--insecure"]  # no credentials
     # the script is valid sh that reaches the executor command (here: echo in its place)
     echo = make(python="echo").job_script(SlurmJob(["1"]))
     run = subprocess.run(["sh", "-c", echo], capture_output=True, text=True,
@@ -33,6 +34,23 @@ def test_a_job_script_starts_its_executors_side_by_side_and_waits_for_them(tmp_p
     # an executor that fails fails the job, with its status
     missing = make(python="/nonexistent/python3").job_script(SlurmJob(["1", "2"]))
     assert subprocess.run(["sh", "-c", missing], capture_output=True).returncode == 127
+
+
+def test_a_job_script_hands_each_executor_its_credential_on_standard_input_alone(tmp_path):
+    fake_python = tmp_path / "python"
+    fake_python.write_text('#!/bin/sh\nIFS= read -r line\necho "$* got $line"\nenv\n')
+    fake_python.chmod(0o755)
+    job = SlurmJob(["1", "2"])
+    job.credentials = [b"zsched-credential executor 1 K1 S1\n", b"zsched-credential executor 2 K2 S2\n"]
+    script = make(python=str(fake_python)).job_script(job)
+    assert "zsched-credential" not in script and "--insecure" not in script
+    run = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", **job_credentials(job)})
+    assert run.returncode == 0, run.stderr
+    got = sorted(line.split(" got ")[1] for line in run.stdout.splitlines() if " got " in line)
+    assert got == ["zsched-credential executor 1 K1 S1", "zsched-credential executor 2 K2 S2"]
+    assert all("--credential-fd 0" in line for line in run.stdout.splitlines() if " got " in line)
+    assert "ZSCHED_CREDENTIAL" not in run.stdout  # the executors' environments
 
 
 def test_sbatch_asks_for_the_cores_of_all_its_executors_and_user_options_come_last():
