@@ -59,14 +59,19 @@ def _check_nothing_left(before_children, before_zsched):
         if time.monotonic() > deadline:
             break
         time.sleep(0.1)
+    left = {}
     for proc in children:
+        try:
+            left[proc.pid] = " ".join(proc.cmdline())[:200]
+        except psutil.NoSuchProcess:
+            pass
         proc.kill()
     for pid in strays:
         try:
             psutil.Process(pid).kill()
         except psutil.NoSuchProcess:
             pass
-    pytest.fail(f"processes left running: children={[c.pid for c in children]} zsched={strays}")
+    pytest.fail(f"processes left running: children={left} zsched={strays}")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -3,6 +3,8 @@ import itertools
 
 import pytest
 
+from zsched.config import MAX_EXECUTORS
+
 from zsched.driver.allocation import ExecutorAllocator
 from zsched.cluster_managers import ClusterManager
 from zsched.config import Config
@@ -139,10 +141,14 @@ def test_backoff_after_executors_that_end_before_registering_is_bounded():
     assert delays[:4] == [0.5, 1.0, 2.0, 4.0] and max(delays) == 30.0
 
 
-def test_a_negative_target_is_refused():
+@pytest.mark.parametrize("n", [-1, MAX_EXECUTORS + 1, (1 << 64) - 1])
+def test_a_target_out_of_bounds_is_refused(n):
+    """A target beyond any cluster (a client's request of 2**64 - 1 more, say) would also
+    be a number the status cannot carry."""
     allocator, _, _ = make()
-    with pytest.raises(ValueError):
-        allocator.set_target(-1, "test")
+    with pytest.raises(ValueError, match="must be from 0 to"):
+        allocator.set_target(n, "test")
+    allocator.set_target(MAX_EXECUTORS, "test")
 
 
 def test_failed_starts_back_off_per_host_and_the_other_hosts_go_on():

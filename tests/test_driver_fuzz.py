@@ -37,7 +37,8 @@ from conftest import BIN, SHARED_PROCESSES, DriverProcess, wait_for
 from zsched import protocol as p
 from zsched.errors import exception_payload
 from zsched.protocol import MsgType, TaskState
-from zsched.security import load_keys, make_client
+from zsched.credentials import parse_credential
+from zsched.security import CurveKeys, load_keys, make_client
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -93,11 +94,11 @@ BAD_STATES = [0, 6, 99, -1, 255, U64_MAX, I64_MIN]
 class Peer:
     """A DEALER holding the cluster secret, connected to the driver."""
 
-    def __init__(self, bus):
+    def __init__(self, bus, keys=None):
         self.bus = bus
         self.sock = bus.context.socket(zmq.DEALER)
         self.sock.linger = 0
-        make_client(self.sock, bus.keys)
+        make_client(self.sock, keys or bus.keys)
         self.sock.connect(bus.driver.url)
 
     def send(self, msg):
@@ -129,8 +130,8 @@ class FakeExecutor(Peer):
     whose blob matches their digest), answers kills, returns and decommissions as an
     executor does, and can send anything at all."""
 
-    def __init__(self, bus, executor_id, cores=1, hostname="fake-host"):
-        super().__init__(bus)
+    def __init__(self, bus, executor_id, cores=1, hostname="fake-host", keys=None):
+        super().__init__(bus, keys)
         self.executor_id = executor_id
         self.functions = {}   # digest -> blob
         self.held = {}        # task id -> (attempt, digest, args), in launch order
@@ -258,7 +259,7 @@ class RawClient(Peer):
     """A client that lives in the test: it says hello, and can send anything at all."""
 
     def __init__(self, bus):
-        super().__init__(bus)
+        super().__init__(bus, bus.client_keys)
         self.request_ids = itertools.count(1 << 40)  # apart from the ids a test picks
         self.replies = {}     # request id -> [AdminReply, ...]
         self.results = {}     # client task id -> [(state, payload), ...]
@@ -305,23 +306,44 @@ class RawClient(Peer):
 # ---------------------------------------------------------------- a driver with its peers
 
 
-class Bus:
-    """A secure driver (no cluster manager) with, on demand, a real executor, an honest
-    ``zsched.Client``, a fake executor and a raw client."""
+FAKE_SSH = """#!/bin/sh
+# stands in for ssh: keeps the credential the driver hands over, then holds the session
+IFS= read -r line
+printf '%s\\n' "$line" > "$CAPTURE/$$.tmp" && mv "$CAPTURE/$$.tmp" "$CAPTURE/$$.credential"
+exec cat > /dev/null
+"""
 
-    def __init__(self, directory, real_executor=True, fake_cores=1, dashboard=False):
+
+class Bus:
+    """A secure driver with, on demand, a real executor, an honest ``zsched.Client``, a
+    fake executor and a raw client.
+
+    With ``own_keys`` the fake executor and the raw client hold the credentials of their
+    roles: the raw client the client credential, the fake executor a key the driver gave
+    executor "1", "2"... (the driver starts them on a host over "ssh": a stand-in keeps the
+    key it hands over, and a fake executor registers with it). Else both hold the cluster
+    secret, and take the role of their first message."""
+
+    def __init__(self, directory, real_executor=True, fake_cores=1, dashboard=False, own_keys=False):
         self.directory = directory
         self.secret = os.path.join(directory, "secret")
+        self.own_keys = own_keys
         args = ["--secret-file", self.secret, "--app-id", APP_ID]
+        env = None
         if dashboard:
             args += ["--dashboard-port", "0"]
-        self.driver = DriverProcess(*args)
+        if own_keys:
+            args, env = self.keyed_driver(args)
+        self.driver = DriverProcess(*args, env=env)
         self.dashboard_url = None
         if dashboard:
             self.dashboard_url = wait_for(lambda: re.search(
                 r"zsched dashboard at (http://\S+/)\?token=(\w+)\n", self.driver.stdout_so_far()),
                 timeout=WAIT, message="the dashboard's address")
         self.keys = load_keys(self.secret, use_environment=False)
+        self.client_keys = self.keys
+        if own_keys:
+            self.client_keys = load_keys(os.path.join(directory, "client-credential"))
         self.context = zmq.Context()
         self.executors = []
         self.fake_ids = itertools.count(1)
@@ -329,8 +351,46 @@ class Bus:
         self.checked_log_lines = 0
         self.client = zsched.Client(self.driver.url, secret_file=self.secret, timeout=WAIT)
         self.real = self.start_executor("real") if real_executor else None
-        self.fake = FakeExecutor(self, f"fake-{next(self.fake_ids)}", cores=fake_cores)
+        self.fake = self.new_fake()
         self.hostile = RawClient(self)
+
+    def keyed_driver(self, args):
+        """The driver's arguments and environment for ``own_keys``."""
+        bin_dir, self.captured = (os.path.join(self.directory, name) for name in ("bin", "captured"))
+        for directory in (bin_dir, self.captured):
+            os.makedirs(directory)
+        with open(os.path.join(bin_dir, "ssh"), "w") as f:
+            f.write(FAKE_SSH)
+        os.chmod(os.path.join(bin_dir, "ssh"), 0o755)
+        hosts = os.path.join(self.directory, "hosts")
+        with open(hosts, "w") as f:
+            f.write("fake-host 1\n")
+        self.taken = set()  # captured credentials a fake executor has used
+        args = [*args, "--client-credential", os.path.join(self.directory, "client-credential"),
+                "--host", "127.0.0.1", "--hosts", hosts, "--conf", "allocation_batch_delay=0.05"]
+        return args, {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "CAPTURE": self.captured}
+
+    def new_fake(self):
+        """A new fake executor: with ``own_keys``, registered with the next key the driver
+        handed over."""
+        if not self.own_keys:
+            return FakeExecutor(self, f"fake-{next(self.fake_ids)}", cores=self.fake_cores)
+
+        def fresh():
+            """Keys handed over and not yet used, whose stand-in still runs (the driver
+            stops the one of an executor it gave up on, and revokes its key)."""
+            return sorted(name for name in os.listdir(self.captured)
+                          if name.endswith(".credential") and name not in self.taken
+                          and os.path.exists(f"/proc/{name.split('.')[0]}"))
+        # one executor on the host: after a StopExecutors the target is 0 until asked again
+        self.client.request_total_executors(1)
+        name = wait_for(lambda: (fresh() or [None])[0], timeout=WAIT, message="a key for a fake executor")
+        self.taken.add(name)
+        SHARED_PROCESSES.add(int(name.split(".")[0]))  # the stand-in: the driver's, not the test's
+        with open(os.path.join(self.captured, name), "rb") as f:
+            credential = parse_credential(f.read())
+        return FakeExecutor(self, credential.executor_id, cores=self.fake_cores, hostname="fake-host",
+                            keys=CurveKeys.from_credential(credential))
 
     def start_executor(self, executor_id):
         """A real executor process (its output in files: it may log much under attack)."""
@@ -401,7 +461,7 @@ class Bus:
         self.replace_stopped_real_executor()
         if self.fake.stopped is not None or self.fake.registered is not True:
             self.fake.leave()
-            self.fake = FakeExecutor(self, f"fake-{next(self.fake_ids)}", cores=self.fake_cores)
+            self.fake = self.new_fake()
         self.hostile.hello()
 
     def replace_stopped_real_executor(self):
@@ -459,9 +519,11 @@ class Bus:
         self.assert_alive_without_errors()
 
 
-@pytest.fixture(scope="module")
-def bus(tmp_path_factory):
-    bus = Bus(str(tmp_path_factory.mktemp("fuzz-bus")))
+@pytest.fixture(scope="module", params=["cluster secret", "own keys"])
+def bus(tmp_path_factory, request):
+    """The bus most tests share, twice: its fake executor and raw client holding the
+    cluster secret, then each holding its own role's credential."""
+    bus = Bus(str(tmp_path_factory.mktemp("fuzz-bus")), own_keys=request.param == "own keys")
     yield bus
     assert bus.close() == 0, bus.driver.stderr[-3000:]
 

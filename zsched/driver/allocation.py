@@ -16,6 +16,8 @@ on. A target beyond the manager's ``capacity()`` is reported once; the rest wait
 import logging
 from collections import deque
 
+from ..config import MAX_EXECUTORS
+
 log = logging.getLogger("zsched.driver.allocation")
 
 _BACKOFF_FIRST = 0.5
@@ -45,8 +47,8 @@ class ExecutorAllocator:
     # -- the target
 
     def set_target(self, n, why):
-        if n < 0:
-            raise ValueError(f"the number of executors cannot be negative, got {n}")
+        if not 0 <= n <= MAX_EXECUTORS:
+            raise ValueError(f"the number of executors must be from 0 to {MAX_EXECUTORS}, got {n}")
         if n != self.target:
             self._event(f"target {self.target} -> {n}: {why}")
             self.target = n
