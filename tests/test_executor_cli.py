@@ -13,7 +13,7 @@ import sys
 import pytest
 
 import zsched
-from conftest import REPO, run_executor, start_executor, wait_for
+from conftest import BIN, REPO, run_executor, start_executor, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -116,6 +116,29 @@ def test_a_malformed_url_prints_usage_and_exits_1(option, url):
     assert_usage_error(status, out, err)
     assert f"--{option.replace('_', '-')} must be tcp://HOST:PORT" in err and repr(url) in err
     assert "Traceback" not in err and "Cannot register" not in err
+
+
+def test_credential_fd_with_secret_file_prints_usage_and_exits_1(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("x" * 64)
+    status, out, err = run_executor(*argv(credential_fd="0", secret_file=str(secret)), env=FAST,
+                                    timeout=30)
+    assert_usage_error(status, out, err)
+    assert "--credential-fd and --secret-file" in err
+
+
+@pytest.mark.parametrize("content, says", [(None, "file descriptor 7"), (b"", "not a zsched credential"),
+                                            (b"not a credential\n", "not a zsched credential")])
+def test_a_credential_fd_that_is_closed_empty_or_junk_exits_1_saying_so(content, says):
+    """The descriptor: 7, which is not open, or the executor's standard input."""
+    fd = "7" if content is None else "0"
+    proc = subprocess.Popen([sys.executable, os.path.join(BIN, "executor"), *argv(credential_fd=fd)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, **FAST})
+    out, err = proc.communicate(content or b"", timeout=30)
+    assert proc.returncode == 1, (out, err)
+    assert says in err.decode(), err
+    assert b"Traceback" not in err and b"Cannot register" not in err
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])

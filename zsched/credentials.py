@@ -111,12 +111,15 @@ def read_credential_fd(fd):
 
 
 def _close(fd):
-    if fd > 2:
-        os.close(fd)
-        return
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
+    try:
+        if fd > 2:
+            os.close(fd)
+            return
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except OSError:
+        pass  # not open: reading it said so
 
 
 class ExecutorKeys:

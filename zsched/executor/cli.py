@@ -100,6 +100,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.relief_fds is not None and args.driver_fds is None:
         raise _UsageError("--relief-fds goes with --driver-fds")
+    if args.credential_fd is not None and args.secret_file is not None:
+        raise _UsageError("--credential-fd and --secret-file exclude each other")
     try:
         check_name("--executor-id", args.executor_id)
         check_name("--app-id", args.app_id)
