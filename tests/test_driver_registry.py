@@ -141,7 +141,7 @@ def test_while_its_relief_covers_an_executor_is_reached_there():
     registry.add(a)
     registry.cover(a)  # no relief: nothing changes
     assert a.routing_id == b"rid-1" and registry.covering == {}
-    registry.attach_relief("1", b"relief-1")
+    registry.attach_relief("1", b"relief-1", registry.relief_tokens["1"])
     registry.cover(a)
     registry.cover(a)  # a second heartbeat there changes nothing more
     assert a.routing_id == b"relief-1" and registry.covering == {"1": b"rid-1"}
@@ -151,7 +151,7 @@ def test_while_its_relief_covers_an_executor_is_reached_there():
     registry.cover(a)
     assert registry.detach_relief(b"relief-1")  # the relief goes: its own connection again
     assert a.routing_id == b"rid-1" and registry.covering == {}
-    registry.attach_relief("1", b"relief-2")
+    registry.attach_relief("1", b"relief-2", registry.relief_tokens["1"])
     registry.cover(a)
     assert registry.remove("1", "gone") is a  # removed while covered: both keys go
     assert a.routing_id == b"rid-1"

@@ -165,7 +165,9 @@ def test_with_local_executor_link_socket_they_use_the_driver_s_socket():
         assert client.submit(pow, 2, 10).result(30) == 1024
         for proc in executor_processes():
             command = proc.cmdline()
-            assert "--driver-fds" not in command and "--secret-file" in command
+            # a key of its own, read from a pipe: never the cluster secret
+            assert "--driver-fds" not in command and "--credential-fd" in command
+            assert "--secret-file" not in command
         client.shutdown()
 
 
@@ -208,7 +210,7 @@ class JunkExecutors(LocalClusterManager):
         process = subprocess.Popen(command, pass_fds=theirs, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
         for fd in theirs:
             os.close(fd)
-        executor_id = str(next(self._ids))
+        executor_id = f"junk-{next(self._ids)}"  # the pipes are that executor's alone
         self._processes[executor_id] = process
         self.adopt_link(executor_id, *ours)
 
@@ -321,7 +323,7 @@ class FakeDriver:
     def register(self):
         (msg,) = self.receive()
         assert isinstance(msg, p.RegisterExecutor) and msg.executor_id == "7"
-        self.link.send(p.encode(p.RegisteredExecutor(99, Config().to_settings())))
+        self.link.send(p.encode(p.RegisteredExecutor(99, Config().to_settings(), b"token")))
 
     def finish(self, timeout=30):
         try:

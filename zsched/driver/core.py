@@ -277,7 +277,11 @@ class Driver:
     def _handle(self, rid, msg):
         """Handle a well-formed message from peer ``rid`` (of the ROUTER, or a client in this
         process), if a peer of its role may send it. A connection whose role is undecided
-        (the cluster secret's) takes the role of its first message, for good."""
+        (the cluster secret's) takes the role of its first hello or registration, for good.
+        Until then its other messages reach their handlers only to be answered as a
+        stranger's: with no session and no registration, which only a decided connection
+        gets, the handler acts on nothing (a client of an earlier driver learns that its
+        tasks are lost, an executor of one that it must exit)."""
         entry = self._handlers.get(msg.TYPE)
         if entry is None:
             self.warnings.warn(rid, f"{type(msg).__name__} is not a message for the driver")
@@ -288,7 +292,7 @@ class Driver:
             return
         if peer.role is Role.UNDECIDED and type(msg) in FIRST_MESSAGES:
             peer.role = role
-        if peer.role is Role.UNDECIDED or (role is not None and peer.role is not role):
+        if role is not None and peer.role is not role and peer.role is not Role.UNDECIDED:
             self._refuse(rid, msg, peer.role)
             return
         try:
@@ -300,10 +304,7 @@ class Driver:
     def _refuse(self, rid, msg, role):
         """``msg`` is not for a connection of ``role``: warned about; a registration is
         answered, so that the executor says why it stops."""
-        if role is Role.UNDECIDED:
-            why = "a connection whose role is not yet known (it first says hello or registers)"
-        else:
-            why = f"a connection whose credential is a{'n' if role is Role.EXECUTOR else ''} {role.value}'s"
+        why = f"a connection whose credential is a{'n' if role is Role.EXECUTOR else ''} {role.value}'s"
         self.warnings.warn(rid, f"{type(msg).__name__} refused from {why}")
         if type(msg) in (p.RegisterExecutor, p.ExecutorHello):
             self.peers.send(rid, p.RegisterExecutorFailed(f"refused from {why}"), quiet=True)
