@@ -91,7 +91,8 @@ def _start_driver(config, expected):
 
 def _executor(driver, executor_id):
     return start_executor("--driver-url", driver.url, "--executor-id", executor_id,
-                          "--hostname", "127.0.0.1", "--cores", "1", "--app-id", "ready-test")
+                          "--hostname", "127.0.0.1", "--cores", "1", "--app-id", "ready-test",
+                          "--insecure")
 
 
 def test_tasks_wait_for_min_registered_ratio():

@@ -157,7 +157,7 @@ def test_unreachable_driver_prints_cannot_register_and_exits_1():
     with socket.socket() as placeholder:
         placeholder.bind(("127.0.0.1", 0))
         url = f"tcp://127.0.0.1:{placeholder.getsockname()[1]}"
-        status, out, err = run_executor(*argv(driver_url=url),
+        status, out, err = run_executor(*argv(driver_url=url), "--insecure",
                                         env={"ZSCHED_REGISTRATION_TIMEOUT": "1"}, timeout=20)
     assert status == 1, (out, err)
     assert f"Cannot register with driver: {url}" in err.splitlines(), err

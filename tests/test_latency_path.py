@@ -75,7 +75,8 @@ def test_the_drivers_zmtp_heartbeat_timeout_reaches_its_executors(driver_factory
                             "--conf", "executor_heartbeat_interval=0.5s",
                             "--conf", "executor_heartbeat_timeout=6s")
     executor = start_executor("--driver-url", driver.url, "--executor-id", "1",
-                              "--hostname", "127.0.0.1", "--cores", "1", "--app-id", "zmtp-app")
+                              "--hostname", "127.0.0.1", "--cores", "1", "--app-id", "zmtp-app",
+                              "--insecure")
     err_lines, err_reader = read_lines_meanwhile(executor.stderr)
     try:
         wait_for(lambda: "Registered executor 1" in driver.stderr_so_far(), timeout=30,

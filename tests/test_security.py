@@ -43,11 +43,13 @@ def write_secret(path, content=None):
     return content
 
 
-def executor_args(url, executor_id="9", app_id=None, secret_file=None):
+def executor_args(url, executor_id="9", app_id=None, secret_file=None, insecure=False):
     args = ["--driver-url", url, "--executor-id", executor_id, "--hostname", "127.0.0.1",
             "--cores", "1", "--app-id", app_id or "sec-app"]
     if secret_file is not None:
         args += ["--secret-file", secret_file]
+    if insecure:
+        args.append("--insecure")
     return args
 
 
@@ -184,7 +186,8 @@ def test_executor_with_wrong_or_no_secret_exits_1_quickly(secure_driver, tmp_pat
         secret_file = str(tmp_path / "wrong")
         write_secret(secret_file)
     # run_executor fails the test if the executor is still registering after 60 s
-    status, out, err = run_executor(*executor_args(driver.url, secret_file=secret_file),
+    status, out, err = run_executor(*executor_args(driver.url, secret_file=secret_file,
+                                                   insecure=secret_kind == "none"),
                                     env=SLOW_REGISTRATION, timeout=60)
     assert status == 1, (out, err)
     assert f"Cannot register with driver: {driver.url}" in err, err

@@ -284,7 +284,7 @@ WORKER = textwrap.dedent("""\
 
 def _executor_args(driver, executor_id, app_id, worker_url):
     return ["--driver-url", driver.url, "--executor-id", executor_id, "--hostname", "127.0.0.1",
-            "--cores", "1", "--app-id", app_id, "--worker-url", worker_url]
+            "--cores", "1", "--app-id", app_id, "--worker-url", worker_url, "--insecure"]
 
 
 @pytest.mark.parametrize("busy", [False, True], ids=["idle", "running-a-long-task"])

@@ -13,7 +13,7 @@ from .. import protocol as p
 from ..config import Config, check_name, check_url
 from ..errors import ConfigError
 from ..credentials import read_credential_fd
-from ..security import SECRET_VARIABLES, CurveKeys, load_keys
+from ..security import SECRET_ENV, SECRET_FILE_ENV, SECRET_VARIABLES, CurveKeys, load_keys
 from .backend import ExecutorBackend
 
 REGISTRATION_TIMEOUT_ENV = "ZSCHED_REGISTRATION_TIMEOUT"
@@ -29,6 +29,7 @@ Usage: zsched-executor [options]
    --worker-url <workerUrl>
    --secret-file <path>
    --credential-fd <fd>
+   --insecure
    --driver-fds <readFd>,<writeFd>
    --relief-fds <readFd>,<writeFd>
    --log-level <level>
@@ -72,14 +73,22 @@ def _registration_timeout():
 
 def _keys(args):
     """The keys the executor connects with: its own credential, read from
-    ``--credential-fd``, else the cluster secret's; None for none. Tasks inherit neither:
-    the secret's variables leave this process's environment."""
-    if args.credential_fd is not None:
+    ``--credential-fd``, else the cluster secret's; None with ``--insecure``, or over pipes
+    given none. ConfigError naming the options when a socket would have none. Tasks inherit
+    no secret: the secret's variables leave this process's environment."""
+    if args.insecure:
+        keys = None
+    elif args.credential_fd is not None:
         keys = CurveKeys.from_credential(read_credential_fd(args.credential_fd))
     else:
         keys = load_keys(args.secret_file)
     for name in SECRET_VARIABLES:
         os.environ.pop(name, None)
+    if keys is None and not args.insecure and args.driver_fds is None:  # pipes need none
+        raise ConfigError(
+            f"no credential to connect to {args.driver_url}: give --secret-file, set "
+            f"{SECRET_FILE_ENV} or {SECRET_ENV}, or pass --insecure to connect without "
+            f"authentication or encryption")
     return keys
 
 
@@ -94,6 +103,7 @@ def parse_args(argv):
     parser.add_argument("--worker-url", default=None)
     parser.add_argument("--secret-file", default=None)
     parser.add_argument("--credential-fd", default=None, type=int)
+    parser.add_argument("--insecure", action="store_true")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--driver-fds", default=None, type=_fd_pair("--driver-fds"))
     parser.add_argument("--relief-fds", default=None, type=_fd_pair("--relief-fds"))
@@ -102,6 +112,9 @@ def parse_args(argv):
         raise _UsageError("--relief-fds goes with --driver-fds")
     if args.credential_fd is not None and args.secret_file is not None:
         raise _UsageError("--credential-fd and --secret-file exclude each other")
+    for option in ("secret_file", "credential_fd"):
+        if args.insecure and getattr(args, option) is not None:
+            raise _UsageError(f"--insecure and --{option.replace('_', '-')} exclude each other")
     try:
         check_name("--executor-id", args.executor_id)
         check_name("--app-id", args.app_id)
