@@ -178,7 +178,8 @@ class Cluster:
 
     def connect_client(self):
         import zsched
-        self.client = zsched.Client(self.url, secret_file=self.secret_file, timeout=120)
+        self.client = zsched.Client(self.url, secret_file=self.secret_file,
+                                    insecure=self.secret_file is None, timeout=120)
         return self.client
 
     def start_executors(self, n, processes, cores):

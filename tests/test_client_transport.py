@@ -54,7 +54,7 @@ class Flood:
 
 def test_a_driver_lost_during_a_flood_fails_every_future(driver_factory):
     driver = driver_factory("--insecure")  # no executors: every task waits in the driver
-    client = zsched.Client(driver.url)
+    client = zsched.Client(driver.url, insecure=True)
     flood = Flood(client)
     driver.proc.kill()
     driver.proc.wait()
@@ -88,7 +88,7 @@ def test_a_driver_thread_stopped_during_a_flood_fails_every_future_of_its_client
 def test_the_client_uses_the_drivers_zmtp_heartbeat_settings(driver_factory):
     driver = driver_factory("--insecure", "--conf", "zmq_heartbeat_interval=300ms",
                             "--conf", "zmq_heartbeat_timeout=20s")
-    client = zsched.Client(driver.url)
+    client = zsched.Client(driver.url, insecure=True)
     try:
         assert client.socket.heartbeat_ivl == 300
         assert client.socket.heartbeat_timeout == 20_000
@@ -98,7 +98,7 @@ def test_the_client_uses_the_drivers_zmtp_heartbeat_settings(driver_factory):
         client.shutdown()
     # a driver with the defaults: one connection, the default values
     driver = driver_factory("--insecure")
-    client = zsched.Client(driver.url)
+    client = zsched.Client(driver.url, insecure=True)
     try:
         assert client.socket.heartbeat_ivl == 1000 and client.socket.heartbeat_timeout == 10_000
         assert client.executor_ids() == []
@@ -125,7 +125,7 @@ def test_a_driver_silent_longer_than_the_default_but_within_its_own_timeout_keep
     default_timeout = Config().zmq_heartbeat_timeout
     driver = driver_factory("--insecure", "--conf", "zmq_heartbeat_interval=1s",
                             "--conf", f"zmq_heartbeat_timeout={4 * default_timeout:g}s")
-    client = zsched.Client(driver.url)
+    client = zsched.Client(driver.url, insecure=True)
     try:
         assert client.executor_ids() == []
         os.kill(driver.proc.pid, signal.SIGSTOP)

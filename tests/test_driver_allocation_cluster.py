@@ -104,7 +104,7 @@ def test_kill_on_host_kills_every_executor_there_and_they_are_replaced():
 
 def test_a_driver_without_cluster_manager_says_why_it_cannot_allocate(driver_factory):
     driver = driver_factory("--insecure")
-    client = zsched.Client(driver.url, timeout=20)
+    client = zsched.Client(driver.url, insecure=True, timeout=20)
     with pytest.raises(ValueError, match="no cluster manager"):
         client.request_total_executors(2)
     client.shutdown()

@@ -120,7 +120,7 @@ def test_port_0_prints_listening_line_first_and_flushed(started):
     url, host, port = match.group(1), match.group(2), int(match.group(3))
     assert host == "127.0.0.1" and port > 0
     assert driver.proc.poll() is None
-    with zsched.Client(url, timeout=30) as client:  # the URL printed is the one to use
+    with zsched.Client(url, insecure=True, timeout=30) as client:  # the URL printed is the one to use
         assert client.executor_ids() == []
     assert driver.stop() == 0, driver.err
 
@@ -130,7 +130,7 @@ def test_port_0_twice_gives_two_ports(driver_factory):
     second = driver_factory("--insecure")
     assert first.url != second.url
     for driver in (first, second):
-        with zsched.Client(driver.url, timeout=30) as client:
+        with zsched.Client(driver.url, insecure=True, timeout=30) as client:
             assert client.executor_ids() == []
 
 
@@ -186,13 +186,13 @@ def test_ipc_path_serves_local_executors_and_clients(driver_factory, tmp_path):
 def test_ipc_path_of_a_live_driver_is_refused(driver_factory, tmp_path):
     path = str(tmp_path / "driver.sock")
     first = driver_factory("--insecure", "--ipc-path", path)
-    with zsched.Client(f"ipc://{path}", timeout=30) as client:
+    with zsched.Client(f"ipc://{path}", insecure=True, timeout=30) as client:
         assert client.executor_ids() == []
     result = subprocess.run([sys.executable, os.path.join(BIN, "driver"), "--insecure",
                              "--ipc-path", path], capture_output=True, text=True, timeout=30)
     assert result.returncode == 1, result.stdout
     assert f"--ipc-path {path!r} is in use by another process" in result.stderr
-    with zsched.Client(f"ipc://{path}", timeout=30) as client:  # the first one still serves
+    with zsched.Client(f"ipc://{path}", insecure=True, timeout=30) as client:  # the first one still serves
         assert client.executor_ids() == []
     assert first.proc.poll() is None
 
@@ -316,7 +316,7 @@ def test_bad_conf_exits_nonzero_naming_the_setting(conf, named, tmp_path):
 def test_good_conf_is_accepted_and_reaches_clients(driver_factory):
     driver = driver_factory("--insecure", "--conf", "max_failures=7",
                             "--conf", "executor_heartbeat_timeout=20s")
-    with zsched.Client(driver.url, timeout=30) as client:
+    with zsched.Client(driver.url, insecure=True, timeout=30) as client:
         assert client.config.max_failures == 7
         assert client.config.executor_heartbeat_timeout == 20.0
 

@@ -47,7 +47,7 @@ JUNK = [
 
 def test_junk_from_a_stranger_is_dropped_and_logged_once(driver_factory):
     driver = driver_factory("--insecure", "--local", "1", "--conf", "max_message_size=1MiB")
-    client = zsched.Client(driver.url, timeout=20)
+    client = zsched.Client(driver.url, insecure=True, timeout=20)
     context = zmq.Context()
     stranger = context.socket(zmq.DEALER)
     stranger.linger = 0
@@ -100,7 +100,7 @@ def test_tasks_wait_for_min_registered_ratio():
     driver = _start_driver(config, 2)
     executors = [_executor(driver, "1")]
     try:
-        client = zsched.Client(driver.url)
+        client = zsched.Client(driver.url, insecure=True)
         wait_for(lambda: client.executor_ids() == ["1"], message="executor 1")
         future = client.submit(square, 3)
         # a check that nothing happens: several revive rounds pass, with still 1 of the 2
@@ -123,7 +123,7 @@ def test_tasks_launch_after_max_registered_waiting_time():
     driver = _start_driver(config, 2)
     executor = _executor(driver, "1")
     try:
-        client = zsched.Client(driver.url)
+        client = zsched.Client(driver.url, insecure=True)
         future = client.submit(square_and_when, 4)
         value, ran_at = future.result(30)
         assert value == 16
@@ -166,7 +166,7 @@ def _raw_client(url):
 
 def test_a_clients_remove_executor_is_refused_and_stop_executors_obeyed(driver_factory):
     driver = driver_factory("--insecure", "--local", "3")
-    client = zsched.Client(driver.url, timeout=20)
+    client = zsched.Client(driver.url, insecure=True, timeout=20)
     wait_for(lambda: client.executor_ids() == ["1", "2", "3"], message="3 executors")
     pids = {e["id"]: e["pid"] for e in client.status()["executors"]}
     context, sock = _raw_client(driver.url)
@@ -227,7 +227,7 @@ def test_an_executor_claiming_absurd_cores_is_refused_with_a_reason(driver_facto
     """Cores come from the executor: more than the driver can count is refused (as fewer
     than one is), with the reason, and the driver serves on."""
     driver = driver_factory("--insecure", "--local", "1", "--app-id", "cores-app")
-    client = zsched.Client(driver.url, timeout=20)
+    client = zsched.Client(driver.url, insecure=True, timeout=20)
     context = zmq.Context()
     try:
         for cores in (0, (1 << 64) - 1, 1 << 62):  # msgpack's largest int, and over a C long's quarter

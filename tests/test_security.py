@@ -53,19 +53,21 @@ def executor_args(url, executor_id="9", app_id=None, secret_file=None, insecure=
     return args
 
 
-def assert_serves(url, secret_file, executors=()):
-    """A client holding the secret connects, sees the executors and (if any) runs a task."""
-    with zsched.Client(url, secret_file=secret_file, timeout=30) as client:
+def assert_serves(url, secret_file, executors=(), insecure=False):
+    """A client holding the secret (or, ``insecure``, none) connects, sees the executors
+    and (if any) runs a task."""
+    with zsched.Client(url, secret_file=secret_file, insecure=insecure, timeout=30) as client:
         assert client.executor_ids() == sorted(executors)
         if executors:
             assert client.submit(lambda a, b: a + b, 40, 2).result(timeout=30) == 42
 
 
-def assert_refused_quickly(url, secret_file):
+def assert_refused_quickly(url, secret_file, insecure=False):
     """The client is refused by the handshake: with an hour to connect, only a refusal ends
     it within the test's bound, and its message says so."""
     with pytest.raises(zsched.DriverConnectionError) as info:
-        client = zsched.Client(url, secret_file=secret_file, timeout=REGISTRATION_TIMEOUT)
+        client = zsched.Client(url, secret_file=secret_file, insecure=insecure,
+                               timeout=REGISTRATION_TIMEOUT)
         client.shutdown()  # only reached when the test is failing
     assert "authentic" in str(info.value).lower(), info.value
     return info.value
@@ -143,7 +145,7 @@ def test_client_with_wrong_secret_is_refused_quickly(secure_driver, tmp_path):
 
 def test_client_without_secret_is_refused_quickly(secure_driver):
     driver, secret = secure_driver
-    assert_refused_quickly(driver.url, None)
+    assert_refused_quickly(driver.url, None, insecure=True)
     assert driver.proc.poll() is None
     assert_serves(driver.url, secret, executors=["1"])
 
@@ -170,7 +172,7 @@ def test_client_with_unreadable_secret_file_gets_a_clear_error(secure_driver, tm
 def test_insecure_driver_accepts_client_without_secret_and_warns(driver_factory):
     driver = driver_factory("--insecure")
     assert driver.secret_file is None
-    assert_serves(driver.url, None)
+    assert_serves(driver.url, None, insecure=True)
     assert driver.stop() == 0
     warning = driver.stderr.lower()
     assert "insecure" in warning and "not authenticated" in warning, driver.stderr
@@ -286,7 +288,7 @@ def test_insecure_driver_drops_junk_and_keeps_working(driver_factory):
     finally:
         context.term()
     assert driver.proc.poll() is None
-    assert_serves(driver.url, None)
+    assert_serves(driver.url, None, insecure=True)
     assert driver.stop() == 0
     assert "dropped malformed input" in driver.stderr, driver.stderr
 

@@ -117,7 +117,7 @@ def test_submissions_racing_with_the_driver_death_all_complete(driver_factory):
     may stay pending forever. (A few rounds: the race is in how the two threads meet.)"""
     for _ in range(5):
         driver = driver_factory("--insecure")   # no executor: every task stays queued
-        client = zsched.Client(driver.url, timeout=20)
+        client = zsched.Client(driver.url, insecure=True, timeout=20)
         futures = []
         raised = []
 
@@ -154,7 +154,7 @@ def test_sigterm_driver_stops_executors_at_once(driver_factory):
     driver = driver_factory("--insecure", "--local", "2",
                             "--conf", "executor_heartbeat_timeout=60",
                             "--conf", "shutdown_timeout=50")
-    client = zsched.Client(driver.url, timeout=20)
+    client = zsched.Client(driver.url, insecure=True, timeout=20)
     try:
         pids = _executor_pids(client, 2)
         futures = [client.submit(nap, 300) for _ in range(4)]
@@ -187,7 +187,7 @@ FLOODING_CLIENT = textwrap.dedent("""\
     def nap():
         time.sleep(0.05)
 
-    client = zsched.Client(sys.argv[1], timeout=20)
+    client = zsched.Client(sys.argv[1], insecure=True, timeout=20)
     futures = [client.submit(nap) for _ in range(10_000)]
     # the driver handles a client's messages in order: once it answers, it holds all 10,000
     print("submitted", client.status()["tasks"]["submitted"], flush=True)
@@ -205,7 +205,7 @@ def test_sigkilled_client_tasks_are_dropped_and_do_not_block_others(driver_facto
     try:
         line = flooder.stdout.readline()
         assert line.split() == ["submitted", "10000"], (line, flooder.poll())
-        client = zsched.Client(driver.url, timeout=20)
+        client = zsched.Client(driver.url, insecure=True, timeout=20)
         wait_for(lambda: client.status()["tasks"]["finished"] >= 1, timeout=30,
                  message="the flooding client's tasks to run")
 
@@ -299,7 +299,7 @@ def test_executor_exits_when_its_worker_dies(driver_factory, tmp_path, busy):
         port = int(worker.stdout.readline())
         worker_url = f"tcp://127.0.0.1:{port}"
         executor = start_executor(*_executor_args(driver, "w1", "worker-test", worker_url))
-        client = zsched.Client(driver.url, timeout=20)
+        client = zsched.Client(driver.url, insecure=True, timeout=20)
         wait_for(lambda: "w1" in client.executor_ids(), timeout=30, message="executor w1 registered")
         assert worker.stdout.readline().strip() == "connected"  # the executor watches it
         assert client.submit(answer).result(timeout=30) == 42
@@ -337,7 +337,7 @@ def test_executor_exits_when_nobody_listens_at_its_worker_url(driver_factory):
     worker_url = f"tcp://127.0.0.1:{_free_port()}"
     executor = start_executor(*_executor_args(driver, "w2", "worker-test", worker_url),
                               env={"ZSCHED_REGISTRATION_TIMEOUT": "3"})
-    client = zsched.Client(driver.url, timeout=20)
+    client = zsched.Client(driver.url, insecure=True, timeout=20)
     try:
         try:
             _, err = executor.communicate(timeout=30)
@@ -359,7 +359,7 @@ def test_executor_exits_when_its_driver_is_stopped_and_the_driver_recovers(drive
                             "--conf", "zmq_heartbeat_interval=0.5", "--conf", "zmq_heartbeat_timeout=2",
                             "--conf", "executor_heartbeat_interval=0.5",
                             "--conf", "executor_heartbeat_timeout=4")
-    client = zsched.Client(driver.url, timeout=20)
+    client = zsched.Client(driver.url, insecure=True, timeout=20)
     try:
         (pid,) = _executor_pids(client, 1)
         old_ids = client.executor_ids()
@@ -385,7 +385,7 @@ def test_executor_exits_when_its_driver_is_stopped_and_the_driver_recovers(drive
         client.shutdown(wait=False)
 
     # the driver still serves: a new client connects, a new executor registers, tasks run
-    with zsched.Client(driver.url, timeout=20) as client:
+    with zsched.Client(driver.url, insecure=True, timeout=20) as client:
         new = wait_for(lambda: [i for i in client.executor_ids() if i not in old_ids], timeout=30,
                        message="a new executor registered after SIGCONT")
         assert client.submit(answer).result(timeout=30) == 42

@@ -24,7 +24,7 @@ from ..config import Config, check_url
 from ..embedded import start_cluster
 from ..errors import ConfigError, DriverConnectionError, MessageTooLarge, TaskFailed
 from ..runtime import gc_untrack
-from ..security import load_keys
+from ..security import SECRET_ENV, SECRET_FILE_ENV, load_keys
 from .channel_transport import ChannelTransport
 from .future import TaskFuture
 from .future_table import FutureTable
@@ -39,6 +39,23 @@ _dumps = pickle.dumps
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
+def _keys_to_connect(address, secret_file, insecure):
+    """The CURVE keys a client connects to ``address`` with (None: ``insecure``); ConfigError
+    when it has no credential and is not told insecure, or holds an executor's."""
+    if insecure:
+        return None
+    keys = load_keys(secret_file)
+    if keys is None:
+        raise ConfigError(
+            f"no credential to connect to {address}: give secret_file=..., set "
+            f"{SECRET_FILE_ENV} or {SECRET_ENV}, or pass insecure=True to connect "
+            f"without authentication or encryption")
+    if keys.role == "executor":
+        raise ConfigError(f"the credential of executor {keys.executor_id} cannot connect a "
+                          "client: give the cluster secret or a client credential")
+    return keys
+
+
 class Client(concurrent.futures.Executor):
     """Submit Python callables to a zsched driver.
 
@@ -46,15 +63,19 @@ class Client(concurrent.futures.Executor):
     and one executor process per core) and stops it at shutdown; the driver's thread takes
     this client's tasks and completes its futures itself (their done-callbacks run in a
     thread of the client's, and results are unpickled by the thread that asks for them).
-    ``Client("tcp://host:port", secret_file=...)`` connects to a running driver; without a
-    secret file (argument, ``ZSCHED_SECRET_FILE`` or ``ZSCHED_SECRET``) it connects without
-    security, which only a driver started with ``--insecure`` accepts.
+    ``Client("tcp://host:port", secret_file=...)`` connects to a running driver. Its
+    credential is ``secret_file``, else the file named by ``ZSCHED_SECRET_FILE``, else the
+    secret in ``ZSCHED_SECRET``. Without one it raises ``ConfigError`` and connects to
+    nothing. ``insecure=True`` connects without authentication or encryption, which only a
+    driver started with ``--insecure`` accepts; it ignores a credential in the environment.
     ``Client.in_process(channel)`` and ``Client.over_pipes(link, address)`` connect to a
     driver in this process, or over pipes whose other end it holds
     (``LocalCluster.client()`` makes both).
     """
 
-    def __init__(self, address=None, *, secret_file=None, timeout=30, retries=0):
+    def __init__(self, address=None, *, secret_file=None, insecure=False, timeout=30, retries=0):
+        if insecure and secret_file is not None:
+            raise ValueError("secret_file and insecure=True contradict each other")
         self._set_up(address, timeout, retries)
         if address is None:
             # the driver in a thread of this process: no socket, no CURVE, no TCP, and no
@@ -68,10 +89,7 @@ class Client(concurrent.futures.Executor):
             self._owned_cluster = cluster
             return
         check_url("address", address)
-        keys = load_keys(secret_file)
-        if keys is not None and keys.role == "executor":
-            raise ConfigError(f"the credential of executor {keys.executor_id} cannot connect a "
-                              "client: give the cluster secret or a client credential")
+        keys = _keys_to_connect(address, secret_file, insecure)
         self._connect(SocketTransport(address, timeout, self._outbox, self._futures, keys))
 
     @classmethod

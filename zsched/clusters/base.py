@@ -249,10 +249,13 @@ class Cluster:
         from ..client import Client
         if (fds := self._pipes_to_driver()) is not None:
             kwargs.pop("secret_file", None)  # the pipes reach the driver alone
+            kwargs.pop("insecure", None)
             link = PipeLink(*fds, frame_limit(Config().max_message_size))  # until the welcome
             client = Client.over_pipes(link, self.local_address, **kwargs)
         else:
-            kwargs.setdefault("secret_file", self.secret_file)
+            if not kwargs.get("insecure"):  # the cluster's credential, or none if it has none
+                kwargs.setdefault("secret_file", self.secret_file)
+                kwargs["insecure"] = kwargs["secret_file"] is None
             client = Client(self.local_address, **kwargs)
         return self._keep(client)
 
@@ -287,7 +290,8 @@ class Cluster:
         """Wait until ``n`` executors have registered."""
         from ..client import Client
         deadline = time.monotonic() + timeout
-        with Client(self.local_address, secret_file=self.secret_file, timeout=timeout) as client:
+        with Client(self.local_address, secret_file=self.secret_file,
+                    insecure=self.secret_file is None, timeout=timeout) as client:
             self._wait_until_registered(n, timeout, deadline, lambda: len(client.executor_ids()),
                                         lambda: self.driver_running)
 

@@ -97,6 +97,7 @@ class LocalCluster(Cluster):
             return super().client(**kwargs)
         from ..client import Client
         kwargs.pop("secret_file", None)  # nothing to authenticate in this process
+        kwargs.pop("insecure", None)
         return self._keep(Client.in_process(self.channel, **kwargs))
 
     @property
