@@ -64,8 +64,8 @@ class Client(concurrent.futures.Executor):
     this client's tasks and completes its futures itself (their done-callbacks run in a
     thread of the client's, and results are unpickled by the thread that asks for them).
     ``Client("tcp://host:port", secret_file=...)`` connects to a running driver. Its
-    credential is ``secret_file``, else the file named by ``ZSCHED_SECRET_FILE``, else the
-    secret in ``ZSCHED_SECRET``. Without one it raises ``ConfigError`` and connects to
+    credential is ``secret_file``, else the secret in ``ZSCHED_SECRET``, else the file
+    named by ``ZSCHED_SECRET_FILE``. Without one it raises ``ConfigError`` and connects to
     nothing. ``insecure=True`` connects without authentication or encryption, which only a
     driver started with ``--insecure`` accepts; it ignores a credential in the environment.
     ``Client.in_process(channel)`` and ``Client.over_pipes(link, address)`` connect to a
