@@ -33,6 +33,8 @@ class WakeupPipe:
         self._write()
 
     def _write(self):
+        if self._write_fd < 0:  # closed: the number may belong to a file opened since
+            return
         if self._write_keeping_gil is not None:
             self._write_keeping_gil(self._write_fd, b"x")  # -1 when full or closed: as below
             return
@@ -55,10 +57,12 @@ class WakeupPipe:
             pass
 
     def close(self):
-        # wake() writes no more: once closed, the descriptor's number may belong to a file
-        # opened since
+        # nothing is written any more, not even by wake_always: once closed, the
+        # descriptor's number may belong to a file opened since
         self.pending = True
-        for fd in (self.fd, self._write_fd):
+        fds = (self.fd, self._write_fd)
+        self._write_fd = -1
+        for fd in fds:
             try:
                 os.close(fd)
             except OSError:
