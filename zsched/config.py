@@ -246,6 +246,18 @@ class Config:
         return cls(**values)
 
     @classmethod
+    def from_driver(cls, settings):
+        """The Config a driver sent (its welcome, or a registration's answer); a ConfigError
+        that says so when it does not parse here."""
+        try:
+            if not isinstance(settings, dict):
+                raise ConfigError(f"settings are a {type(settings).__name__}, not a mapping")
+            return cls.from_mapping(settings)
+        except (ConfigError, TypeError) as exc:
+            raise ConfigError(f"the driver's settings do not parse here ({exc}): is the driver "
+                              "another version of zsched?") from None
+
+    @classmethod
     def from_conf_pairs(cls, pairs, base=None):
         """A Config from ``["KEY=VALUE", ...]`` as given to ``--conf``."""
         values = dict(asdict(base)) if base is not None else {}

@@ -144,12 +144,13 @@ class Client(concurrent.futures.Executor):
         self.address = transport.address
         try:
             welcome = transport.connect()
+            config = Config.from_driver(welcome.settings)
         except BaseException:
             transport.close()
             raise
         self.app_id = welcome.app_id
         self.incarnation = welcome.incarnation
-        self.config = Config.from_mapping(welcome.settings)
+        self.config = config
         self._outbox.max_message_size = self.config.max_message_size
         transport.welcomed(self.config)
         self._cores_answer = self._request(p.AdminTotalCores)  # for the first map

@@ -7,7 +7,7 @@ import zmq
 
 from .. import protocol as p
 from ..config import Config
-from ..errors import DriverConnectionError
+from ..errors import ConfigError, DriverConnectionError
 from ..security import HandshakeWatch, make_client
 from ..socket_options import heartbeat_options
 from ..socket_state import SocketState
@@ -41,7 +41,11 @@ class SocketTransport(IOThreadTransport):
         deadline = time.monotonic() + self.timeout
         heartbeats = heartbeat_options(Config())
         sock, welcome = self._hello(heartbeats, deadline)
-        wanted = heartbeat_options(Config.from_mapping(welcome.settings))
+        try:
+            wanted = heartbeat_options(Config.from_driver(welcome.settings))
+        except ConfigError:
+            sock.close(linger=0)
+            raise
         if wanted != heartbeats:
             try:
                 sock.send(p.encode(p.ClientGoodbye()))

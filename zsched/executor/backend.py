@@ -18,6 +18,7 @@ import zmq
 
 from .. import protocol as p
 from ..config import Config
+from ..errors import ConfigError
 from ..liveness import DRIVER, HeartbeatMonitor
 from ..pipe_link import PipeLink
 from ..protocol import MsgType, TaskState
@@ -106,7 +107,7 @@ class ExecutorBackend:
             how = ""
         self.incarnation = msg.incarnation
         self.relief_token = msg.relief_token  # the proof its relief thread's connection gives
-        self.config = Config.from_mapping(msg.settings)
+        self.config = Config.from_driver(msg.settings)
         self.tasks.max_result_size = self.config.max_message_size
         if self.link is not None:
             self.link.max_frame = p.frame_limit(self.config.max_message_size)
@@ -119,7 +120,7 @@ class ExecutorBackend:
         """Register, serve until stopped; returns the process exit code."""
         try:
             self.register()
-        except RegistrationError as exc:
+        except (RegistrationError, ConfigError) as exc:  # ConfigError: another version's settings
             print(str(exc), file=sys.stderr, flush=True)
             self._close(linger=0)
             return 1

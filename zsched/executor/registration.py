@@ -66,7 +66,7 @@ class Registration:
         finally:
             watch.close()
             sock.close(linger=200)
-        sock, watch = connect(context, self.driver_url, Config.from_mapping(welcome.settings), keys)
+        sock, watch = connect(context, self.driver_url, Config.from_driver(welcome.settings), keys)
         try:
             registered = self._exchange(sock, watch, self.request)
         except BaseException:
