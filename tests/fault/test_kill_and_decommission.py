@@ -554,3 +554,32 @@ def test_system_exit_and_memory_error_fail_only_their_task(tmp_path):
         assert status["tasks"]["finished"] == 22
         assert sum(e["tasks_failed"] for e in after.values()) == 16
         client.shutdown()
+
+
+def hold_the_gil(seconds):
+    """Sleep in C holding the GIL (PyDLL keeps it), SIGTERM blocked in this thread so that
+    it does not cut the sleep short: no Python signal handler runs meanwhile."""
+    import ctypes
+    import signal
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    ctypes.PyDLL(None).sleep(seconds)
+
+
+def test_a_killed_executor_whose_task_holds_the_gil_is_gone_within_the_grace():
+    """SIGTERM cannot stop an executor whose task holds the GIL in C: the driver follows it
+    with SIGKILL after the grace, so the process never outlives the kill by much more."""
+    from zsched.cluster_managers.local import KILL_GRACE
+    with zsched.LocalCluster(n_executors=1) as cluster:
+        client = cluster.client()
+        future = client.submit(hold_the_gil, 120)
+        wait_for(lambda: client.status()["tasks"]["running"] == 1, timeout=30,
+                 message="the task running")
+        time.sleep(0.5)  # inside the C call by now
+        [executor] = client.status()["executors"]
+        process = psutil.Process(executor["pid"])
+        killed_at = time.monotonic()
+        assert client.kill_executors([executor["id"]], force=True) == [executor["id"]]
+        process.wait(KILL_GRACE + 10)
+        assert time.monotonic() - killed_at < KILL_GRACE + 5
+        future.cancel()
+        client.shutdown(cancel_futures=True)

@@ -14,6 +14,7 @@ from .base import ClusterManager
 log = logging.getLogger(__name__)
 
 
+KILL_GRACE = 3.0  # seconds from SIGTERM to SIGKILL for an executor killed (a task may hold the GIL)
 UNIX_SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path on Linux (sun_path, less its NUL)
 
 
@@ -112,6 +113,7 @@ class LocalClusterManager(ClusterManager):
         self._ids = itertools.count(1)
         self._processes = {}   # executor id -> Popen, counted toward the target
         self._leaving = {}     # executor id -> Popen, killed and not yet reaped
+        self._kill_at = {}     # executor id -> when a killed one still there gets SIGKILL
 
     def request_total(self, n, avoid_hosts=()):
         """Have ``n`` executors: start the missing ones (never kills); none while this host
@@ -162,13 +164,15 @@ class LocalClusterManager(ClusterManager):
         return list(self._processes)
 
     def kill(self, executor_ids):
-        """Terminate these executors; they stop counting toward the target at once."""
+        """Terminate these executors (SIGKILL after ``KILL_GRACE``, see ``poll_exits``); they
+        stop counting toward the target at once."""
         for executor_id in executor_ids:
             process = self._processes.pop(executor_id, None)
             if process is None:
                 continue
             if process.poll() is None:
                 process.terminate()
+                self._kill_at[executor_id] = time.monotonic() + KILL_GRACE
             self._leaving[executor_id] = process
 
     def exit_reason(self, executor_id, wait=0.0):
@@ -189,7 +193,14 @@ class LocalClusterManager(ClusterManager):
             for executor_id, process in list(processes.items()):
                 if process.poll() is not None:
                     del processes[executor_id]
+                    self._kill_at.pop(executor_id, None)
                     exits.append((executor_id, describe_exit(process.returncode)))
+        now = time.monotonic()
+        for executor_id, when in list(self._kill_at.items()):
+            if now >= when:  # SIGTERM was not enough (a task holding the GIL in C)
+                del self._kill_at[executor_id]
+                log.warning("executor %s still runs %g s after SIGTERM: SIGKILL", executor_id, KILL_GRACE)
+                self._leaving[executor_id].kill()
         return exits
 
     def stop(self, timeout):
@@ -206,3 +217,4 @@ class LocalClusterManager(ClusterManager):
             wait_all(alive, grace)
         self._processes.clear()
         self._leaving.clear()
+        self._kill_at.clear()
