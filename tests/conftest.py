@@ -82,6 +82,16 @@ def nothing_left_at_the_end():
     _check_nothing_left(set(), before_zsched)
 
 
+# A stand-in for ssh on PATH: it keeps the credential the driver hands an executor (in
+# $CAPTURE/PID.credential) and holds the session open, starting nothing.
+FAKE_SSH = """#!/bin/sh
+# stands in for ssh: keeps the credential the driver hands over, then holds the session
+IFS= read -r line
+printf '%s\\n' "$line" > "$CAPTURE/$$.tmp" && mv "$CAPTURE/$$.tmp" "$CAPTURE/$$.credential"
+exec cat > /dev/null
+"""
+
+
 # Processes a module's shared cluster started during a test in place of one the test
 # stopped (hostile input may stop executors): the cluster's, as those it started before.
 SHARED_PROCESSES = set()

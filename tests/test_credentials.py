@@ -13,7 +13,7 @@ import pytest
 import zmq
 
 import zsched
-from conftest import BIN, wait_for
+from conftest import BIN, FAKE_SSH, wait_for
 from zsched import protocol as p
 from zsched.credentials import CLIENT, ExecutorKeys, parse_credential
 from zsched.errors import ConfigError
@@ -223,14 +223,6 @@ def test_local_cluster_gives_a_client_credential(in_process):
 
 
 # ---------------------------------------------------------------- executor keys
-
-FAKE_SSH = """#!/bin/sh
-# stands in for ssh: keeps the credential the driver hands over, then holds the session
-IFS= read -r line
-printf '%s\\n' "$line" > "$CAPTURE/$$.tmp" && mv "$CAPTURE/$$.tmp" "$CAPTURE/$$.credential"
-exec cat > /dev/null
-"""
-
 
 @pytest.fixture
 def keyed_driver(driver_factory, tmp_path):

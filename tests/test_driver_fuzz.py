@@ -33,7 +33,7 @@ import zmq
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import zsched
-from conftest import BIN, SHARED_PROCESSES, DriverProcess, wait_for
+from conftest import BIN, FAKE_SSH, SHARED_PROCESSES, DriverProcess, wait_for
 from zsched import protocol as p
 from zsched.errors import exception_payload
 from zsched.protocol import MsgType, TaskState
@@ -304,14 +304,6 @@ class RawClient(Peer):
 
 
 # ---------------------------------------------------------------- a driver with its peers
-
-
-FAKE_SSH = """#!/bin/sh
-# stands in for ssh: keeps the credential the driver hands over, then holds the session
-IFS= read -r line
-printf '%s\\n' "$line" > "$CAPTURE/$$.tmp" && mv "$CAPTURE/$$.tmp" "$CAPTURE/$$.credential"
-exec cat > /dev/null
-"""
 
 
 class Bus:

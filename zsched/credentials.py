@@ -168,6 +168,3 @@ class ExecutorKeys:
         if len(self._revoked) >= REVOKED_LIMIT:
             self._revoked.clear()
         self._revoked.add(public)
-
-    def __len__(self):
-        return len(self._by_public)

@@ -16,6 +16,8 @@ class ClusterManager:
     # set by a driver on this host: ``adopt_link(executor id, read fd, write fd)`` takes the
     # driver's end of a pipe pair to an executor the manager starts (see pipe_link)
     adopt_link = None
+    # set by ``attach``: the credential of an executor about to start (None: insecure)
+    credential_for = None
 
     def attach(self, driver_url, app_id, credential_for):
         """``credential_for(executor_id)``: the credential (one line, bytes) that an executor
@@ -25,8 +27,9 @@ class ClusterManager:
     def credential(self, executor_id):
         """A fresh credential for executor ``executor_id``: b"" on an insecure bus, and for
         a manager not attached (called ``attach`` with no ``credential_for``)."""
-        issue = getattr(self, "credential_for", None)
-        return (issue(executor_id) if issue is not None else None) or b""
+        if self.credential_for is None:
+            return b""
+        return self.credential_for(executor_id) or b""
 
     def request_total(self, n, avoid_hosts=()):
         pass
