@@ -90,6 +90,8 @@ BOUNDS = {
     "executor_start_timeout": (0.001, 86400.0),
     "local_executor_link": ("pipe", "socket"),
     "driver_memory_cache": (0, 1 << 40),
+    "client_results_window": (1 << 16, 1 << 40),
+    "client_results_backlog": (1 << 16, 1 << 40),
 }
 HEARTBEATS = {"executor_heartbeat_interval": "executor_heartbeat_timeout",
               "zmq_heartbeat_interval": "zmq_heartbeat_timeout"}

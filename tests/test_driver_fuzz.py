@@ -619,6 +619,7 @@ def wrongly_typed_frames():
         p.SubmitTasks: [{}, []],
         p.CancelTasks: [[]],
         p.CancelQueuedTasks: [1],
+        p.ResultsTaken: [1, 1],
         p.AdminPing: [1],
         p.AdminExecutorIds: [1],
         p.AdminTotalCores: [1],

@@ -29,6 +29,7 @@ SAMPLES = [
     p.SubmitTasks({b"k": b"fn"}, [[1, b"k", b"a", 0], [2, b"k", b"b", 3]]),
     p.CancelTasks([1, 2, 3]),
     p.CancelQueuedTasks(13),
+    p.ResultsTaken(512, 70_000),
     p.AdminPing(1),
     p.AdminExecutorIds(2),
     p.AdminTotalCores(3),

@@ -190,6 +190,9 @@ _RULES = {
     "local_executor_link": (str, lambda v: v in ("pipe", "socket"), "'pipe' or 'socket'"),
     # a size_t for the allocator's cache; more than a host's memory means nothing
     "driver_memory_cache": _size(0, 1 << 40),
+    # a frame of results goes alone past the window: any size works
+    "client_results_window": _size(1 << 16, 1 << 40),
+    "client_results_backlog": _size(1 << 16, 1 << 40),
 }
 
 
@@ -216,6 +219,8 @@ class Config:
     executor_start_timeout: float = 60.0       # an executor not registered by then is killed
     local_executor_link: str = "pipe"          # executors a driver starts on its host reach it by
     driver_memory_cache: int = 256 << 20       # freed memory bin/driver keeps for reuse, bytes
+    client_results_window: int = 64 << 20      # results sent to a client and not yet taken, bytes
+    client_results_backlog: int = 256 << 20    # held for a client before its tasks wait, bytes
 
     def __post_init__(self):
         for f in fields(self):

@@ -38,6 +38,11 @@ FRAME_OVERHEAD = 1 << 20
 MAX_CORES = 1 << 16
 
 
+# Result rows the driver sends a client ahead of what it says it took (``ResultsTaken``):
+# a frame holds one at least, so its queue stays under the ROUTER's high-water mark.
+RESULTS_WINDOW_ROWS = 50_000
+
+
 # The driver's answer to a client it does not know (a client of an earlier driver
 # incarnation on the same port), as a task error and as an AdminReply error.
 UNKNOWN_CLIENT = ("this driver does not know the client's connection (the driver restarted "
@@ -118,6 +123,8 @@ class MsgType(IntEnum):
     FORGET_FUNCTIONS = 26
     # client -> driver, answered by an AdminReply
     CANCEL_QUEUED_TASKS = 27
+    # the client has taken results off its connection: the driver may send more
+    RESULTS_TAKEN = 28
     # driver -> client
     CLIENT_WELCOME = 30
     TASK_RESULTS = 31
@@ -352,6 +359,16 @@ class CancelQueuedTasks(Message):
     """Cancel the client's tasks that no executor holds (``shutdown(cancel_futures=True)``).
     The driver sends their KILLED results, then an AdminReply with their number."""
     request_id: int
+
+
+@_message(MsgType.RESULTS_TAKEN, _int, _int)
+class ResultsTaken(Message):
+    """The client has taken ``rows`` more results off its connection, in TaskResults
+    frames of ``size`` bytes in all. The driver keeps at most ``RESULTS_WINDOW_ROWS`` rows
+    and ``client_results_window`` bytes sent and not yet taken; a client says so once it
+    has taken a quarter of either since it last said."""
+    rows: int
+    size: int
 
 
 @_message(MsgType.STOP_EXECUTORS)
