@@ -137,3 +137,10 @@ def test_a_function_sent_again_is_not_reported_unused():
     gc.collect()
     assert sessions.take_unused() == set()
     assert DF in sessions.functions
+
+
+@pytest.mark.parametrize("rows", [0, 1, 15, 16, 65535, 65536, 70_000])
+def test_the_rows_of_a_results_frame_are_read_from_its_header(rows):
+    from zsched.driver.clients import rows_in
+    frame = p.encode(p.TaskResults([[1, 1, b""]] * rows))
+    assert rows_in(frame) == rows

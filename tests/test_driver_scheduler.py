@@ -577,3 +577,42 @@ def test_offer_frames_are_the_decisions_the_wire_writes(lose):
         split += sum(len(frames) > 1 for _, frames in sent)
     assert not fused.n_pending and not fused.clamped  # the queue ran out, suspects and all
     assert split and bool(with_suspects) == lose  # the cases it is for did occur
+
+
+def test_a_held_client_launches_nothing_until_released_and_then_goes_first():
+    scheduler, client = make()
+    other = ClientData(b"other", 2)
+    a = scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    submit(scheduler, client, 3)
+    submit(scheduler, other, 2, start=100)
+    scheduler.hold_client(client)
+    assert scheduler.n_pending == 2
+    submit(scheduler, client, 2, start=4)  # submitted while held: held too
+    assert scheduler.n_pending == 2 and len(client.held) == 5
+    (_, [task]), = offers(scheduler)
+    assert task.client is other
+    report(scheduler, a, [[task.task_id, 1, TaskState.FINISHED, b"r"]], 10.0)
+    scheduler.release_client(client)
+    assert client.held is None and scheduler.n_pending == 6
+    launched = []
+    while scheduler.n_pending:
+        (_, tasks), = offers(scheduler)
+        launched += [task.client_task_id for task in tasks]
+        report(scheduler, a, [[task.task_id, 1, TaskState.FINISHED, b"r"] for task in tasks], 10.0)
+    assert launched == [1, 2, 3, 4, 5, 101]
+
+
+def test_cancelling_held_tasks_keeps_the_count_of_queued_tasks_right():
+    scheduler, client = make()
+    scheduler.add_executor("a", b"ra", "h", 1, 10, 0.0)
+    submit(scheduler, client, 4)
+    scheduler.hold_client(client)
+    assert scheduler.cancel(client, [1, 2]) == []
+    assert scheduler.n_pending == 0 and sorted(t.client_task_id for t in client.held.values()) == [3, 4]
+    assert scheduler.cancel_queued(client) == [3, 4]
+    assert scheduler.n_pending == 0 and not client.held
+    scheduler.release_client(client)
+    assert scheduler.n_pending == 0 and offers(scheduler) == []
+    submit(scheduler, client, 1, start=9)
+    scheduler.hold_client(client)
+    assert scheduler.drop_client(client) == [] and not client.held and scheduler.n_pending == 0

@@ -84,8 +84,9 @@ def test_results_go_out_in_frames_cut_at_the_size_limit_and_the_row_count(impl):
     for row in rows:
         results.add(*row)
     assert len(results) == 7
+    assert results.payload_size() == 4 + 20 + 2 + 2 + 70_000 + 1
     frames = results.take_frames(RESULTS_HEADER, 10, 2)
-    assert not results
+    assert not results and results.payload_size() == 0
     batches = [p.decode(frame).results for frame in frames]
     # 4 + 0; 20 alone (over the limit); 2 + 2 (the row count); 70,000 alone; 1
     assert batches == [rows[0:2], rows[2:3], rows[3:5], rows[5:6], rows[6:7]]

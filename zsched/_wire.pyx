@@ -90,6 +90,13 @@ cdef class ResultRows:
     def __len__(self):
         return self._count
 
+    def payload_size(self):
+        """The bytes of the payloads waiting, in all."""
+        cdef Py_ssize_t i, total = 0
+        for i in range(self._count):
+            total += self._payloads[i]
+        return total
+
     def take_frames(self, bytes header, Py_ssize_t limit, Py_ssize_t max_rows):
         """The rows waiting, in order, as TaskResults frames (``header`` then the body
         ``[rows]``): the payloads of a frame add up to at most ``limit`` bytes (a larger

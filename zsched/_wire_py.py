@@ -37,6 +37,10 @@ class ResultRows:
     def __len__(self):
         return len(self.rows)
 
+    def payload_size(self):
+        """The bytes of the payloads waiting, in all."""
+        return sum(len(row[2]) for row in self.rows)
+
     def take_frames(self, header, limit, max_rows):
         """The rows waiting, in order, as TaskResults frames (``header`` then the body
         ``[rows]``): the payloads of a frame add up to at most ``limit`` bytes (a larger

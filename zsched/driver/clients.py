@@ -222,15 +222,64 @@ class ClientEndpoint:
     def on_admin(self, rid, msg):
         self._admin.handle(rid, msg, self.client_for(rid) is not None)
 
+    def on_results_taken(self, rid, msg):
+        """The client took results off its connection: more may go."""
+        client = self.client_for(rid)
+        if client is not None:
+            client.in_flight_rows = max(0, client.in_flight_rows - msg.rows)
+            client.in_flight_size = max(0, client.in_flight_size - msg.size)
+
     def send_results(self):
-        """Send each client the results gathered for it since the last turn."""
+        """Send each client the results gathered for it since the last turn, within its
+        window."""
         peers = self._peers
-        limit = self._config.max_message_size
         for client in list(self._sessions.by_rid.values()):
-            if not client.results:
+            if not (client.results or client.unsent or client.held is not None):
                 continue
-            if peers.in_process(client.routing_id):  # no frame: one message
+            if peers.in_process(client.routing_id):  # no frame: one message, nothing held
                 peers.send(client.routing_id, p.TaskResults(client.results.take_rows()))
-                continue
-            for frame in client.results.take_frames(_RESULTS_HEADER, limit, _RESULT_ROWS):
-                peers.send(client.routing_id, p.Encoded(p.TaskResults, frame))
+            else:
+                self._send_within_window(client)
+
+    def _send_within_window(self, client):
+        """Send ``client`` the frames its window takes: at most ``RESULTS_WINDOW_ROWS``
+        rows and ``client_results_window`` bytes that it has not said it took (a larger
+        frame goes alone). The rest waits here; past ``client_results_backlog`` bytes, its
+        queued tasks wait too (``hold_client``), until it takes half of that."""
+        config = self._config
+        window = config.client_results_window
+        unsent = client.unsent
+        while client.in_flight_rows < p.RESULTS_WINDOW_ROWS and client.in_flight_size < window:
+            if not unsent:
+                if not client.results:
+                    break
+                frames = client.results.take_frames(_RESULTS_HEADER, config.max_message_size, _RESULT_ROWS)
+                unsent.extend(frames)
+                client.unsent_size += sum(map(len, frames))
+            frame = unsent.popleft()
+            client.unsent_size -= len(frame)
+            client.in_flight_rows += rows_in(frame)
+            client.in_flight_size += len(frame)
+            if not self._peers.send(client.routing_id, p.Encoded(p.TaskResults, frame)):
+                return  # gone: the client is dropped
+        backlog = config.client_results_backlog
+        if client.held is None:
+            if client.unsent_size + client.results.payload_size() > backlog:
+                log.warning("client %s is behind on its results: its tasks wait until it "
+                            "catches up", client.routing_id.hex())
+                self._scheduler.hold_client(client)
+        elif client.unsent_size + client.results.payload_size() <= backlog // 2:
+            log.info("client %s caught up on its results: its tasks go on", client.routing_id.hex())
+            self._scheduler.release_client(client)
+            self._ask_for_offers()
+
+
+def rows_in(frame):
+    """The rows of a TaskResults frame: after its header, the body ``[rows]`` opens with
+    an array's header, which msgpack writes in one of three forms."""
+    head = frame[len(_RESULTS_HEADER) + 1]
+    if head & 0xf0 == 0x90:
+        return head & 0x0f
+    if head == 0xdc:
+        return int.from_bytes(frame[len(_RESULTS_HEADER) + 2:len(_RESULTS_HEADER) + 4], "big")
+    return int.from_bytes(frame[len(_RESULTS_HEADER) + 2:len(_RESULTS_HEADER) + 6], "big")

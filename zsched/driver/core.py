@@ -463,4 +463,5 @@ def message_handlers(executors, clients):
         MsgType.STOP_EXECUTORS: (by_clients, clients.on_stop_executors),
         MsgType.CLIENT_GOODBYE: (by_clients, clients.on_goodbye),
         MsgType.FORGET_FUNCTIONS: (by_clients, clients.on_forget_functions),
+        MsgType.RESULTS_TAKEN: (by_clients, clients.on_results_taken),
     }

@@ -35,9 +35,11 @@ def untracked(container):
 
 
 class ClientData:
-    """A connected client: its tasks in flight and the functions it has sent."""
+    """A connected client: its tasks in flight, the functions it has sent, and its results
+    on their way (see ``ClientEndpoint.send_results``)."""
 
-    __slots__ = ("routing_id", "pid", "functions", "tasks", "results")
+    __slots__ = ("routing_id", "pid", "functions", "tasks", "results", "unsent", "unsent_size",
+                 "in_flight_rows", "in_flight_size", "held")
 
     def __init__(self, routing_id, pid):
         self.routing_id = routing_id
@@ -45,6 +47,13 @@ class ClientData:
         self.functions = set()  # digests of the functions it sent
         self.tasks = ClientTasks()  # client task id -> Task, in submission order
         self.results = ResultRows()  # [client task id, state, payload] waiting to be sent
+        self.unsent = deque()   # TaskResults frames made, waiting for the client's window
+        self.unsent_size = 0
+        self.in_flight_rows = 0  # results sent that the client has not said it took
+        self.in_flight_size = 0
+        # task id -> Task of its queued tasks, none launched while it is behind on its
+        # results (``hold_client``); None while it keeps up
+        self.held = None
 
 
 class ExecutorData:
@@ -264,12 +273,43 @@ class TaskScheduler:
         driver does not hold ends at once in an ERROR result. Returns how many were refused
         for an id of a task the client has in flight (see ``queue_tasks``)."""
         first_id = self._next_task_id
+        held = client.held
+        queue = self.pending if held is None else deque()
         self._next_task_id, missing = queue_tasks(client, tasks, first_id, self.clock(),
-                                                  self.pending, self._functions)
+                                                  queue, self._functions)
         queued = self._next_task_id - first_id
-        self.n_pending += queued
+        if held is None:
+            self.n_pending += queued
+        else:
+            held.update((task.task_id, task) for task in queue)
         self.counts["submitted"] += queued
         return len(tasks) - queued - missing
+
+    def hold_client(self, client):
+        """Launch none of ``client``'s queued tasks, nor those it submits from now on, until
+        ``release_client``. Tasks already launched run on; one that fails and is retried,
+        or is lost with its executor, may be launched again meanwhile."""
+        if client.held is not None:
+            return
+        held = client.held = {}
+        kept = []
+        for task in self.pending:
+            if task.client is client and not task.cancelled:
+                held[task.task_id] = task
+            else:
+                kept.append(task)
+        self.pending.clear()
+        self.pending.extend(kept)
+        self.n_pending -= len(held)
+
+    def release_client(self, client):
+        """Queue ``client``'s held tasks again, first in the queue: they waited long enough."""
+        held, client.held = client.held, None
+        if held:
+            self.pending.extendleft(reversed(held.values()))
+            self.n_pending += len(held)
+            for task in held.values():
+                task.queued_at = self.clock()
 
     def cancel(self, client, client_task_ids):
         """Cancel tasks of ``client``; returns ``[(executor, task)]`` to be killed."""
@@ -282,7 +322,7 @@ class TaskScheduler:
             self.counts["cancelled"] += 1
             if task.executor is not None:
                 to_kill.append((task.executor, task))
-            else:
+            elif client.held is None or client.held.pop(task.task_id, None) is None:
                 self.n_pending -= 1
         if self.n_pending == 0 and (self.pending or self.suspects):
             # only cancelled tasks wait: no offer would take them out, and they hold their
