@@ -45,6 +45,7 @@ SNAPSHOT = {
                 [1790000000.0, 4000, 3, 900, 97, 3]],
     "counters": {"bytes_in": 123456, "bytes_out": 654321, "messages_in": 100, "messages_out": 90,
                  "executors_lost": 1},
+    "loop_longest_pause": 0.012,
     "scheduling_latency": {"buckets": [[0.0001, 10], [0.0005, 40], [0.001, 90], [0.005, 99], [0.01, 100],
                                        [0.05, 100], [0.1, 100], [0.5, 100], [1.0, 100], [5.0, 100],
                                        ["+Inf", 100]],
@@ -131,6 +132,7 @@ def expected_samples(snapshot):
                       ("zsched_received_messages_total", "messages_in"),
                       ("zsched_sent_messages_total", "messages_out")]:
         expected[(name, ())] = counters[key]
+    expected[("zsched_driver_loop_longest_pause_seconds", ())] = snapshot.get("loop_longest_pause", 0.0)
     latency = snapshot["scheduling_latency"]
     for bound, count in latency["buckets"]:
         expected[("zsched_scheduling_latency_seconds_bucket", (("le", float(bound)),))] = count

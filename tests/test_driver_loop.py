@@ -1,8 +1,10 @@
 """The driver's event loop (``zsched/driver/loop.py``): a poller with a handler per watched
 socket or descriptor, timers run by an injected clock, and one turn at a time
 (``run_once``): handlers of what is ready, then the timers that are due, then
-``after_turn``. A fake clock drives the timers; nothing here sleeps."""
+``after_turn``. A fake clock drives the timers; nothing here sleeps but the turn that
+measures its pause."""
 import os
+import time
 
 import pytest
 
@@ -185,3 +187,41 @@ def test_stop_ends_run_and_skips_the_rest_of_the_turn(pipe):
     assert order == ["input"]
     assert loop.stopping
 
+
+
+def test_a_timer_or_handler_that_raises_is_logged_and_the_loop_goes_on(pipe, caplog):
+    clock = FakeClock()
+    loop = Loop(clock)
+    ran = []
+
+    def broken():
+        raise RuntimeError("can't start new thread")
+    loop.every(1.0, broken)
+    loop.every(1.0, lambda: ran.append("timer"))
+    loop.watch(pipe[0], broken)
+    os.write(pipe[1], b"x")
+    clock.advance(1.0)
+    loop.run_once(0)
+    assert ran == ["timer"]
+    assert "can't start new thread" in caplog.text and "it goes on" in caplog.text
+
+
+def test_the_longest_pause_is_kept_for_a_minute():
+    from zsched.driver.loop import LongestPause
+    pauses = LongestPause()
+    assert pauses.longest(100.0) == 0.0
+    pauses.add(0.5, 100.2)
+    pauses.add(0.1, 100.7)
+    pauses.add(0.2, 130.0)
+    assert pauses.longest(130.0) == 0.5
+    assert pauses.longest(159.9) == 0.5
+    assert pauses.longest(160.0) == 0.2   # the second of 100 is a minute old
+    pauses.add(0.05, 220.0)   # the slot of second 100, reused: what it held is forgotten
+    assert pauses.longest(220.0) == 0.05
+
+
+def test_a_turn_measures_its_pause():
+    clock = FakeClock()
+    loop = Loop(clock, after_turn=lambda: time.sleep(0.01))
+    loop.run_once(0)
+    assert loop.longest_pause() >= 0.01

@@ -74,6 +74,7 @@ def test_status_figures_match_a_known_workload(tmp_path):
             # seconds of silence, less than would make it lost
             assert 0 <= e["last_heartbeat_age"] < HEARTBEAT_TIMEOUT
         assert status["losses"] == []
+        assert 0 < status["loop_longest_pause"] < 60  # seconds, over the last minute
         # LocalCluster's driver runs in a process of its own: it keeps freed memory
         from zsched.fastpath import COMPILED
         if COMPILED:
@@ -118,6 +119,7 @@ def test_the_dashboard_prints_its_url_with_a_token_and_metrics_match_the_work(tm
         assert values[("zsched_scheduling_latency_seconds_bucket", frozenset({("le", "+Inf")}))] == 101
         assert values[("zsched_received_bytes_total", frozenset())] > 0
         assert values[("zsched_sent_bytes_total", frozenset())] > 0
+        assert values[("zsched_driver_loop_longest_pause_seconds", frozenset())] > 0
     finally:
         assert driver.stop() == 0
 

@@ -64,6 +64,10 @@ class SnapshotCollector:
                                   "unreachable) since the driver started.",
                                   value=counters.get("executors_lost", 0))
 
+        yield GaugeMetricFamily("zsched_driver_loop_longest_pause_seconds", "The longest time the "
+                                "driver's loop went without reading its input, over the last minute.",
+                                value=self.snapshot.get("loop_longest_pause", 0.0))
+
         latency = self.snapshot.get("scheduling_latency")
         if latency:
             yield scheduling_latency_family(latency)

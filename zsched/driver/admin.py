@@ -31,7 +31,7 @@ class Admin:
 
     def __init__(self, *, registry, scheduler, functions, send, clock, counters, app_id, url,
                  is_ready, allocator, cluster_manager, dynamic_allocation, remove_executor,
-                 send_control):
+                 send_control, longest_pause):
         self._registry = registry
         self._scheduler = scheduler
         self._functions = functions
@@ -45,6 +45,7 @@ class Admin:
         self._dynamic_allocation = dynamic_allocation
         self._remove_executor = remove_executor
         self._send_control = send_control
+        self._longest_pause = longest_pause  # of the driver's loop, over the last minute
         self._history = deque(maxlen=_HISTORY_POINTS)
         self._snapshot = None
         self._idle_since = {}         # executor id -> when it was first seen idle
@@ -123,6 +124,7 @@ class Admin:
             "losses": [{"id": i, "host": h, "reason": r, "time": t}
                        for i, h, r, t in registry.losses],
             "counters": dict(self._counters),
+            "loop_longest_pause": self._longest_pause(),
         }
 
     def publish_snapshot(self):

@@ -130,7 +130,8 @@ class Driver:
             send=self.peers.send, clock=self.clock, counters=self.counters, app_id=self.app_id,
             url=self.url, is_ready=self.is_ready, allocator=self.allocator,
             cluster_manager=self.cluster_manager, dynamic_allocation=self.dynamic_allocation,
-            remove_executor=executors.remove_executor, send_control=executors.send_control)
+            remove_executor=executors.remove_executor, send_control=executors.send_control,
+            longest_pause=self.loop.longest_pause)
         self.client_endpoint = ClientEndpoint(
             **known, **shared, peers=self.peers, admin=self.admin,
             send_control=executors.send_control, warnings=self.warnings,

@@ -3,8 +3,13 @@
 Sockets and descriptors are watched with a handler each; a turn polls until input is
 ready or the next timer is due, calls the handlers of what is ready (in the order they
 were watched), runs the timers that are due by the injected clock, then the loop's
-``after_turn`` hook. Nothing here knows what the driver does with its input."""
+``after_turn`` hook. Nothing here knows what the driver does with its input.
+
+A handler or timer that raises is logged, and the loop goes on: one bug must not stop
+the driver. The loop measures its pauses (``pauses``): each turn's time between polls,
+when nothing that arrives is read."""
 import logging
+import time
 
 import zmq
 
@@ -25,12 +30,38 @@ class Timer:
         self.due = due
 
 
+class LongestPause:
+    """The longest pause over the last ``seconds`` seconds, from the longest of each
+    second."""
+
+    def __init__(self, seconds=60):
+        self._seconds = seconds
+        self._longest = [0.0] * seconds
+        self._second = [-1] * seconds   # which second each slot holds
+
+    def add(self, pause, now):
+        second = int(now)
+        i = second % self._seconds
+        if self._second[i] != second:
+            self._second[i] = second
+            self._longest[i] = pause
+        elif pause > self._longest[i]:
+            self._longest[i] = pause
+
+    def longest(self, now):
+        """The longest pause in the last ``seconds`` seconds up to ``now``."""
+        second = int(now)
+        return max((pause for pause, at in zip(self._longest, self._second)
+                    if 0 <= second - at < self._seconds), default=0.0)
+
+
 class Loop:
     """A poller with a handler per watched socket or descriptor, and timers."""
 
     def __init__(self, clock, after_turn=None):
         self.clock = clock
         self.after_turn = after_turn
+        self.pauses = LongestPause()  # by the monotonic clock: pauses are real time
         self._poller = zmq.Poller()
         self._handlers = {}   # socket or fd -> handler(), called when it is ready
         self._timers = []
@@ -70,21 +101,36 @@ class Loop:
         if timeout is None:
             timeout = max(0.0, self._next_due - self.clock())
         handlers = self._handlers
-        for what, _ in self._poller.poll(timeout * 1000):
+        ready = self._poller.poll(timeout * 1000)
+        started = time.monotonic()
+        for what, _ in ready:
             handler = handlers.get(what)  # a handler may have unwatched another meanwhile
             if handler is not None:
-                handler()
+                _call(handler)
         if self.stopping:
             return
         now = self.clock()
         if all_timers or now >= self._next_due:
             self._run_timers(now, all_timers)
         if self.after_turn is not None:
-            self.after_turn()
+            _call(self.after_turn)
+        ended = time.monotonic()
+        self.pauses.add(ended - started, ended)
+
+    def longest_pause(self):
+        """The longest pause of the last minute, in seconds."""
+        return self.pauses.longest(time.monotonic())
 
     def _run_timers(self, now, all_timers):
         for timer in self._timers:
             if all_timers or now >= timer.due:
-                timer.action()
+                _call(timer.action)
                 timer.due = now + timer.interval
         self._next_due = min((timer.due for timer in self._timers), default=float("inf"))
+
+
+def _call(action):
+    try:
+        action()
+    except Exception:
+        log.exception("error in the driver's loop (it goes on)")
