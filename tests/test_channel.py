@@ -24,7 +24,7 @@ class LocalClient:
         self.channel = channel
         self.outbox, self.inbox = [], []
         self.stopped = 0
-        self.endpoint = Endpoint(self._take, self.inbox.append, self._stop)
+        self.endpoint = Endpoint(self._take, self.inbox.append, self._stop, lambda reason: None)
         self.key = channel.connect(self.endpoint)
 
     def send(self, *messages):

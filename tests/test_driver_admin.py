@@ -26,7 +26,7 @@ class Harness:
         self.executors = {}   # executor id -> DEALER
         self.outbox, self.inbox = [], []
         self.channel = self.driver.channel
-        self.channel.connect(Endpoint(self._take, self.inbox.append, lambda: None))
+        self.channel.connect(Endpoint(self._take, self.inbox.append, lambda: None, lambda reason: None))
         self.request_ids = iter(range(1, 10**6))
 
     def _take(self):

@@ -113,7 +113,7 @@ def test_a_router_peer_is_kept_from_its_first_message_its_role_undecided_on_an_i
 def test_each_kind_of_peer_carries_its_own_role(harness):
     rid, _ = harness.link()
     assert (harness.peers.get(rid).role, harness.peers.get(rid).executor_id) == (Role.EXECUTOR, "7")
-    local = InProcessPeer(b"\0local", harness.counters, Endpoint(list, lambda msg: None, lambda: None))
+    local = InProcessPeer(b"\0local", harness.counters, Endpoint(list, lambda msg: None, lambda: None, lambda reason: None))
     assert local.role is Role.CLIENT
 
 
@@ -240,7 +240,7 @@ def test_an_in_process_peer_hands_messages_over_and_hears_the_stop(harness):
     delivered, stopped = [], []
     counters = {"messages_out": 0}
     peer = InProcessPeer(b"\0local1", counters,
-                         Endpoint(list, delivered.append, lambda: stopped.append(1)))
+                         Endpoint(list, delivered.append, lambda: stopped.append(1), lambda reason: None))
     assert peer.send(p.AdminReply(1, True, 1)) is None
     assert peer.send(p.AdminReply(2, True, 2)) is None
     assert [m.request_id for m in delivered] == [1, 2]
@@ -254,9 +254,10 @@ def test_an_in_process_peers_errors_stay_on_its_side():
     def fails(*_):
         raise RuntimeError("client broken")
 
-    peer = InProcessPeer(b"\0local1", {"messages_out": 0}, Endpoint(list, fails, fails))
-    assert peer.send(p.Probe()) is None
+    peer = InProcessPeer(b"\0local1", {"messages_out": 0}, Endpoint(list, fails, fails, fails))
+    assert "client broken" in peer.send(p.Probe())  # the driver then drops it, saying why
     peer.close()
+    peer.close("dropped")
 
 
 def test_clients_in_this_process_arrive_through_the_channel(harness):
@@ -268,7 +269,7 @@ def test_clients_in_this_process_arrive_through_the_channel(harness):
         outbox.clear()
         return taken
 
-    key = harness.channel.connect(Endpoint(take, delivered.append, lambda: None))
+    key = harness.channel.connect(Endpoint(take, delivered.append, lambda: None, lambda reason: None))
     harness.peers.receive_in_process()
     assert harness.peers.in_process(key)
     assert harness.taken == [(key, p.ClientHello(3)), (key, p.AdminPing(1))]
@@ -283,7 +284,7 @@ def test_clients_in_this_process_arrive_through_the_channel(harness):
 def test_a_client_in_this_process_is_read_as_frames_until_its_goodbye(harness):
     outbox = [p.AdminPing(1), object(), p.ClientGoodbye(), p.AdminPing(2)]
     key = harness.channel.connect(Endpoint(lambda: [outbox.pop(0) for _ in outbox[:]],
-                                           lambda msg: None, lambda: None))
+                                           lambda msg: None, lambda: None, lambda reason: None))
     harness.peers.receive_in_process()
     # the object that is no message is skipped; nothing after the goodbye is read
     assert harness.taken == [(key, p.AdminPing(1)), (key, p.ClientGoodbye())]
@@ -296,7 +297,7 @@ def test_a_client_in_this_process_is_read_as_frames_until_its_goodbye(harness):
 def test_stopping_tells_every_client_in_this_process(harness):
     stopped = []
     for name in ("taken", "never-taken"):
-        endpoint = Endpoint(list, lambda msg: None, lambda name=name: stopped.append(name))
+        endpoint = Endpoint(list, lambda msg: None, lambda name=name: stopped.append(name), lambda reason: None)
         harness.channel.connect(endpoint)
         if name == "taken":
             harness.peers.receive_in_process()

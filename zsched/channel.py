@@ -15,14 +15,16 @@ from .wakeup import WakeupPipe
 class Endpoint:
     """A client's end of a channel: ``take()`` returns the messages queued for the driver
     since the last call; ``deliver(msg)`` acts on a message from the driver; ``stopped()``
-    says the driver is gone. All three are called in the driver loop's thread."""
+    says the driver is gone; ``dropped(reason)`` that the driver dropped this client. All
+    are called in the driver loop's thread."""
 
-    __slots__ = ("deliver", "key", "stopped", "take")
+    __slots__ = ("deliver", "dropped", "key", "stopped", "take")
 
-    def __init__(self, take, deliver, stopped):
+    def __init__(self, take, deliver, stopped, dropped):
         self.take = take
         self.deliver = deliver
         self.stopped = stopped
+        self.dropped = dropped
         self.key = None
 
 

@@ -33,7 +33,8 @@ class ChannelTransport:
 
     def connect(self):
         """Connect through the channel and wait for the driver's ClientWelcome."""
-        self.channel.connect(Endpoint(self._take, self._deliver, self._driver_stopped))
+        self.channel.connect(Endpoint(self._take, self._deliver, self._driver_stopped,
+                                      self._dropped))
         deadline = time.monotonic() + self.timeout
         while not self._welcomed.wait(0.05):
             if self._futures.lost is not None:
@@ -86,6 +87,14 @@ class ChannelTransport:
         self._stopped()
         if self._futures.lost is None:
             lose(self._outbox, self._futures, lost_connection(self.address), log_it=True)
+
+    def _dropped(self, reason):
+        """The driver dropped this client (it could not hand it its messages): what is
+        pending fails with the reason."""
+        self._stopped()
+        if self._futures.lost is None:
+            lose(self._outbox, self._futures, DriverConnectionError(
+                f"driver {self.address} dropped this client: {reason}"), log_it=True)
 
     def _stopped(self):
         self._outbox.stopped = True

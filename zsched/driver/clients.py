@@ -191,7 +191,7 @@ class ClientEndpoint:
         client = self._sessions.disconnect(rid)
         if client is None:
             return False
-        self._peers.forget(rid)
+        self._peers.forget(rid, problem)
         log.warning("client %s is %s; dropping its %d task(s)", rid.hex(), problem, len(client.tasks))
         self.drop_client(client, "its client is gone")
         return True

@@ -211,8 +211,10 @@ class InProcessPeer(Peer):
         self.counters["messages_out"] += 1
         try:
             self.endpoint.deliver(msg)
-        except Exception:
+        except Exception as exc:
             log.exception("error handing %s to client %s", type(msg).__name__, self.rid.hex())
+            return f"handing it {type(msg).__name__} failed ({exc!r})"
+        return None
 
     def receive(self):
         frames = []
@@ -234,10 +236,13 @@ class InProcessPeer(Peer):
         counters["bytes_in"] += sum(map(len, frames))
         return frames
 
-    def close(self):
-        """Tell the client that the driver stopped."""
+    def close(self, reason=None):
+        """Tell the client that the driver stopped, or dropped it for ``reason``."""
         try:
-            self.endpoint.stopped()
+            if reason is None:
+                self.endpoint.stopped()
+            else:
+                self.endpoint.dropped(reason)
         except Exception:
             log.exception("error telling a client in this process that the driver stopped")
 
@@ -304,14 +309,17 @@ class Peers:
     def in_process(self, rid):
         return rid in self._in_process
 
-    def forget(self, rid):
-        """Forget peer ``rid`` (an executor removed, a client gone): a link is closed. A
-        ROUTER peer's connection keeps its role until it is gone (``probe``)."""
+    def forget(self, rid, reason=None):
+        """Forget peer ``rid`` (an executor removed, a client gone): a link is closed, a
+        client in this process told why (``reason``, if the driver drops it). A ROUTER
+        peer's connection keeps its role until it is gone (``probe``)."""
         peer = self._peers.get(rid)
         if peer is not None and type(peer) is not RouterPeer:
             del self._peers[rid]
-            self._in_process.pop(rid, None)
-            peer.close()
+            if self._in_process.pop(rid, None) is not None:
+                peer.close(reason)
+            else:
+                peer.close()
 
     def _router_peer(self, rid, frame):
         """The ROUTER peer of a connection heard from for the first time, its role given by
