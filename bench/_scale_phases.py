@@ -111,8 +111,10 @@ def run_config(args, task, n_executors, round_index, log, killed):
         figures["loss_s"] = loss_s
         if left:
             figures["loss_left"] = left
+        figures["loop_pause_ms"] = 1000 * client.status()["loop_longest_pause"]
         log(f"    all connections closed: driver dropped them in "
-            f"{'-' if loss_s is None else f'{loss_s:.2f} s'}")
+            f"{'-' if loss_s is None else f'{loss_s:.2f} s'}; its loop's longest pause "
+            f"over the last minute {figures['loop_pause_ms']:.1f} ms")
         return figures
     finally:
         if cluster is not None:
