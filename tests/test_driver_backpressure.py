@@ -1,10 +1,16 @@
 """Results on their way to clients (``driver/clients.py``): a window per client, results
 held on the driver past it, a client's tasks held past its backlog, and a client dropped
 only when it is gone, its futures told why."""
+import os
+import threading
+import time
+
 import pytest
 
 import zsched
 from zsched.errors import DriverConnectionError
+
+from conftest import wait_for
 
 
 def test_a_failed_hand_over_to_a_client_in_the_drivers_process_fails_its_futures_with_the_reason():
@@ -22,3 +28,43 @@ def test_a_failed_hand_over_to_a_client_in_the_drivers_process_fails_its_futures
                 future.result(30)
         with cluster.client() as other:  # the driver serves on
             assert other.submit(abs, -5).result(30) == 5
+
+
+def payload(i):
+    """A result of about 1 KiB."""
+    return i, b"r" * 1024
+
+
+@pytest.mark.parametrize("over", ["socket", "pipes"])
+def test_a_client_whose_callback_blocks_falls_behind_holds_its_tasks_then_gets_every_result(over):
+    with zsched.LocalCluster(2, client_results_window="64KiB", client_results_backlog="256KiB") as cluster:
+        if over == "socket":
+            client = zsched.Client(cluster.address, secret_file=cluster.secret_file)
+        else:
+            client = cluster.client()
+        assert client.transport == over
+        with client, cluster.client() as watcher:
+            unblock = threading.Event()
+            first = client.submit(payload, -1)
+            first.add_done_callback(lambda f: unblock.wait(60))  # the I/O thread waits in it
+            assert first.result(30) == (-1, b"r" * 1024)
+            futures = [client.submit(payload, i) for i in range(N_RESULTS)]
+
+            def behind():
+                (me,) = [c for c in watcher.status()["clients"] if c["pid"] == os.getpid()
+                         and c["tasks"] > 0]
+                return me["behind"] and me
+            # past its backlog, the client's queued tasks wait: the queue stops draining
+            held = wait_for(behind, 60, message="the client behind on its results")
+            assert held["results_held_bytes"] > 128 << 10
+            queued = watcher.status()["tasks"]["queued"]
+            assert queued > 0
+            time.sleep(1)
+            assert watcher.status()["tasks"]["queued"] == queued
+            assert watcher.submit(abs, -7).result(30) == 7  # other clients are served
+            unblock.set()
+            assert [f.result(120) for f in futures] == [payload(i) for i in range(N_RESULTS)]
+            assert not any(c["behind"] for c in watcher.status()["clients"])
+
+
+N_RESULTS = 20_000

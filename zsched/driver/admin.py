@@ -31,7 +31,7 @@ class Admin:
 
     def __init__(self, *, registry, scheduler, functions, send, clock, counters, app_id, url,
                  is_ready, allocator, cluster_manager, dynamic_allocation, remove_executor,
-                 send_control, longest_pause):
+                 send_control, longest_pause, clients):
         self._registry = registry
         self._scheduler = scheduler
         self._functions = functions
@@ -46,6 +46,7 @@ class Admin:
         self._remove_executor = remove_executor
         self._send_control = send_control
         self._longest_pause = longest_pause  # of the driver's loop, over the last minute
+        self._clients = clients  # routing id -> ClientData, of the connected clients
         self._history = deque(maxlen=_HISTORY_POINTS)
         self._snapshot = None
         self._idle_since = {}         # executor id -> when it was first seen idle
@@ -125,7 +126,17 @@ class Admin:
                        for i, h, r, t in registry.losses],
             "counters": dict(self._counters),
             "loop_longest_pause": self._longest_pause(),
+            "clients": [self._client_status(client) for client in self._clients.values()],
         }
+
+    @staticmethod
+    def _client_status(client):
+        """A client's tasks and results on their way; ``behind``: its queued tasks wait
+        until it takes the results held for it."""
+        return {"id": client.routing_id.hex(), "pid": client.pid, "tasks": len(client.tasks),
+                "results_in_flight": client.in_flight_rows,
+                "results_held_bytes": client.unsent_size + client.results.payload_size(),
+                "behind": client.held is not None}
 
     def publish_snapshot(self):
         """What the dashboard shows: ``status()`` with the history of the figures charted,

@@ -131,7 +131,7 @@ class Driver:
             url=self.url, is_ready=self.is_ready, allocator=self.allocator,
             cluster_manager=self.cluster_manager, dynamic_allocation=self.dynamic_allocation,
             remove_executor=executors.remove_executor, send_control=executors.send_control,
-            longest_pause=self.loop.longest_pause)
+            longest_pause=self.loop.longest_pause, clients=self.sessions.by_rid)
         self.client_endpoint = ClientEndpoint(
             **known, **shared, peers=self.peers, admin=self.admin,
             send_control=executors.send_control, warnings=self.warnings,
