@@ -244,3 +244,18 @@ def test_only_recent_losses_are_kept():
     assert registry.losses[-1][0] == "999"
     ids = [int(loss[0]) for loss in registry.losses]
     assert ids == sorted(ids) and ids[-1] - ids[0] == len(ids) - 1  # the latest, in order
+
+
+def test_functions_sent_to_a_covering_relief_are_sent_again_once_the_loop_speaks():
+    registry = ExecutorRegistry()
+    a = executor("1")
+    registry.add(a)
+    registry.attach_relief("1", b"relief-1", registry.relief_tokens["1"])
+    a.functions.update({b"f", b"g"})
+    registry.cover(a)
+    a.functions.add(b"h")      # sent with a launch on the relief's connection
+    a.functions.discard(b"g")  # forgotten meanwhile
+    registry.uncover(a)
+    # that launch may still wait on the relief's connection when the next one, on the
+    # loop's, needs h: h goes again with it
+    assert a.functions == {b"f"}

@@ -27,6 +27,7 @@ class ExecutorRegistry:
         self.by_rid = {}
         self.reliefs = {}
         self.covering = {}
+        self._functions_before_cover = {}  # executor id -> the functions it held then
         self.relief_tokens = {}
         self.liveness = liveness if liveness is not None else HeartbeatMonitor(5.0, 30.0)
         self.losses = []      # recent (executor id, host, reason, wall-clock time)
@@ -100,13 +101,17 @@ class ExecutorRegistry:
         relief = self.reliefs.get(executor.executor_id)
         if relief is not None and executor.executor_id not in self.covering:
             self.covering[executor.executor_id] = executor.routing_id
+            self._functions_before_cover[executor.executor_id] = set(executor.functions)
             executor.routing_id = relief
 
     def uncover(self, executor):
-        """``executor``'s loop speaks again: send to its own connection."""
+        """``executor``'s loop speaks again: send to its own connection. The functions sent
+        to the relief meanwhile count as not sent: a launch there may still wait to be
+        read when a later one, on the loop's connection, needs its function."""
         own = self.covering.pop(executor.executor_id, None)
         if own is not None:
             executor.routing_id = own
+            executor.functions &= self._functions_before_cover.pop(executor.executor_id)
 
     def add_to_loss_reason(self, executor_id, reason):
         """Append ``reason`` to the last loss recorded for ``executor_id``; True if it was
