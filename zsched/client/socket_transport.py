@@ -94,21 +94,34 @@ class SocketTransport(IOThreadTransport):
             watch.close()
 
     def serve(self):
+        """The I/O thread's loop. Besides the socket's monitor, it checks that the driver
+        answers (``_check_driver``): libzmq answers ZMTP heartbeats from its own thread,
+        so a driver whose loop is stuck or stopped would otherwise keep its client's
+        futures pending."""
         sock = self.socket
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self.wakeup.fd, zmq.POLLIN)
         poller.register(self._monitor, zmq.POLLIN)
         while True:
-            events = self._poll(poller)
-            if self._send_outbox(sock.send):
+            events = self._poll(poller, self._idle_ms())
+            if self._send_outbox():
                 return
             if self._monitor in events:  # after the results the driver sent before it went
                 self._receive(drain=True)
                 self._driver_lost()
                 return
-            if sock in events:
+            heard = sock in events
+            if heard:
                 self._receive()
+            if self._check_driver(heard):
+                return
+
+    def _send_frame(self, frame):
+        self.socket.send(frame)
+
+    def _output_waits(self):
+        return False
 
     def _receive(self, drain=False):
         """Handle the messages waiting from the driver. Unless ``drain``, stop after the
