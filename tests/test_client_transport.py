@@ -1,7 +1,7 @@
 """The client's connection to its driver: the ZMTP heartbeats it takes from the driver,
-a driver lost or stopped during a flood, and a stopped driver found by the client's pings
-(zsched/client/transport.py, socket_transport.py, channel_transport.py; the pipes' side
-is in test_pipe_link.py)."""
+a driver lost or stopped during a flood, a stopped driver found by the client's pings, and
+a driver that stops reading while the client's output waits (zsched/client/transport.py,
+socket_transport.py, channel_transport.py; the pipes' side is in test_pipe_link.py)."""
 import concurrent.futures
 import os
 import signal
@@ -11,6 +11,7 @@ import time
 import pytest
 
 import zsched
+from zsched.client.socket_transport import SocketTransport
 from zsched.config import Config
 from zsched.driver import Driver, DriverOptions
 
@@ -189,3 +190,34 @@ def test_a_socket_client_fails_its_futures_when_its_driver_is_stopped():
         client.shutdown()
         # the driver, running again, answers another client
         assert isinstance(cluster.client().status()["executors"], list)
+
+
+@pytest.mark.parametrize("transport", ["socket", "pipes"])
+def test_a_driver_that_stops_reading_is_found_while_the_clients_output_waits(
+        transport, monkeypatch):
+    """The driver stops (SIGSTOP) and the client floods it until what it sends waits in the
+    client (the socket's send queue full, or the pipe): the I/O thread, which never waits
+    in a send, still finds the driver silent, fails every future, and ends."""
+    monkeypatch.setattr(SocketTransport, "send_hwm", 10)  # full after a few frames
+    payload = b"x" * (256 << 10)
+    with zsched.LocalCluster(1, **STOPPABLE) as cluster:
+        client = a_client_of(cluster, transport)
+        io = client._transport
+        futures = []
+        os.kill(cluster.driver_pid, signal.SIGSTOP)
+        try:
+            while not io._output_waits() and len(futures) < 2_000:
+                futures.append(client.submit(len, payload))
+                # each task in a frame of its own: the I/O thread takes it, whatever waits
+                wait_for(lambda: not client._outbox.waiting(), timeout=60,
+                         message="the I/O thread taking the task")
+            assert io._output_waits(), "the driver read every frame: flood it more"
+            futures += [client.submit(len, payload) for _ in range(10)]
+            done, pending = concurrent.futures.wait(futures, timeout=60)
+            assert not pending
+            assert {type(f.exception()) for f in futures} == {zsched.DriverConnectionError}
+            assert all("answered nothing" in str(f.exception()) for f in futures)
+            wait_for(lambda: not io._thread.is_alive(), timeout=30, message="the I/O thread ended")
+            client.shutdown()  # returns: nothing left to wait for
+        finally:
+            os.kill(cluster.driver_pid, signal.SIGCONT)

@@ -43,8 +43,8 @@ class IOThreadTransport:
     that the driver still answers.
 
     Subclasses give ``kind``, ``serve()`` (the thread's loop over the connection),
-    ``_send_frame(frame)`` and ``_output_waits()``: whether frames wait for the driver
-    to read them."""
+    ``_send_frame(frame)``, which never waits, and ``_output_waits()``: whether frames
+    wait for the driver to read them."""
 
     kind = None
 
