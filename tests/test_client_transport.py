@@ -1,7 +1,8 @@
 """The client's connection to its driver: the ZMTP heartbeats it takes from the driver,
 a driver lost or stopped during a flood, a stopped driver found by the client's pings, and
 a driver that stops reading while the client's output waits (zsched/client/transport.py,
-socket_transport.py, channel_transport.py; the pipes' side is in test_pipe_link.py)."""
+socket_transport.py, channel_transport.py; the pipes' side is in test_pipe_link.py, what
+the client says it took in test_client_results_taken.py)."""
 import concurrent.futures
 import os
 import signal

@@ -35,12 +35,13 @@ log = logging.getLogger(__package__)  # zsched.client, for every module of the c
 # What a client sends a quiet driver while it waits on it: a request with no future (ids
 # of requests start at 1), which the driver's loop answers.
 _PING = encode(p.AdminPing(0))
+_TASK_RESULTS = MsgType.TASK_RESULTS
 
 
 class IOThreadTransport:
     """What the socket and the pipes share: the I/O thread, which alone uses the
     connection, and the wake-up pipe through which calling threads wake it; the check
-    that the driver still answers.
+    that the driver still answers; the count of results taken, told to the driver.
 
     Subclasses give ``kind``, ``serve()`` (the thread's loop over the connection),
     ``_send_frame(frame)``, which never waits, and ``_output_waits()``: whether frames
@@ -57,17 +58,19 @@ class IOThreadTransport:
         self._thread = None
         self._done = threading.Event()  # set once nothing leaves for the driver any more
         self._heartbeats = None  # a HeartbeatMonitor of the driver, from its settings
+        self._taken = None       # TakenResults, from the driver's settings
 
     def start(self):
         self._thread = threading.Thread(target=self._run, name="zsched-client-io", daemon=True)
         self._thread.start()
 
     def welcomed(self, config):
-        """The driver's settings (a ``Config``): its heartbeats."""
+        """The driver's settings (a ``Config``): its heartbeats and its results window."""
         self._heartbeats = HeartbeatMonitor(
             config.executor_heartbeat_interval, config.executor_heartbeat_timeout,
             send_when_quiet=True, clock=time.monotonic)
         self._heartbeats.heard(DRIVER)
+        self._taken = TakenResults(p.RESULTS_WINDOW_ROWS, config.client_results_window)
 
     def in_driver_thread(self):
         return False
@@ -106,7 +109,7 @@ class IOThreadTransport:
         each turn takes all the rows queued meanwhile."""
         wakeup = self.wakeup
         outbox = self._outbox
-        if outbox.rows or outbox.cancels:
+        if outbox.rows or outbox.cancels or self._taken.due:
             events = dict(poller.poll(0))
         else:
             wakeup.pending = False
@@ -122,9 +125,11 @@ class IOThreadTransport:
         return max(1, int(min(self._heartbeats.until_send(), 1.0) * 1000))
 
     def _send_outbox(self):
-        """Send what the calling threads queued since the last turn; True when a
-        ClientGoodbye was among them."""
+        """Send a ResultsTaken when one is due, then what the calling threads queued since
+        the last turn; True when a ClientGoodbye was among them."""
         send = self._send_frame
+        if self._taken.due:
+            send(encode(self._taken.message()))
         goodbye = False
         for msg in self._outbox.messages_for_driver():
             send(encode(msg))
@@ -138,6 +143,8 @@ class IOThreadTransport:
             log.warning("ignored a malformed message from the driver: %s", exc)
             return
         self._futures.from_driver(msg)
+        if msg.TYPE == _TASK_RESULTS:  # taken, its callbacks run: the driver may send more
+            self._taken.took(len(msg.results), len(frame))
 
     def _check_driver(self, heard):
         """Ping a quiet driver, or find it silent: True when it is lost.
@@ -171,6 +178,36 @@ class IOThreadTransport:
 
     def close(self):
         self.wakeup.close()
+
+
+class TakenResults:
+    """The results the I/O thread has taken off its connection since it last told the
+    driver (``ResultsTaken``). The driver sends a client at most a window of results it
+    has not taken (``RESULTS_WINDOW_ROWS`` rows, ``client_results_window`` bytes); the
+    client tells it once it has taken a quarter of either, so the window never runs dry
+    while the client reads."""
+
+    __slots__ = ("rows", "size", "due", "_rows_due", "_size_due")
+
+    def __init__(self, window_rows, window_size):
+        self.rows = self.size = 0
+        self.due = False  # a ResultsTaken is to be sent
+        self._rows_due = max(1, window_rows // 4)
+        self._size_due = max(1, window_size // 4)
+
+    def took(self, rows, size):
+        """A TaskResults frame of ``size`` bytes with ``rows`` rows was handed over."""
+        self.rows += rows
+        self.size += size
+        if self.rows >= self._rows_due or self.size >= self._size_due:
+            self.due = True
+
+    def message(self):
+        """The ResultsTaken of what was taken; the count starts again from nothing."""
+        msg = p.ResultsTaken(self.rows, self.size)
+        self.rows = self.size = 0
+        self.due = False
+        return msg
 
 
 def lost_connection(address):
