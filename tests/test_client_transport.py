@@ -1,6 +1,8 @@
 """The client's connection to its driver: the ZMTP heartbeats it takes from the driver,
-and a driver lost or stopped during a flood (zsched/client/socket_transport.py,
-zsched/client/channel_transport.py; the pipes' side is in test_pipe_link.py)."""
+a driver lost or stopped during a flood, a stopped driver found by the client's pings, and
+a driver that stops reading while the client's output waits (zsched/client/transport.py,
+socket_transport.py, channel_transport.py; the pipes' side is in test_pipe_link.py, what
+the client says it took in test_client_results_taken.py)."""
 import concurrent.futures
 import os
 import signal
@@ -10,8 +12,11 @@ import time
 import pytest
 
 import zsched
+from zsched.client.socket_transport import SocketTransport
 from zsched.config import Config
 from zsched.driver import Driver, DriverOptions
+
+from conftest import wait_for
 
 
 FLOOD = 20_000
@@ -145,3 +150,75 @@ def test_a_driver_silent_longer_than_the_default_but_within_its_own_timeout_keep
 def test_a_malformed_address_is_refused_before_any_connection(address):
     with pytest.raises(zsched.ConfigError, match="address must be tcp://HOST:PORT"):
         zsched.Client(address, timeout=1)
+
+
+# The client's pings find a stopped driver after 3 s; ZMTP heartbeats would only after 10
+# minutes, so the pings are what finds it.
+STOPPABLE = {"executor_heartbeat_interval": 0.5, "executor_heartbeat_timeout": 3.0,
+             "zmq_heartbeat_timeout": 600}
+SILENT = r"answered nothing for 3 s \(executor_heartbeat_timeout\)"
+
+
+def a_client_of(cluster, transport):
+    if transport == "pipes":
+        client = cluster.client()
+    else:
+        client = zsched.Client(cluster.local_address, secret_file=cluster.secret_file)
+    assert client.transport == transport
+    return client
+
+
+def test_a_socket_client_fails_its_futures_when_its_driver_is_stopped():
+    """A stopped driver's libzmq answers no heartbeat, but the ZMTP timeout is long: the
+    client's pings find it silent after executor_heartbeat_timeout, and say so."""
+    timeout = STOPPABLE["executor_heartbeat_timeout"]
+    with zsched.LocalCluster(1, **STOPPABLE) as cluster:
+        client = a_client_of(cluster, "socket")
+        future = client.submit(time.sleep, 3600)
+        wait_for(lambda: client.status()["tasks"]["running"] == 1, timeout=30,
+                 message="the task running")
+        started = time.monotonic()
+        os.kill(cluster.driver_pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(zsched.DriverConnectionError, match=SILENT):
+                future.result(STOPPABLE["zmq_heartbeat_timeout"] / 10)
+            waited = time.monotonic() - started
+        finally:
+            os.kill(cluster.driver_pid, signal.SIGCONT)
+        assert waited >= timeout, waited  # not before the timeout
+        with pytest.raises(zsched.DriverConnectionError, match=SILENT):
+            client.submit(abs, 1)
+        client.shutdown()
+        # the driver, running again, answers another client
+        assert isinstance(cluster.client().status()["executors"], list)
+
+
+@pytest.mark.parametrize("transport", ["socket", "pipes"])
+def test_a_driver_that_stops_reading_is_found_while_the_clients_output_waits(
+        transport, monkeypatch):
+    """The driver stops (SIGSTOP) and the client floods it until what it sends waits in the
+    client (the socket's send queue full, or the pipe): the I/O thread, which never waits
+    in a send, still finds the driver silent, fails every future, and ends."""
+    monkeypatch.setattr(SocketTransport, "send_hwm", 10)  # full after a few frames
+    payload = b"x" * (256 << 10)
+    with zsched.LocalCluster(1, **STOPPABLE) as cluster:
+        client = a_client_of(cluster, transport)
+        io = client._transport
+        futures = []
+        os.kill(cluster.driver_pid, signal.SIGSTOP)
+        try:
+            while not io._output_waits() and len(futures) < 2_000:
+                futures.append(client.submit(len, payload))
+                # each task in a frame of its own: the I/O thread takes it, whatever waits
+                wait_for(lambda: not client._outbox.waiting(), timeout=60,
+                         message="the I/O thread taking the task")
+            assert io._output_waits(), "the driver read every frame: flood it more"
+            futures += [client.submit(len, payload) for _ in range(10)]
+            done, pending = concurrent.futures.wait(futures, timeout=60)
+            assert not pending
+            assert {type(f.exception()) for f in futures} == {zsched.DriverConnectionError}
+            assert all("answered nothing" in str(f.exception()) for f in futures)
+            wait_for(lambda: not io._thread.is_alive(), timeout=30, message="the I/O thread ended")
+            client.shutdown()  # returns: nothing left to wait for
+        finally:
+            os.kill(cluster.driver_pid, signal.SIGCONT)

@@ -1,7 +1,9 @@
 """A DEALER socket to a driver in another process: hello and welcome, ZMTP heartbeats,
 the I/O thread's loop, and the connection lost."""
+import logging
 import os
 import time
+from collections import deque
 
 import zmq
 
@@ -13,7 +15,12 @@ from ..socket_options import heartbeat_options
 from ..socket_state import SocketState
 from .transport import IOThreadTransport
 
-_POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
+log = logging.getLogger(__package__)  # zsched.client, for every module of the client
+
+_POLLIN = int(zmq.POLLIN)  # plain ints: an IntFlag & makes an enum
+_POLLOUT = int(zmq.POLLOUT)
+_NOBLOCK = int(zmq.NOBLOCK)
+_GOODBYE_LINGER = 1.0  # seconds a goodbye may wait for room in the send queue, as a socket lingers
 
 
 class SocketTransport(IOThreadTransport):
@@ -21,6 +28,7 @@ class SocketTransport(IOThreadTransport):
     no security). The socket is made in ``connect`` and used by the I/O thread alone."""
 
     kind = "socket"
+    send_hwm = 100_000  # frames the socket queues for the driver before a send would wait
 
     def __init__(self, address, timeout, outbox, futures, keys):
         super().__init__(address, timeout, outbox, futures)
@@ -29,6 +37,7 @@ class SocketTransport(IOThreadTransport):
         self.socket = None
         self._socket_state = None
         self._monitor = None
+        self._unsent = deque()  # frames the send queue had no room for, in order
 
     def connect(self):
         """The driver's ClientWelcome, over a DEALER socket connected to it.
@@ -61,7 +70,7 @@ class SocketTransport(IOThreadTransport):
         """A new connection with these heartbeat options, and the driver's ClientWelcome."""
         sock = self._context.socket(zmq.DEALER)
         sock.linger = 1000
-        sock.sndhwm = 100_000
+        sock.sndhwm = self.send_hwm
         sock.rcvhwm = 100_000
         for option, value in heartbeats.items():
             sock.set(option, value)
@@ -94,21 +103,66 @@ class SocketTransport(IOThreadTransport):
             watch.close()
 
     def serve(self):
+        """The I/O thread's loop. It never waits in a send: a frame the send queue has no
+        room for waits, in order, until poll says there is room. Meanwhile the loop reads,
+        watches the socket's monitor and checks that the driver answers
+        (``_check_driver``): a driver that stopped reading is lost after
+        ``executor_heartbeat_timeout``, though libzmq still answers its heartbeats."""
         sock = self.socket
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self.wakeup.fd, zmq.POLLIN)
         poller.register(self._monitor, zmq.POLLIN)
+        polling_out = False
+        closing = None  # once a goodbye is queued: when it stops waiting for room
         while True:
-            events = self._poll(poller)
-            if self._send_outbox(sock.send):
+            events = self._poll(poller, self._idle_ms())
+            ready = events.get(sock, 0)
+            if ready & _POLLOUT:
+                self._flush()
+            if self._send_outbox():
+                closing = time.monotonic() + _GOODBYE_LINGER
+            if closing is not None and (not self._unsent or time.monotonic() > closing):
+                if self._unsent:
+                    log.debug("the goodbye to driver %s found no room within %g s",
+                              self.address, _GOODBYE_LINGER)
                 return
             if self._monitor in events:  # after the results the driver sent before it went
                 self._receive(drain=True)
                 self._driver_lost()
                 return
-            if sock in events:
+            if ready & _POLLIN:
                 self._receive()
+            if self._check_driver(ready & _POLLIN):
+                return
+            if bool(self._unsent) != polling_out:  # poll for room while frames wait
+                polling_out = not polling_out
+                poller.modify(sock, zmq.POLLIN | zmq.POLLOUT if polling_out else zmq.POLLIN)
+
+    def _send_frame(self, frame):
+        """Send ``frame``, or keep it, after those kept before, when the queue is full."""
+        unsent = self._unsent
+        if not unsent:
+            try:
+                self.socket.send(frame, _NOBLOCK)
+                return
+            except zmq.Again:
+                pass
+        unsent.append(frame)
+
+    def _flush(self):
+        """Send the frames kept, in order, as far as the send queue has room."""
+        unsent = self._unsent
+        send = self.socket.send
+        while unsent:
+            try:
+                send(unsent[0], _NOBLOCK)
+            except zmq.Again:
+                return
+            unsent.popleft()
+
+    def _output_waits(self):
+        return bool(self._unsent)
 
     def _receive(self, drain=False):
         """Handle the messages waiting from the driver. Unless ``drain``, stop after the

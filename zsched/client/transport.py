@@ -22,19 +22,30 @@ driver's messages complete). The interface:
 """
 import logging
 import threading
+import time
 
+from .. import protocol as p
 from ..errors import DriverConnectionError
+from ..liveness import DRIVER, HeartbeatMonitor
 from ..protocol import MsgType, ProtocolError, decode, encode
 from ..wakeup import WakeupPipe
 
 log = logging.getLogger(__package__)  # zsched.client, for every module of the client
 
+# What a client sends a quiet driver while it waits on it: a request with no future (ids
+# of requests start at 1), which the driver's loop answers.
+_PING = encode(p.AdminPing(0))
+_TASK_RESULTS = MsgType.TASK_RESULTS
+
 
 class IOThreadTransport:
     """What the socket and the pipes share: the I/O thread, which alone uses the
-    connection, and the wake-up pipe through which calling threads wake it.
+    connection, and the wake-up pipe through which calling threads wake it; the check
+    that the driver still answers; the count of results taken, told to the driver.
 
-    Subclasses give ``kind`` and ``serve()``, the thread's loop over the connection."""
+    Subclasses give ``kind``, ``serve()`` (the thread's loop over the connection),
+    ``_send_frame(frame)``, which never waits, and ``_output_waits()``: whether frames
+    wait for the driver to read them."""
 
     kind = None
 
@@ -46,13 +57,20 @@ class IOThreadTransport:
         self._futures = futures
         self._thread = None
         self._done = threading.Event()  # set once nothing leaves for the driver any more
+        self._heartbeats = None  # a HeartbeatMonitor of the driver, from its settings
+        self._taken = None       # TakenResults, from the driver's settings
 
     def start(self):
         self._thread = threading.Thread(target=self._run, name="zsched-client-io", daemon=True)
         self._thread.start()
 
     def welcomed(self, config):
-        """Nothing to set from the driver's settings (pipes have their frame limit)."""
+        """The driver's settings (a ``Config``): its heartbeats and its results window."""
+        self._heartbeats = HeartbeatMonitor(
+            config.executor_heartbeat_interval, config.executor_heartbeat_timeout,
+            send_when_quiet=True, clock=time.monotonic)
+        self._heartbeats.heard(DRIVER)
+        self._taken = TakenResults(p.RESULTS_WINDOW_ROWS, config.client_results_window)
 
     def in_driver_thread(self):
         return False
@@ -91,7 +109,7 @@ class IOThreadTransport:
         each turn takes all the rows queued meanwhile."""
         wakeup = self.wakeup
         outbox = self._outbox
-        if outbox.rows or outbox.cancels:
+        if outbox.rows or outbox.cancels or self._taken.due:
             events = dict(poller.poll(0))
         else:
             wakeup.pending = False
@@ -102,9 +120,16 @@ class IOThreadTransport:
             wakeup.drain()
         return events
 
-    def _send_outbox(self, send):
-        """Send what the calling threads queued since the last turn, each frame with
-        ``send``; True once a ClientGoodbye has gone."""
+    def _idle_ms(self):
+        """How long the loop may sleep: until the next ping is due, a second at most."""
+        return max(1, int(min(self._heartbeats.until_send(), 1.0) * 1000))
+
+    def _send_outbox(self):
+        """Send a ResultsTaken when one is due, then what the calling threads queued since
+        the last turn; True when a ClientGoodbye was among them."""
+        send = self._send_frame
+        if self._taken.due:
+            send(encode(self._taken.message()))
         goodbye = False
         for msg in self._outbox.messages_for_driver():
             send(encode(msg))
@@ -118,6 +143,32 @@ class IOThreadTransport:
             log.warning("ignored a malformed message from the driver: %s", exc)
             return
         self._futures.from_driver(msg)
+        if msg.TYPE == _TASK_RESULTS:  # taken, its callbacks run: the driver may send more
+            self._taken.took(len(msg.results), len(frame))
+
+    def _check_driver(self, heard):
+        """Ping a quiet driver, or find it silent: True when it is lost.
+
+        A driver that is stopped (SIGSTOP) or whose loop is stuck may still answer ZMTP
+        heartbeats from libzmq's thread, and keeps its end of the pipes open. So while
+        tasks or requests wait, or frames wait for it to read them, a driver silent for
+        ``executor_heartbeat_interval`` is pinged (an AdminPing its loop answers), and one
+        silent for longer than ``executor_heartbeat_timeout`` is lost, as its executors
+        judge it: every pending future fails. Called after the turn's frames were handed
+        over, so time spent in done-callbacks is not taken for the driver's silence."""
+        monitor = self._heartbeats
+        now = monitor.clock()
+        if heard or not (self._futures.waiting() or self._output_waits()):
+            monitor.heard(DRIVER, now)  # silence counts only while something waits
+        elif monitor.is_silent(DRIVER, now):
+            self._lose(DriverConnectionError(
+                f"driver {self.address} answered nothing for {monitor.timeout:g} s "
+                "(executor_heartbeat_timeout) while tasks waited: it is stopped or hung; its "
+                "pending tasks fail"), log_it=True)
+            return True
+        elif monitor.due_to_send(now):
+            self._send_frame(_PING)
+        return False
 
     def _driver_lost(self):
         lose(self._outbox, self._futures, lost_connection(self.address), log_it=True)
@@ -127,6 +178,36 @@ class IOThreadTransport:
 
     def close(self):
         self.wakeup.close()
+
+
+class TakenResults:
+    """The results the I/O thread has taken off its connection since it last told the
+    driver (``ResultsTaken``). The driver sends a client at most a window of results it
+    has not taken (``RESULTS_WINDOW_ROWS`` rows, ``client_results_window`` bytes); the
+    client tells it once it has taken a quarter of either, so the window never runs dry
+    while the client reads."""
+
+    __slots__ = ("rows", "size", "due", "_rows_due", "_size_due")
+
+    def __init__(self, window_rows, window_size):
+        self.rows = self.size = 0
+        self.due = False  # a ResultsTaken is to be sent
+        self._rows_due = max(1, window_rows // 4)
+        self._size_due = max(1, window_size // 4)
+
+    def took(self, rows, size):
+        """A TaskResults frame of ``size`` bytes with ``rows`` rows was handed over."""
+        self.rows += rows
+        self.size += size
+        if self.rows >= self._rows_due or self.size >= self._size_due:
+            self.due = True
+
+    def message(self):
+        """The ResultsTaken of what was taken; the count starts again from nothing."""
+        msg = p.ResultsTaken(self.rows, self.size)
+        self.rows = self.size = 0
+        self.due = False
+        return msg
 
 
 def lost_connection(address):
