@@ -132,11 +132,12 @@ class Admin:
     @staticmethod
     def _client_status(client):
         """A client's tasks and results on their way; ``behind``: its queued tasks wait
-        until it takes the results held for it."""
+        (``tasks_held``, not counted as queued) until it takes the results held for it."""
         return {"id": client.routing_id.hex(), "pid": client.pid, "tasks": len(client.tasks),
                 "results_in_flight": client.in_flight_rows,
                 "results_held_bytes": client.unsent_size + client.results.payload_size(),
-                "behind": client.held is not None}
+                "behind": client.held is not None,
+                "tasks_held": len(client.held or ())}
 
     def publish_snapshot(self):
         """What the dashboard shows: ``status()`` with the history of the figures charted,
