@@ -26,7 +26,9 @@ import msgpack
 from .errors import ProtocolError
 from .task_state import TaskState  # noqa: F401 (part of the protocol; the wire's compiled part uses it too)
 from ._wire_py import batch_tasks  # noqa: F401 (one splitter for LaunchTasks and SubmitTasks)
-from .wire import StatusRows, SubmitRows, read_status_updates, read_submit_tasks, rows_have_types
+from .field_checks import (dict_of, is_bool, is_bytes, is_int, is_number, is_scalar, is_settings, is_str,
+                           list_of, optional, rows_of)
+from .wire import StatusRows, SubmitRows, read_status_updates, read_submit_tasks
 
 VERSION = 1
 
@@ -143,52 +145,6 @@ class MsgType(IntEnum):
     ADMIN_KILL_EXECUTORS_ON_HOST = AdminOp.KILL_EXECUTORS_ON_HOST
 
 
-# ---------------------------------------------------------------- field checks
-# A check takes a decoded value and returns True when it has the declared shape.
-
-def _is(*types):
-    def check(value):
-        # bool is an int in Python, but never a valid int field on the wire
-        return isinstance(value, types) and (bool in types or not isinstance(value, bool))
-    return check
-
-
-_int = _is(int)
-_bool = _is(bool)
-_str = _is(str)
-_bytes = _is(bytes)
-_number = _is(int, float)
-
-
-def _opt(check):
-    return lambda value: value is None or check(value)
-
-
-def _list_of(check):
-    return lambda value: isinstance(value, list) and all(check(v) for v in value)
-
-
-def _dict_of(check_key, check_value):
-    return lambda value: isinstance(value, dict) and all(
-        check_key(k) and check_value(v) for k, v in value.items()
-    )
-
-
-def _rows(*types, read_as=None):
-    """A list of rows (one task each in a batch) whose items have exactly ``types``, in
-    order; or, given ``read_as``, rows the wire read from a frame and checked then (a
-    ``StatusRows`` or ``SubmitRows``). msgpack decodes to exact int, float, str and bytes, so
-    an exact type test is both right (a bool never passes for an int) and cheap: this runs
-    once per task, compiled (``rows_have_types``)."""
-    return lambda value: type(value) is read_as or rows_have_types(value, types)
-
-
-def _scalar(value):
-    return value is None or isinstance(value, (int, float, str, bool))
-
-
-_settings = _dict_of(_str, _scalar)
-
 # ---------------------------------------------------------------- messages
 
 
@@ -216,7 +172,7 @@ _BY_TYPE = {}
 
 # -- executor -> driver
 
-@_message(MsgType.REGISTER_EXECUTOR, _str, _str, _int, _str, _int)
+@_message(MsgType.REGISTER_EXECUTOR, is_str, is_str, is_int, is_str, is_int)
 class RegisterExecutor(Message):
     executor_id: str
     hostname: str
@@ -225,28 +181,28 @@ class RegisterExecutor(Message):
     pid: int
 
 
-@_message(MsgType.STATUS_UPDATES, _int, _number, _rows(int, int, int, bytes, read_as=StatusRows))
+@_message(MsgType.STATUS_UPDATES, is_int, is_number, rows_of(int, int, int, bytes, read_as=StatusRows))
 class StatusUpdates(Message):
     incarnation: int
     busy: float    # seconds the executor spent running the tasks reported here
     updates: list  # [[task_id, attempt, TaskState, payload], ...]
 
 
-@_message(MsgType.HEARTBEAT, _int, _str, _dict_of(_str, _scalar))
+@_message(MsgType.HEARTBEAT, is_int, is_str, dict_of(is_str, is_scalar))
 class Heartbeat(Message):
     incarnation: int
     executor_id: str
     metrics: dict  # HEARTBEAT_METRICS: rss (bytes), cpu (percent), busy threads, functions held
 
 
-@_message(MsgType.REMOVE_EXECUTOR, _str, _str, lambda v: isinstance(v, bool))
+@_message(MsgType.REMOVE_EXECUTOR, is_str, is_str, lambda v: isinstance(v, bool))
 class RemoveExecutor(Message):
     executor_id: str
     reason: str  # why the executor leaves
     charge_tasks: bool  # whether the tasks it held count this loss as one of their failures
 
 
-@_message(MsgType.ATTACH_RELIEF, _int, _str, _int, _bytes)
+@_message(MsgType.ATTACH_RELIEF, is_int, is_str, is_int, is_bytes)
 class AttachRelief(Message):
     """The first message of an executor's second connection, its relief thread's own: the
     driver sends it copies of the kills and stops it sends the executor, and hears its
@@ -258,7 +214,7 @@ class AttachRelief(Message):
     token: bytes
 
 
-@_message(MsgType.EXECUTOR_HELLO, _int)
+@_message(MsgType.EXECUTOR_HELLO, is_int)
 class ExecutorHello(Message):
     """An executor asks the driver's settings before it registers (over a connection of
     its own, closed then); answered with a ClientWelcome."""
@@ -267,32 +223,32 @@ class ExecutorHello(Message):
 
 # -- driver -> executor
 
-@_message(MsgType.REGISTERED_EXECUTOR, _int, _settings, _bytes)
+@_message(MsgType.REGISTERED_EXECUTOR, is_int, is_settings, is_bytes)
 class RegisteredExecutor(Message):
     incarnation: int
     settings: dict
     relief_token: bytes  # what the executor's second connection proves itself with
 
 
-@_message(MsgType.REGISTER_EXECUTOR_FAILED, _str)
+@_message(MsgType.REGISTER_EXECUTOR_FAILED, is_str)
 class RegisterExecutorFailed(Message):
     reason: str
 
 
-@_message(MsgType.LAUNCH_TASKS, _dict_of(_bytes, _bytes), _rows(int, int, bytes, bytes))
+@_message(MsgType.LAUNCH_TASKS, dict_of(is_bytes, is_bytes), rows_of(int, int, bytes, bytes))
 class LaunchTasks(Message):
     functions: dict  # function digest -> cloudpickled function, for digests new to this executor
     tasks: list      # [[task_id, attempt, function digest, pickled (args, kwargs)], ...]
 
 
-@_message(MsgType.KILL_TASK, _int, _int, _str)
+@_message(MsgType.KILL_TASK, is_int, is_int, is_str)
 class KillTask(Message):
     task_id: int
     attempt: int
     reason: str
 
 
-@_message(MsgType.STOP_EXECUTOR, _str)
+@_message(MsgType.STOP_EXECUTOR, is_str)
 class StopExecutor(Message):
     reason: str
 
@@ -302,12 +258,12 @@ class Shutdown(Message):
     pass
 
 
-@_message(MsgType.HEARTBEAT_ACK, _int)
+@_message(MsgType.HEARTBEAT_ACK, is_int)
 class HeartbeatAck(Message):
     incarnation: int
 
 
-@_message(MsgType.DECOMMISSION_EXECUTOR, _str)
+@_message(MsgType.DECOMMISSION_EXECUTOR, is_str)
 class DecommissionExecutor(Message):
     """Take no new tasks, give back the unstarted ones (RETURNED), finish the running
     ones, then exit 0."""
@@ -319,14 +275,14 @@ class Probe(Message):
     pass
 
 
-@_message(MsgType.RETURN_TASKS, _int)
+@_message(MsgType.RETURN_TASKS, is_int)
 class ReturnTasks(Message):
     """Give back up to ``count`` tasks not started yet (RETURNED), the newest first: they
     wait here behind a long task while cores elsewhere are idle."""
     count: int
 
 
-@_message(MsgType.FORGET_FUNCTIONS, _list_of(_bytes))
+@_message(MsgType.FORGET_FUNCTIONS, list_of(is_bytes))
 class ForgetFunctions(Message):
     """From a client: it no longer needs these functions it sent (it sends one again with
     the next task that does). From the driver to an executor: drop them, no connected
@@ -337,31 +293,31 @@ class ForgetFunctions(Message):
 
 # -- client -> driver
 
-@_message(MsgType.CLIENT_HELLO, _int)
+@_message(MsgType.CLIENT_HELLO, is_int)
 class ClientHello(Message):
     pid: int
 
 
-@_message(MsgType.SUBMIT_TASKS, _dict_of(_bytes, _bytes), _rows(int, bytes, bytes, int, read_as=SubmitRows))
+@_message(MsgType.SUBMIT_TASKS, dict_of(is_bytes, is_bytes), rows_of(int, bytes, bytes, int, read_as=SubmitRows))
 class SubmitTasks(Message):
     functions: dict  # digest -> cloudpickled function, for digests new to the driver
     tasks: list      # [[client task id, function digest, pickled (args, kwargs), retries], ...]
     # retries: how many times the task is run again after it raises (0: never)
 
 
-@_message(MsgType.CANCEL_TASKS, _list_of(_int))
+@_message(MsgType.CANCEL_TASKS, list_of(is_int))
 class CancelTasks(Message):
     task_ids: list  # client task ids
 
 
-@_message(MsgType.CANCEL_QUEUED_TASKS, _int)
+@_message(MsgType.CANCEL_QUEUED_TASKS, is_int)
 class CancelQueuedTasks(Message):
     """Cancel the client's tasks that no executor holds (``shutdown(cancel_futures=True)``).
     The driver sends their KILLED results, then an AdminReply with their number."""
     request_id: int
 
 
-@_message(MsgType.RESULTS_TAKEN, _int, _int)
+@_message(MsgType.RESULTS_TAKEN, is_int, is_int)
 class ResultsTaken(Message):
     """The client has taken ``rows`` more results off its connection, in TaskResults
     frames of ``size`` bytes in all. The driver keeps at most ``RESULTS_WINDOW_ROWS`` rows
@@ -383,19 +339,19 @@ class ClientGoodbye(Message):
 
 # -- driver -> client
 
-@_message(MsgType.CLIENT_WELCOME, _int, _str, _settings)
+@_message(MsgType.CLIENT_WELCOME, is_int, is_str, is_settings)
 class ClientWelcome(Message):
     incarnation: int
     app_id: str
     settings: dict
 
 
-@_message(MsgType.TASK_RESULTS, _rows(int, int, bytes))
+@_message(MsgType.TASK_RESULTS, rows_of(int, int, bytes))
 class TaskResults(Message):
     results: list  # [[client task id, TaskState, payload], ...]
 
 
-@_message(MsgType.ADMIN_REPLY, _int, lambda v: isinstance(v, bool), lambda v: True)
+@_message(MsgType.ADMIN_REPLY, is_int, lambda v: isinstance(v, bool), lambda v: True)
 class AdminReply(Message):
     request_id: int
     ok: bool
@@ -408,7 +364,7 @@ class AdminReply(Message):
 def _admin(op, *checks):
     """A message type for admin operation ``op``: a request id, then ``checks``."""
     def wrap(cls):
-        cls = _message(MsgType(op), _int, *checks)(cls)
+        cls = _message(MsgType(op), is_int, *checks)(cls)
         cls.OP = op
         ADMIN_MESSAGES[op] = cls
         return cls
@@ -447,25 +403,25 @@ class AdminStatus(AdminMessage):
     request_id: int
 
 
-@_admin(AdminOp.IS_EXECUTOR_ACTIVE, _str)
+@_admin(AdminOp.IS_EXECUTOR_ACTIVE, is_str)
 class AdminIsExecutorActive(AdminMessage):
     request_id: int
     executor_id: str
 
 
-@_admin(AdminOp.DECOMMISSION_EXECUTORS, _list_of(_str))
+@_admin(AdminOp.DECOMMISSION_EXECUTORS, list_of(is_str))
 class AdminDecommissionExecutors(AdminMessage):
     request_id: int
     executor_ids: list
 
 
-@_admin(AdminOp.DECOMMISSION_EXECUTORS_ON_HOST, _str)
+@_admin(AdminOp.DECOMMISSION_EXECUTORS_ON_HOST, is_str)
 class AdminDecommissionExecutorsOnHost(AdminMessage):
     request_id: int
     host: str
 
 
-@_admin(AdminOp.REQUEST_TOTAL_EXECUTORS, _int, _int, _opt(_dict_of(_str, _int)))
+@_admin(AdminOp.REQUEST_TOTAL_EXECUTORS, is_int, is_int, optional(dict_of(is_str, is_int)))
 class AdminRequestTotalExecutors(AdminMessage):
     request_id: int
     n: int
@@ -473,13 +429,13 @@ class AdminRequestTotalExecutors(AdminMessage):
     host_to_local_task_count: object  # {host: task count} or None
 
 
-@_admin(AdminOp.REQUEST_EXECUTORS, _int)
+@_admin(AdminOp.REQUEST_EXECUTORS, is_int)
 class AdminRequestExecutors(AdminMessage):
     request_id: int
     n: int
 
 
-@_admin(AdminOp.KILL_EXECUTORS, _list_of(_str), _bool, _bool)
+@_admin(AdminOp.KILL_EXECUTORS, list_of(is_str), is_bool, is_bool)
 class AdminKillExecutors(AdminMessage):
     request_id: int
     executor_ids: list
@@ -487,7 +443,7 @@ class AdminKillExecutors(AdminMessage):
     force: bool
 
 
-@_admin(AdminOp.KILL_EXECUTORS_ON_HOST, _str)
+@_admin(AdminOp.KILL_EXECUTORS_ON_HOST, is_str)
 class AdminKillExecutorsOnHost(AdminMessage):
     request_id: int
     host: str

@@ -1,0 +1,47 @@
+"""The shapes of message fields, checked on decode: each check takes a decoded value and
+says whether it has the declared shape (``protocol`` declares a check per field)."""
+from .wire import rows_have_types
+
+
+def is_type(*types):
+    def check(value):
+        # bool is an int in Python, but never a valid int field on the wire
+        return isinstance(value, types) and (bool in types or not isinstance(value, bool))
+    return check
+
+
+is_int = is_type(int)
+is_bool = is_type(bool)
+is_str = is_type(str)
+is_bytes = is_type(bytes)
+is_number = is_type(int, float)
+
+
+def optional(check):
+    return lambda value: value is None or check(value)
+
+
+def list_of(check):
+    return lambda value: isinstance(value, list) and all(check(v) for v in value)
+
+
+def dict_of(check_key, check_value):
+    return lambda value: isinstance(value, dict) and all(
+        check_key(k) and check_value(v) for k, v in value.items()
+    )
+
+
+def rows_of(*types, read_as=None):
+    """A list of rows (one task each in a batch) whose items have exactly ``types``, in
+    order; or, given ``read_as``, rows the wire read from a frame and checked then (a
+    ``StatusRows`` or ``SubmitRows``). msgpack decodes to exact int, float, str and bytes, so
+    an exact type test is both right (a bool never passes for an int) and cheap: this runs
+    once per task, compiled (``rows_have_types``)."""
+    return lambda value: type(value) is read_as or rows_have_types(value, types)
+
+
+def is_scalar(value):
+    return value is None or isinstance(value, (int, float, str, bool))
+
+
+is_settings = dict_of(is_str, is_scalar)
