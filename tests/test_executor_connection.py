@@ -3,7 +3,8 @@ socket cannot take while the driver does not read waits, in order, and leaves on
 driver reads again; nothing is dropped, nothing sent twice, and the executor still obeys
 the driver meanwhile.
 
-The executor is a process of its own; the driver is a ROUTER in the test that registers
+A connection alone is tested over a DEALER of the test's (as the relief thread's own).
+Then the executor is a process of its own; the driver is a ROUTER in the test that registers
 it by hand (``zsched.protocol``) and stops reading for a while. The executor's queue
 limit (``registration.QUEUE_HWM``) is lowered in that process alone, so that a few
 thousand status updates fill it instead of a hundred thousand.
@@ -20,6 +21,7 @@ import zmq
 
 from zsched import protocol as p
 from zsched.config import Config
+from zsched.executor.connection import DriverConnection
 
 from conftest import wait_for
 
@@ -172,3 +174,45 @@ def test_a_driver_gone_while_reports_wait_is_still_found(slow_driver):
     assert driver.proc.wait(60) == 1, driver.stderr()
     driver._reader.join(10)
     assert "lost the connection to the driver" in driver.stderr()
+
+
+def test_a_connection_holds_in_order_what_its_socket_does_not_take():
+    """A DEALER with room for one message, to a ROUTER that reads nothing: what the socket
+    does not take waits in the connection, which polls for room meanwhile; once the
+    ROUTER reads again, every message arrives once, in order, and the polling stops."""
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.rcvhwm, router.rcvbuf, router.linger = 1, 4096, 0
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    dealer = context.socket(zmq.DEALER)
+    dealer.sndhwm, dealer.sndbuf, dealer.linger = 1, 4096, 0
+    dealer.connect(f"tcp://127.0.0.1:{port}")
+    connection = DriverConnection(socket=dealer)
+    poller = zmq.Poller()
+    connection.watch(poller)
+    polled = lambda: dict(poller.sockets)[dealer]  # noqa: E731
+    try:
+        connection.send(p.Heartbeat(1, "c", {}))
+        assert router.poll(30_000)
+        router.recv_multipart()  # connected
+        sent = 0
+        while not polled() & zmq.POLLOUT:
+            sent += 1
+            assert sent < 100_000, "the socket never filled"
+            connection.send(p.StatusUpdates(1, 0.0, [[sent, 1, p.TaskState.FINISHED, b"." * 10_000]]))
+        for _ in range(100):  # all behind what waits
+            sent += 1
+            connection.send(p.StatusUpdates(1, 0.0, [[sent, 1, p.TaskState.FINISHED, b"." * 10_000]]))
+        received = []
+        deadline = time.monotonic() + 60
+        while len(received) < sent:
+            assert time.monotonic() < deadline, f"{len(received)} of {sent} arrived"
+            assert connection.flush(dict(poller.poll(0)))
+            while router.poll(10):
+                received.append(p.decode(router.recv_multipart()[1]).updates[0][0])
+        assert received == list(range(1, sent + 1))
+        assert polled() == zmq.POLLIN
+    finally:
+        connection.close(0)
+        router.close()
+        context.term()
