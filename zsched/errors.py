@@ -35,6 +35,19 @@ class TaskFailed(ZschedError):
     (its result could not be sent back, its executor was lost, ...)."""
 
 
+class ExceptionTooLarge(ZschedError):
+    """A task's exception too large for a message, whose own type could not be rebuilt:
+    the type's name and the start of its message, cut to fit."""
+
+    def __init__(self, type_name, message):
+        self.type_name = type_name
+        self.message = message
+        super().__init__(type_name, message)
+
+    def __str__(self):
+        return f"{self.type_name}: {self.message}"
+
+
 class RemoteTraceback(Exception):
     """The traceback of a task's exception, as printed on the executor.
 

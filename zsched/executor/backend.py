@@ -173,7 +173,7 @@ class ExecutorBackend:
         events = self._wait()
         # silence counts only when nothing is waiting: after this process itself was
         # stalled (a task holding the GIL), the driver's answers are already here
-        if self.driver.key not in events and self.liveness.is_silent(DRIVER, self.clock()):
+        if not self.driver.readable(events) and self.liveness.is_silent(DRIVER, self.clock()):
             self.driver_lost()
             return
         self._serve_tasks(events)
@@ -224,7 +224,7 @@ class ExecutorBackend:
                 self.handle_frame(frame)
         if not driver.flush(events):
             self._stop(LOST, 1, driver_gone=True)
-        if driver.key in events:
+        if driver.readable(events):
             self.liveness.heard(DRIVER, self.clock())
             driver.read(self.handle_frame, lambda: self._stopping is not None)
         self._check_connection(events)

@@ -236,7 +236,7 @@ class InlinePath:
             connection.close(linger=0)
             self._relief_lost = True
             return None
-        if connection.key in events:
+        if connection.readable(events):
             connection.read(handle, lambda: False)
         return connection
 
@@ -286,7 +286,7 @@ class InlinePath:
         if self._worker_lost is not None:
             backend.fail(self._worker_lost)
         if connection is not None:
-            heard = connection.key in events
+            heard = connection.readable(events)
             connection = self._read(connection, poller, events, backend.handle_frame)
         if connection is None:
             if self._relief_lost:  # perhaps before this cover began

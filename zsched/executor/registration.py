@@ -17,6 +17,9 @@ from ..security import HandshakeWatch, make_client
 from ..socket_options import set_heartbeats
 
 log = logging.getLogger("zsched.executor")
+# messages a DEALER queues each way (ZMQ_SNDHWM, ZMQ_RCVHWM): a full send queue means
+# the driver is not reading, and what does not fit waits in ``DriverConnection``
+QUEUE_HWM = 100_000
 
 
 class RegistrationError(Exception):
@@ -28,8 +31,8 @@ def executor_socket(context, config, keys):
     heartbeats, and CURVE with ``keys`` (None: insecure)."""
     sock = context.socket(zmq.DEALER)
     sock.linger = 2000
-    sock.sndhwm = 100_000
-    sock.rcvhwm = 100_000
+    sock.sndhwm = QUEUE_HWM
+    sock.rcvhwm = QUEUE_HWM
     set_heartbeats(sock, config)
     if keys is not None:
         make_client(sock, keys)

@@ -15,8 +15,9 @@ from operator import itemgetter
 
 import cloudpickle
 
-from ..errors import MessageTooLarge, exception_payload
+from ..errors import MessageTooLarge
 from ..protocol import TaskState
+from .failure import failure_payload
 
 _digest_of = itemgetter(2)  # of a LaunchTasks row
 
@@ -47,7 +48,8 @@ class TaskRunner:
 
     A task is a LaunchTasks row ``[task id, attempt, function entry, pickled args]``; a
     status row is ``[task id, attempt, state, payload]``. ``max_result_size`` bounds a
-    pickled result (the driver's max_message_size)."""
+    pickled result (the driver's max_message_size): a larger one fails its task; a larger
+    exception is cut to fit (``failure``)."""
 
     def __init__(self, wakeup, max_result_size):
         self.max_result_size = max_result_size
@@ -236,7 +238,7 @@ class TaskRunner:
         except TaskKilled:
             return TaskState.KILLED, b"killed while running"
         except BaseException as exc:  # SystemExit and MemoryError fail the task only
-            return TaskState.FAILED, exception_payload(exc)
+            return TaskState.FAILED, failure_payload(exc, self.max_result_size)
         try:
             payload = dumps_value(value)
         except Exception as exc:
