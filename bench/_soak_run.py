@@ -63,30 +63,41 @@ class Tally:
 # ---------------------------------------------------------------- sampling
 
 FIELDS = ["seconds", "tasks", "client_rss", "driver_rss", "executors", "executor_rss_mean",
-          "executor_rss_max"]
+          "executor_rss_max", "client_cpu", "driver_cpu", "executors_cpu"]
 
 
-def _rss(process):
+def _rss_and_cpu(process):
+    """(RSS, CPU seconds so far) of a psutil process; Nones once it is gone."""
     import psutil
     try:
-        return process.memory_info().rss
+        with process.oneshot():
+            times = process.cpu_times()
+            return process.memory_info().rss, times.user + times.system
     except psutil.Error:
-        return None
+        return None, None
 
 
 def sample(driver, tally, t0):
-    """One row of FIELDS: the RSS of this process, the driver and its executors, now."""
+    """One row of FIELDS: the RSS and CPU seconds so far of this process, the driver and
+    its executors (together), now."""
     import psutil
     try:
         executors = [p for p in driver.children() if "zsched.executor" in " ".join(p.cmdline())]
     except psutil.Error:
         executors = []
-    sizes = [rss for rss in map(_rss, executors) if rss is not None]
+    found = [m for m in map(_rss_and_cpu, executors) if m[0] is not None]
+    sizes = [rss for rss, _ in found]
+    (client_rss, client_cpu), (driver_rss, driver_cpu) = _rss_and_cpu(psutil.Process()), _rss_and_cpu(driver)
     return {"seconds": round(time.monotonic() - t0, 3), "tasks": tally.done,
-            "client_rss": _rss(psutil.Process()), "driver_rss": _rss(driver),
-            "executors": len(sizes),
+            "client_rss": client_rss, "driver_rss": driver_rss, "executors": len(sizes),
             "executor_rss_mean": int(statistics.fmean(sizes)) if sizes else None,
-            "executor_rss_max": max(sizes) if sizes else None}
+            "executor_rss_max": max(sizes) if sizes else None,
+            "client_cpu": _round(client_cpu), "driver_cpu": _round(driver_cpu),
+            "executors_cpu": _round(sum(cpu for _, cpu in found)) if found else None}
+
+
+def _round(seconds):
+    return None if seconds is None else round(seconds, 3)
 
 
 class Sampler(threading.Thread):

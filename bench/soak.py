@@ -12,10 +12,11 @@ Waves of ``--wave`` tasks, two in flight at once, alternately by ``submit`` and 
 task returns a function of its input with its process's pid and run number, so the client
 checks every result and counts runs whose result never came back (a task run twice). Every
 ``--sample-interval`` seconds the RSS of the client (this process), the driver and each
-executor, and the tasks done so far, go to ``--csv``. The summary gives the tasks, the
-minutes, each process kind's RSS after the warm-up (the first two waves) and at the end,
-and the throughput per minute in whole windows of ``--rate-window`` seconds (min, median,
-max). Output: the summary, then one line ``JSON {...}``. Exit status 1 if a task was lost,
+executor, their CPU time so far, and the tasks done so far, go to ``--csv``. The summary
+gives the tasks, the minutes, each process kind's RSS after the warm-up (the first two
+waves) and at the end, the throughput per minute in whole windows of ``--rate-window``
+seconds (min, median, max) and the CPU per task of each kind (steadier than the throughput
+on a shared machine). Output: the summary, then one line ``JSON {...}``. Exit status 1 if a task was lost,
 wrong, failed or ran twice, or a process was left running.
 """
 import argparse
@@ -100,6 +101,10 @@ def summary(args, report):
                               "max": max(per_minute, default=None), "windows": len(per_minute)}}
     for kind, key in (("driver", "driver_rss"), ("executor", "executor_rss_max"), ("client", "client_rss")):
         figures[f"{kind}_rss_mib"] = {"warm": _mib_or_none(warm[key]), "end": _mib_or_none(end[key])}
+    ran = end["tasks"] - warm["tasks"]
+    for kind in ("driver", "executors", "client"):
+        spent = (end[f"{kind}_cpu"] - warm[f"{kind}_cpu"]) if end[f"{kind}_cpu"] is not None else None
+        figures[f"{kind}_cpu_us_per_task"] = round(spent / ran * 1e6, 2) if spent is not None and ran else None
     for name in ("wrong", "failed", "lost", "ran_twice"):
         figures[name] = report[name]
     figures["left_running"] = len(report["left_running"])
@@ -127,6 +132,9 @@ def print_summary(args, figures, report):
     print(f"throughput, tasks/min over {rate['windows']} windows of {args.rate_window:g} s: "
           f"min {_fmt(rate['min'], '{:,.0f}')}, median {_fmt(rate['median'], '{:,.0f}')}, "
           f"max {_fmt(rate['max'], '{:,.0f}')}")
+    print(f"CPU per task after the warm-up, us: driver {_fmt(figures['driver_cpu_us_per_task'], '{:.2f}')}, "
+          f"executors {_fmt(figures['executors_cpu_us_per_task'], '{:.2f}')}, "
+          f"client {_fmt(figures['client_cpu_us_per_task'], '{:.2f}')}")
     print(f"lost {figures['lost']}, wrong {figures['wrong']}, failed {figures['failed']}, "
           f"ran twice {figures['ran_twice']}, processes left running {figures['left_running']}; "
           f"the driver retried {figures['driver_retried']} and lost {figures['executors_lost']} executor(s)")

@@ -1,5 +1,6 @@
 """The plot of a soak run's samples (``bench/soak.py --csv``): the RSS of the driver, the
-executors and the client over time, and the throughput over time. Needs matplotlib
+executors and the client, the throughput, and the CPU per task of each process kind, over
+time. Needs matplotlib
 (``pip install ".[bench]"``).
 
     python bench/soak_plot.py soak.csv docs/soak.png
@@ -8,6 +9,7 @@ import argparse
 import csv
 
 MIB = 1024 * 1024
+COLORS = {"driver": "tab:blue", "executor": "tab:orange", "client": "tab:red", "rate": "tab:green"}
 
 
 def read_samples(csv_path):
@@ -17,18 +19,30 @@ def read_samples(csv_path):
                 for row in csv.DictReader(f)]
 
 
-def throughput(rows, window):
-    """(minutes, tasks per minute) over the ``window`` seconds before each sample (at least
-    since the sample before)."""
-    points = []
+def windows(rows, window):
+    """(minutes, earlier row, row): each sample with the earliest sample at most ``window``
+    seconds before it (at least the sample before)."""
+    found = []
     for i, row in enumerate(rows[1:], 1):
         j = i - 1
         while j > 0 and row["seconds"] - rows[j - 1]["seconds"] <= window:
             j -= 1
-        span = row["seconds"] - rows[j]["seconds"]
-        if span > 0:
-            points.append((row["seconds"] / 60, (row["tasks"] - rows[j]["tasks"]) / span * 60))
-    return points
+        if row["seconds"] > rows[j]["seconds"]:
+            found.append((row["seconds"] / 60, rows[j], row))
+    return found
+
+
+def throughput(rows, window):
+    """(minutes, tasks per minute) over the ``window`` seconds before each sample."""
+    return [(m, (b["tasks"] - a["tasks"]) / (b["seconds"] - a["seconds"]) * 60)
+            for m, a, b in windows(rows, window)]
+
+
+def cpu_per_task(rows, window, key):
+    """(minutes, CPU microseconds per task of ``key``) over the ``window`` seconds before
+    each sample in which tasks ran."""
+    return [(m, (b[key] - a[key]) / (b["tasks"] - a["tasks"]) * 1e6) for m, a, b in windows(rows, window)
+            if b["tasks"] > a["tasks"] and a.get(key) is not None and b.get(key) is not None]
 
 
 def plot(csv_path, png_path, title=None, window=60.0):
@@ -40,26 +54,36 @@ def plot(csv_path, png_path, title=None, window=60.0):
     if len(rows) < 2:
         raise ValueError(f"{csv_path}: fewer than two samples")
     window = min(window, rows[-1]["seconds"] / 10) or window
-    minutes = [r["seconds"] / 60 for r in rows]
-    fig, (memory, rate) = plt.subplots(2, 1, sharex=True, figsize=(9, 6.5), height_ratios=[3, 2])
-    for key, label, style in (("driver_rss", "driver", "-"), ("executor_rss_max", "executor (largest)", "-"),
-                              ("executor_rss_mean", "executor (mean)", ":"), ("client_rss", "client", "-")):
-        memory.plot(minutes, [None if r[key] is None else r[key] / MIB for r in rows], style, label=label)
-    memory.set_ylabel("RSS, MiB")
-    memory.set_ylim(bottom=0)
-    memory.legend(loc="lower right")
-    memory.grid(alpha=0.3)
-    total = rows[-1]["tasks"]
-    memory.set_title(title or f"zsched soak: {total:,.0f} tasks in {minutes[-1]:.1f} minutes")
+    fig, (memory, rate, cpu) = plt.subplots(3, 1, sharex=True, figsize=(9, 8), height_ratios=[3, 2, 2])
+    draw_memory(memory, rows)
+    memory.set_title(title or f"zsched soak: {rows[-1]['tasks']:,.0f} tasks in {rows[-1]['seconds'] / 60:.1f} minutes")
     points = throughput(rows, window)
-    rate.plot([m for m, _ in points], [r / 1e6 for _, r in points], color="tab:green")
-    rate.set_ylabel(f"million tasks/min\n(last {window:g} s)")
-    rate.set_ylim(bottom=0)
-    rate.set_xlabel("minutes")
-    rate.grid(alpha=0.3)
+    rate.plot([m for m, _ in points], [r / 1e6 for _, r in points], color=COLORS["rate"])
+    rate.set_ylabel(f"million tasks/min\n(last {window:.0f} s)")
+    for key, label, color in (("driver_cpu", "driver", "driver"), ("executors_cpu", "executors", "executor"),
+                              ("client_cpu", "client", "client")):
+        points = cpu_per_task(rows, window, key)
+        cpu.plot([m for m, _ in points], [us for _, us in points], color=COLORS[color], label=label)
+    cpu.set_ylabel("CPU µs per task")
+    cpu.legend(loc="lower right")
+    cpu.set_xlabel("minutes")
+    for axes in (memory, rate, cpu):
+        axes.set_ylim(bottom=0)
+        axes.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(png_path, dpi=100)
     plt.close(fig)
+
+
+def draw_memory(axes, rows):
+    minutes = [r["seconds"] / 60 for r in rows]
+    for key, label, style, color in (
+            ("driver_rss", "driver", "-", "driver"), ("executor_rss_max", "executor (largest)", "-", "executor"),
+            ("executor_rss_mean", "executor (mean)", ":", "executor"), ("client_rss", "client", "-", "client")):
+        axes.plot(minutes, [None if r[key] is None else r[key] / MIB for r in rows], style,
+                  color=COLORS[color], label=label)
+    axes.set_ylabel("RSS, MiB")
+    axes.legend(loc="lower right")
 
 
 def main(argv=None):
