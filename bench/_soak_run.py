@@ -17,7 +17,7 @@ import statistics
 import threading
 import time
 
-from _common import Stall, live_children
+from _common import Stall
 
 _RUNS = itertools.count(1)
 
@@ -77,14 +77,27 @@ def _rss_and_cpu(process):
         return None, None
 
 
-def sample(driver, tally, t0):
-    """One row of FIELDS: the RSS and CPU seconds so far of this process, the driver and
-    its executors (together), now."""
+def cluster_processes(driver):
+    """[the driver's executor processes] (psutil processes)."""
     import psutil
+    found = []
     try:
-        executors = [p for p in driver.children() if "zsched.executor" in " ".join(p.cmdline())]
+        children = driver.children()
     except psutil.Error:
-        executors = []
+        return found
+    for child in children:
+        try:
+            if "zsched.executor" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            pass
+    return found
+
+
+def sample(driver, executors, tally, t0):
+    """One row of FIELDS: the RSS and CPU seconds so far of this process, the driver and
+    its ``executors`` (together), now."""
+    import psutil
     found = [m for m in map(_rss_and_cpu, executors) if m[0] is not None]
     sizes = [rss for rss, _ in found]
     (client_rss, client_cpu), (driver_rss, driver_cpu) = _rss_and_cpu(psutil.Process()), _rss_and_cpu(driver)
@@ -107,6 +120,7 @@ class Sampler(threading.Thread):
         super().__init__(name="soak-sampler", daemon=True)
         import psutil
         self.driver = psutil.Process(driver_pid)
+        self.seen = {driver_pid: self.driver}  # every process of the cluster sampled
         self.tally, self.interval, self.t0, self.progress = tally, interval, t0, progress
         self.rows = []
         self._file = open(csv_path, "w", newline="")  # closed by run()
@@ -127,8 +141,10 @@ class Sampler(threading.Thread):
 
     def take(self):
         """One sample, now; the row."""
-        row = sample(self.driver, self.tally, self.t0)
+        executors = cluster_processes(self.driver)
+        row = sample(self.driver, executors, self.tally, self.t0)
         with self._lock:
+            self.seen.update((p.pid, p) for p in executors)
             self.rows.append(row)
             self._writer.writerow(row)
             self._file.flush()
@@ -232,9 +248,26 @@ def soak(tasks, *, min_seconds=0.0, wave=20_000, warmup_waves=2, via="both", exe
         finally:
             sampler.stop()
             client.shutdown(cancel_futures=True)
-    report["left_running"] = live_children(15)
+    report["left_running"] = still_running(sampler.seen.values(), 15)
     report.update(_outcome(tally, waves.next_x, sampler.rows))
     return report
+
+
+def still_running(processes, grace):
+    """[(pid, command line)] of ``processes`` (psutil) still running after ``grace`` seconds."""
+    import psutil
+    deadline = time.monotonic() + grace
+    while True:
+        alive = []
+        for process in processes:
+            try:
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append((process.pid, " ".join(process.cmdline())))
+            except psutil.Error:
+                pass
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
 
 
 def _outcome(tally, submitted, rows):
