@@ -43,7 +43,8 @@ del _installed
 _SOURCES = {
     "Client": "client", "TaskFuture": "client.future",
     "Config": "config",
-    "ConfigError": "errors", "DriverConnectionError": "errors", "MessageTooLarge": "errors",
+    "ConfigError": "errors", "DriverConnectionError": "errors", "ExceptionTooLarge": "errors",
+    "MessageTooLarge": "errors",
     "ProtocolError": "errors", "RemoteTraceback": "errors", "TaskFailed": "errors",
     "ZschedError": "errors",
     "LocalCluster": "clusters.local",
@@ -53,7 +54,7 @@ _SOURCES = {
 }
 
 __all__ = ["Client", "LocalCluster", "SlurmCluster", "SSHCluster", "progress", "TaskFuture", "Config",
-           "ConfigError", "DriverConnectionError", "MessageTooLarge", "ProtocolError",
+           "ConfigError", "DriverConnectionError", "ExceptionTooLarge", "MessageTooLarge", "ProtocolError",
            "RemoteTraceback", "TaskFailed", "ZschedError", "__version__"]
 
 
