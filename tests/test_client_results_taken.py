@@ -17,6 +17,7 @@ import zmq
 import zsched
 from zsched import protocol as p
 from zsched.client import Client
+from zsched.client.transport import TakenResults
 from zsched.config import Config
 from zsched.pipe_link import PipeLink, pipe_pair
 from zsched.task_state import TaskState
@@ -24,6 +25,22 @@ from zsched.task_state import TaskState
 from conftest import wait_for
 
 QUARTER_ROWS = p.RESULTS_WINDOW_ROWS // 4
+
+
+@pytest.mark.unit
+def test_a_results_taken_is_due_at_a_quarter_of_either_window():
+    taken = TakenResults(100, 1000)
+    taken.took(24, 100)
+    assert not taken.due
+    taken.took(1, 100)  # a quarter of the rows
+    assert taken.due
+    assert taken.message() == p.ResultsTaken(25, 200)
+    assert not taken.due and (taken.rows, taken.size) == (0, 0)
+    taken.took(1, 249)
+    assert not taken.due
+    taken.took(1, 1)  # a quarter of the bytes
+    assert taken.due
+    assert taken.message() == p.ResultsTaken(2, 250)
 
 
 class RouterEnd:
