@@ -119,6 +119,7 @@ class FakeDriver:
         self.payload = pickle.dumps(payload)
         self.held = set()
         self.paused = False
+        self.forgotten = False  # it answers requests as a driver that dropped the client
         self.received = 0
         self.acks = []  # (rows, size) of each ResultsTaken heard
         self.sent_rows = self.sent_size = 0
@@ -165,6 +166,8 @@ class FakeDriver:
             self.acks.append((msg.rows, msg.size))
         elif isinstance(msg, p.AdminTotalCores):
             self._send(p.AdminReply(msg.request_id, True, 2))
+        elif isinstance(msg, p.AdminMessage) and self.forgotten:
+            self._send(p.AdminReply(msg.request_id, False, p.UNKNOWN_CLIENT))
         elif isinstance(msg, p.AdminMessage):  # pings among them
             self._send(p.AdminReply(msg.request_id, True, None))
 
@@ -312,3 +315,17 @@ def test_a_callback_longer_than_the_heartbeat_timeout_is_not_the_drivers_silence
         timer.cancel()
         release.set()
         client.shutdown(cancel_futures=True)
+
+
+def test_a_client_its_driver_no_longer_knows_fails_its_futures_at_the_next_ping(fake_driver):
+    driver = fake_driver(1, 1, executor_heartbeat_interval=0.2, executor_heartbeat_timeout=60)
+    client = driver.end.client()
+    try:
+        wait_for(lambda: driver.received == 0 and not driver.acks, 5)  # welcomed
+        driver.forgotten = True
+        driver.paused = True  # no result: the client waits, and pings
+        future = client.submit(abs, -1)
+        with pytest.raises(zsched.DriverConnectionError, match="no longer knows this client"):
+            future.result(30)
+    finally:
+        client.shutdown(wait=False)

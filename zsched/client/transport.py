@@ -36,6 +36,7 @@ log = logging.getLogger(__package__)  # zsched.client, for every module of the c
 # of requests start at 1), which the driver's loop answers.
 _PING = encode(p.AdminPing(0))
 _TASK_RESULTS = MsgType.TASK_RESULTS
+_ADMIN_REPLY = MsgType.ADMIN_REPLY
 
 
 class IOThreadTransport:
@@ -59,6 +60,7 @@ class IOThreadTransport:
         self._done = threading.Event()  # set once nothing leaves for the driver any more
         self._heartbeats = None  # a HeartbeatMonitor of the driver, from its settings
         self._taken = None       # TakenResults, from the driver's settings
+        self._forgotten = False  # the driver answered a ping: it does not know this client
 
     def start(self):
         self._thread = threading.Thread(target=self._run, name="zsched-client-io", daemon=True)
@@ -145,6 +147,11 @@ class IOThreadTransport:
         self._futures.from_driver(msg)
         if msg.TYPE == _TASK_RESULTS:  # taken, its callbacks run: the driver may send more
             self._taken.took(len(msg.results), len(frame))
+        elif msg.TYPE == _ADMIN_REPLY and msg.request_id == 0 and msg.value == p.UNKNOWN_CLIENT:
+            self._forgotten = True
+            self._lose(DriverConnectionError(
+                f"driver {self.address} no longer knows this client (it dropped it, or "
+                "restarted); its pending tasks cannot complete"), log_it=True)
 
     def _check_driver(self, heard):
         """Ping a quiet driver, or find it silent: True when it is lost.
@@ -156,6 +163,8 @@ class IOThreadTransport:
         silent for longer than ``executor_heartbeat_timeout`` is lost, as its executors
         judge it: every pending future fails. Called after the turn's frames were handed
         over, so time spent in done-callbacks is not taken for the driver's silence."""
+        if self._forgotten:
+            return True
         monitor = self._heartbeats
         now = monitor.clock()
         if heard or not (self._futures.waiting() or self._output_waits()):
