@@ -1,7 +1,6 @@
 """The allocation contract on a real local cluster: requests, kills, replacement."""
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -115,8 +114,7 @@ class NeverRegistering(LocalClusterManager):
 
     def _start_one(self):
         executor_id = str(next(self._ids))
-        self._processes[executor_id] = subprocess.Popen(
-            [sys.executable, "-c", "import time; time.sleep(600)"], stdin=subprocess.DEVNULL)
+        self._launch(executor_id, [sys.executable, "-c", "import time; time.sleep(600)"])
 
 
 def test_executors_that_never_register_are_given_up_and_retried_with_backoff_not_in_a_loop():

@@ -187,17 +187,13 @@ class SlurmClusterManager(ClusterManager):
                     self._killed.update(job.executor_ids)
         self._wake.set()
 
-    def exit_reason(self, executor_id, wait=0.0):
-        deadline = time.monotonic() + wait
-        while True:
-            with self._lock:
-                job = self._job_of.get(executor_id)
-                if job is None or job.ended_as is not None:
-                    return None if job is None else job.ended_as
-            if time.monotonic() >= deadline:
-                return None
-            self._wake.set()
-            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+    def exit_reason(self, executor_id):
+        with self._lock:
+            job = self._job_of.get(executor_id)
+            if job is None or job.ended_as is not None:
+                return None if job is None else job.ended_as
+        self._wake.set()  # a look at the queue soon
+        return None
 
     def poll_exits(self):
         with self._lock:

@@ -25,7 +25,7 @@ import sys
 from .local import credential_pipe, describe_exit, environment_without_secrets
 from .ssh import EXIT_MARKER
 
-STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
+from .base import KILL_GRACE as STOP_GRACE  # seconds between SIGTERM and SIGKILL
 
 
 def _die_with_parent():
