@@ -1,6 +1,8 @@
 """The allocation contract on a real local cluster: requests, kills, replacement."""
+import itertools
 import os
 import re
+import resource
 import sys
 import threading
 import time
@@ -185,3 +187,41 @@ def test_interleaved_requests_and_kills_from_two_clients_keep_counts_consistent(
         assert len(set(client_ids)) == 3
         first.shutdown()
         second.shutdown()
+
+
+def lowest_free_descriptor(pid):
+    used = {int(fd) for fd in os.listdir(f"/proc/{pid}/fd")}
+    return next(fd for fd in itertools.count() if fd not in used)
+
+
+def test_a_driver_out_of_descriptors_serves_on_and_starts_executors_once_it_can(driver_factory):
+    """Starting executors fails with EMFILE: each failure is a failed start, logged and
+    backed off (not one line per round), while the driver answers; once it has
+    descriptors again, executors start and every task completes."""
+    driver = driver_factory("--insecure", "--local", "0", "--conf", f"allocation_batch_delay={BATCH_DELAY}")
+    client = zsched.Client(driver.url, insecure=True, timeout=60)
+    pid = driver.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    limit = lowest_free_descriptor(pid)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))  # no new descriptor
+    try:
+        futures = [client.submit(pow, 2, i) for i in range(20)]
+        assert client.request_total_executors(2) is True
+        failures = "could not start executors: OSError: [Errno 24] Too many open files"
+        wait_for(lambda: failures in driver.stderr_so_far(), timeout=30, message="a failed start logged")
+        began, backing_off = time.monotonic(), []
+        while time.monotonic() - began < 3.5:  # the backoff grows: 0.5, 1, 2 s...
+            status = client.status()  # the driver serves meanwhile
+            assert status["executors"] == [] and status["tasks"]["queued"] == 20
+            backing_off.append(bool(status["allocation"]["backoff"]))
+            time.sleep(0.1)
+        assert sum(backing_off) > len(backing_off) / 2
+        logged = driver.stderr_so_far().count(failures)
+        # a line per backoff, not one per allocation round (every BATCH_DELAY)
+        assert 2 <= logged < 3.5 / BATCH_DELAY / 2, driver.stderr_so_far()
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    assert [f.result(120) for f in futures] == [2 ** i for i in range(20)]
+    wait_for(lambda: len(ids(client)) == 2, timeout=60, message="2 executors")
+    assert driver.proc.poll() is None
+    client.shutdown()
