@@ -152,6 +152,33 @@ def test_executors_that_never_register_are_given_up_and_retried_with_backoff_not
             events
 
 
+class CannotStart(LocalClusterManager):
+    """Its executors' command does not exist: every start fails in the manager's thread."""
+
+    def _start_one(self):
+        self._launch(str(next(self._ids)), ["/nonexistent/zsched-executor"])
+
+
+def test_an_executor_that_cannot_start_is_a_failed_start_retried_with_backoff():
+    config = Config(allocation_batch_delay=BATCH_DELAY)
+    driver = Driver(DriverOptions(config, cluster_manager=CannotStart(), initial_executors=1))
+    driver.start_thread()
+
+    def two_failed():
+        texts = [text for _, text in list(driver.allocator.events) if "could not start" in text]
+        return len(texts) >= 2 and texts
+    try:
+        texts = wait_for(two_failed, timeout=60, message="two failed starts")
+        assert driver.is_running() and driver.allocator.executor_start_failures >= 2
+    finally:
+        driver.request_stop()
+        driver.join(30)
+    assert texts[:2] == [
+        f"host 127.0.0.1: executor {i} ended before registering: could not start: FileNotFoundError: "
+        f"[Errno 2] No such file or directory: '/nonexistent/zsched-executor' (next start there in {delay} s)"
+        for i, delay in ((1, "0.5"), (2, "1.0"))]
+
+
 def test_interleaved_requests_and_kills_from_two_clients_keep_counts_consistent():
     with zsched.LocalCluster(2, allocation_batch_delay=BATCH_DELAY) as cluster:
         first, second = cluster.client(), cluster.client()
