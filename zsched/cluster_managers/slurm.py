@@ -15,7 +15,8 @@ environment; Slurm keeps the job's environment where only Slurm's own user reads
 Slurm commands take tens of milliseconds and more on a busy controller, so they run in
 a thread of this manager; the driver's calls only change its bookkeeping. A job cancelled
 (``scancel``: SIGTERM to its processes) that Slurm still lists after ``KILL_GRACE`` gets
-SIGKILL (``scancel --signal=KILL``), without waiting for Slurm's own KillWait. The
+SIGKILL (``scancel --signal=KILL``), without waiting for Slurm's own KillWait; the batch script
+ignores SIGTERM itself, so that its executors stay among the job's processes until then. The
 executors share the driver's fate on their own (they leave a driver that is gone or
 silent), so the jobs of a killed driver end too; a clean stop also cancels them.
 """
@@ -266,7 +267,10 @@ class SlurmClusterManager(ClusterManager):
                              f'--credential-fd 0 --hostname "$host" & pids="$pids $!"')
             else:
                 lines.append(f'{shlex.join(command)} --insecure --hostname "$host" & pids="$pids $!"')
-        lines += ["status=0", 'for pid in $pids; do wait "$pid" || status=$?; done', "exit $status"]
+        # scancel's SIGTERM reaches every process of the job: this shell waits on, so that the
+        # SIGKILL that follows still finds the executors among the job's processes
+        lines += ["trap '' TERM", "status=0", 'for pid in $pids; do wait "$pid" || status=$?; done',
+                  "exit $status"]
         return "\n".join(lines) + "\n"
 
     def sbatch_arguments(self, job):
