@@ -313,16 +313,16 @@ def test_a_killed_executor_whose_task_holds_the_gil_is_gone_within_the_grace(ssh
     h1 = ssh_hosts.hosts[0]
     driver = start_driver(ssh_hosts, remote_python, tmp_path, [f"{h1.name} 1"])
     app_id = f"ssh-{tmp_path.name}"
+    client = zsched.Client(driver.url, secret_file=driver.secret_file)
     try:
-        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
-            wait_for_executors(client, 1)
-            future, process = executor_holding_the_gil(client)
-            killed_at = time.monotonic()
-            assert client.kill_executors(["1"], force=True) == ["1"]
-            process.wait(KILL_GRACE + 30)
-            assert time.monotonic() - killed_at < KILL_GRACE + 5
-            future.cancel()
+        wait_for_executors(client, 1)
+        _, process = executor_holding_the_gil(client)
+        killed_at = time.monotonic()
+        assert client.kill_executors(["1"], force=True) == ["1"]
+        process.wait(KILL_GRACE + 30)
+        assert time.monotonic() - killed_at < KILL_GRACE + 5
     finally:
+        client.shutdown(wait=False, cancel_futures=True)  # the task, requeued, never ends
         assert driver.stop() == 0
     wait_for(lambda: not processes_of(app_id), 20, message="nothing left on the hosts")
 
@@ -336,21 +336,21 @@ def test_a_cut_off_executor_whose_task_holds_the_gil_is_ended_by_its_remote_end(
     h1 = ssh_hosts.hosts[0]
     driver = start_driver(ssh_hosts, remote_python, tmp_path, [f"{h1.name} 1"])
     app_id = f"ssh-{tmp_path.name}"
+    client = zsched.Client(driver.url, secret_file=driver.secret_file)
     try:
-        with zsched.Client(driver.url, secret_file=driver.secret_file) as client:
-            wait_for_executors(client, 1)
-            future, process = executor_holding_the_gil(client)
-            (remote_end,) = [pid for pid, cmd in processes_of(app_id).items()
-                             if "-m zsched.cluster_managers.ssh_remote" in cmd and not cmd.startswith("ssh ")]
-            ssh_hosts.partition(h1)
-            cut_at = time.monotonic()
-            try:
-                process.wait(SESSION_TIMEOUT + KILL_GRACE + 60)
-                assert time.monotonic() - cut_at >= SESSION_TIMEOUT - 10  # not before its time
-                wait_for(lambda: not psutil.pid_exists(remote_end), 30, message="the remote end gone")
-            finally:
-                ssh_hosts.heal(h1)
-            future.cancel()
+        wait_for_executors(client, 1)
+        _, process = executor_holding_the_gil(client)
+        (remote_end,) = [pid for pid, cmd in processes_of(app_id).items()
+                         if "-m zsched.cluster_managers.ssh_remote" in cmd and not cmd.startswith("ssh ")]
+        ssh_hosts.partition(h1)
+        cut_at = time.monotonic()
+        try:
+            process.wait(SESSION_TIMEOUT + KILL_GRACE + 60)
+            assert time.monotonic() - cut_at >= SESSION_TIMEOUT - 10  # not before its time
+            wait_for(lambda: not psutil.pid_exists(remote_end), 30, message="the remote end gone")
+        finally:
+            ssh_hosts.heal(h1)
     finally:
+        client.shutdown(wait=False, cancel_futures=True)  # the task, run again, never ends
         assert driver.stop() == 0
     wait_for(lambda: not processes_of(app_id), 20, message="nothing left on the hosts")
