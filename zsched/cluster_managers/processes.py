@@ -30,12 +30,14 @@ class Child:
     """One executor's process, as the manager's thread sees it. ``owner`` is what the
     manager gave ``start`` (its own record of the executor)."""
 
-    __slots__ = ("executor_id", "owner", "process", "stopping", "steps", "partial", "exited_at")
+    __slots__ = ("executor_id", "owner", "process", "reading", "stopping", "steps", "partial",
+                 "exited_at")
 
     def __init__(self, executor_id, owner, process):
         self.executor_id = executor_id
         self.owner = owner
         self.process = process
+        self.reading = False   # its output is read, and not to its end yet
         self.stopping = False  # told to stop: no keepalive any more
         self.steps = []        # [(when, action)]: what its stop still has to do, in order
         self.partial = b""     # its output after the last end of line
@@ -198,6 +200,7 @@ class ChildProcesses:
         if self._on_line is not None and process.stdout is not None:
             os.set_blocking(process.stdout.fileno(), False)
             self._selector.register(process.stdout, selectors.EVENT_READ, child)
+            child.reading = True
 
     def _run_steps(self, now):
         for child in self._children.values():
@@ -236,8 +239,12 @@ class ChildProcesses:
         if child.partial:  # its last line, without an end of line
             self._line(child, child.partial)
             child.partial = b""
-        self._selector.unregister(stream)
-        stream.close()
+        self._stop_reading(child)
+
+    def _stop_reading(self, child):
+        child.reading = False
+        self._selector.unregister(child.process.stdout)
+        child.process.stdout.close()
 
     def _line(self, child, line):
         try:
@@ -252,12 +259,15 @@ class ChildProcesses:
                 if process.poll() is None:
                     continue
                 child.exited_at = now
-            if (self._on_line is not None and process.stdout is not None and not process.stdout.closed
-                    and now - child.exited_at < OUTPUT_GRACE):
-                continue  # its last words may still come
-            if process.stdout is not None and not process.stdout.closed:
-                self._selector.unregister(process.stdout)
-                process.stdout.close()
+            if child.reading:
+                if now - child.exited_at < OUTPUT_GRACE:
+                    continue  # its last words may still come
+                self._stop_reading(child)
+            if process.stdin is not None:
+                try:
+                    process.stdin.close()
+                except OSError:
+                    pass
             del self._children[executor_id]
             try:
                 reason = self._reason(child)
