@@ -8,8 +8,8 @@ from ..config import name_problem
 
 log = logging.getLogger("zsched.driver")
 
-# seconds the exit status of an executor whose connection was lost is awaited, without
-# waiting: it goes with how it ended, or after this with "the process still runs"
+# seconds a lost executor's exit status has to arrive, while the loop goes on: it goes
+# with how it ended, or after this with "the process still runs"
 EXIT_STATUS_WAIT = 0.5
 
 # a lost executor awaiting its exit status: until when, the problem, and whether it was
