@@ -145,7 +145,7 @@ class LocalClusterManager(ClusterManager):
         try:
             self._launch(executor_id, command, theirs)
         except BaseException:
-            _close([fd for pair in pairs for fds in pair for fd in fds] + theirs)
+            _close([fd for ours, _ in pairs for fd in ours] + theirs)
             raise
         for ours, _ in pairs:  # before it runs: the pipes hold what it says meanwhile
             self.adopt_link(executor_id, *ours)

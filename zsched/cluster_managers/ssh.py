@@ -98,22 +98,13 @@ class RemoteExecutor:
         return f"{describe_exit(code)} on {self.host.name}" + (f": {last}" if last else "")
 
 
-def _write_to_session(child, data):
-    """Write to an ssh process's standard input without waiting: False if it is gone."""
-    stdin = child.process.stdin
-    if stdin is None or stdin.closed:
-        return False
-    try:
-        os.write(stdin.fileno(), data)
-    except BlockingIOError:
-        pass  # ssh is not reading: the keepalive before is still there
-    except OSError:
-        return False
-    return True
-
-
 def _keep_session_alive(child):
-    _write_to_session(child, b"\n")
+    """An empty line to the remote end, without waiting (see ``SESSION_TIMEOUT``)."""
+    stdin = child.process.stdin
+    try:
+        os.write(stdin.fileno(), b"\n")
+    except (OSError, ValueError):
+        pass  # ssh is not reading (the line before still waits there), or it ended
 
 
 def _close_session(child):
