@@ -186,3 +186,66 @@ def test_a_target_beyond_capacity_waits_and_is_reported_once():
     manager.capacity_of["c"] = 2            # room appears (a host added, or executors leave)
     allocator.round()
     assert len(manager.live) == 5 and len(reports) == 1
+
+
+class FailingManager(FakeManager):
+    """Raises ``error`` while starting executors, until it is set to None."""
+
+    def __init__(self, error):
+        super().__init__()
+        self.error = error
+        self.calls = 0
+
+    def request_total(self, n, avoid_hosts=()):
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        super().request_total(n, avoid_hosts)
+
+
+def test_an_error_while_starting_is_a_failed_start_counted_and_backed_off():
+    """Out of descriptors, memory or threads: the allocator goes on, the manager as a whole
+    backs off, and the starts resume once the error is gone."""
+    reports = []
+    clock, manager = FakeClock(), FailingManager(OSError(24, "Too many open files"))
+    allocator = ExecutorAllocator(manager, Config(), clock, 2, report=reports.append)
+    allocator.round()
+    assert allocator.executor_start_failures == 1 and allocator.backoff() == {None: 0.5}
+    assert reports == ["could not start executors: OSError: [Errno 24] Too many open files "
+                       "(next start in 0.5 s)"]
+    allocator.round()                      # backing off: not tried
+    assert manager.calls == 1
+    clock.now = 0.5
+    manager.error = RuntimeError("can't start new thread")
+    allocator.round()
+    assert allocator.executor_start_failures == 2 and allocator.backoff() == {None: 1.0}
+    clock.now = 1.5
+    manager.error = None
+    allocator.round()
+    assert manager.live == ["1", "2"] and allocator.pending() == 2
+    allocator.registered("1")              # a registration resets the backoff
+    assert allocator.backoff() == {} and allocator.executor_start_failures == 2
+
+
+def test_failed_starts_are_all_counted_and_a_reason_logged_once_per_backoff():
+    """Executors failing together for one reason make one warning, not one each; the next
+    warning, after the backoff, says how many were not logged."""
+    reports = []
+    manager = FakeHostsManager({"a": 4})
+    clock = FakeClock()
+    allocator = ExecutorAllocator(manager, Config(), clock, 4, report=reports.append)
+    allocator.round()
+    for executor_id in list(manager.live):
+        manager.live.remove(executor_id)
+        allocator.ended(executor_id, "could not start: OSError: [Errno 11] Resource temporarily unavailable")
+    assert allocator.executor_start_failures == 4
+    assert len(allocator.events) == 5      # the start, and every failure
+    assert reports == ["host a: executor a1 ended before registering: could not start: OSError: "
+                       "[Errno 11] Resource temporarily unavailable (next start there in 0.5 s)"]
+    allocator.ended("a9", "exited with code 1")  # not started here: not a failed start
+    clock.now = 4.0                        # after the backoff (4 s after four failures)
+    allocator.round()
+    (executor_id, *_) = manager.live
+    allocator.ended(executor_id, "could not start: OSError: [Errno 11] Resource temporarily unavailable")
+    assert allocator.executor_start_failures == 5 and len(reports) == 2
+    assert reports[1].endswith("(next start there in 8.0 s) (3 more like it not logged)")

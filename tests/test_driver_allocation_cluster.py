@@ -1,7 +1,8 @@
 """The allocation contract on a real local cluster: requests, kills, replacement."""
+import itertools
 import os
 import re
-import subprocess
+import resource
 import sys
 import threading
 import time
@@ -115,8 +116,7 @@ class NeverRegistering(LocalClusterManager):
 
     def _start_one(self):
         executor_id = str(next(self._ids))
-        self._processes[executor_id] = subprocess.Popen(
-            [sys.executable, "-c", "import time; time.sleep(600)"], stdin=subprocess.DEVNULL)
+        self._launch(executor_id, [sys.executable, "-c", "import time; time.sleep(600)"])
 
 
 def test_executors_that_never_register_are_given_up_and_retried_with_backoff_not_in_a_loop():
@@ -150,6 +150,33 @@ def test_executors_that_never_register_are_given_up_and_retried_with_backoff_not
         # allocator: within their rounds, the two were timed at different moments)
         assert after - before >= backoff + config.executor_start_timeout - config.allocation_batch_delay, \
             events
+
+
+class CannotStart(LocalClusterManager):
+    """Its executors' command does not exist: every start fails in the manager's thread."""
+
+    def _start_one(self):
+        self._launch(str(next(self._ids)), ["/nonexistent/zsched-executor"])
+
+
+def test_an_executor_that_cannot_start_is_a_failed_start_retried_with_backoff():
+    config = Config(allocation_batch_delay=BATCH_DELAY)
+    driver = Driver(DriverOptions(config, cluster_manager=CannotStart(), initial_executors=1))
+    driver.start_thread()
+
+    def two_failed():
+        texts = [text for _, text in list(driver.allocator.events) if "could not start" in text]
+        return len(texts) >= 2 and texts
+    try:
+        texts = wait_for(two_failed, timeout=60, message="two failed starts")
+        assert driver.is_running() and driver.allocator.executor_start_failures >= 2
+    finally:
+        driver.request_stop()
+        driver.join(30)
+    assert texts[:2] == [
+        f"host 127.0.0.1: executor {i} ended before registering: could not start: FileNotFoundError: "
+        f"[Errno 2] No such file or directory: '/nonexistent/zsched-executor' (next start there in {delay} s)"
+        for i, delay in ((1, "0.5"), (2, "1.0"))]
 
 
 def test_interleaved_requests_and_kills_from_two_clients_keep_counts_consistent():
@@ -187,3 +214,41 @@ def test_interleaved_requests_and_kills_from_two_clients_keep_counts_consistent(
         assert len(set(client_ids)) == 3
         first.shutdown()
         second.shutdown()
+
+
+def lowest_free_descriptor(pid):
+    used = {int(fd) for fd in os.listdir(f"/proc/{pid}/fd")}
+    return next(fd for fd in itertools.count() if fd not in used)
+
+
+def test_a_driver_out_of_descriptors_serves_on_and_starts_executors_once_it_can(driver_factory):
+    """Starting executors fails with EMFILE: each failure is a failed start, logged and
+    backed off (not one line per round), while the driver answers; once it has
+    descriptors again, executors start and every task completes."""
+    driver = driver_factory("--insecure", "--local", "0", "--conf", f"allocation_batch_delay={BATCH_DELAY}")
+    client = zsched.Client(driver.url, insecure=True, timeout=60)
+    pid = driver.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    limit = lowest_free_descriptor(pid)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))  # no new descriptor
+    try:
+        futures = [client.submit(pow, 2, i) for i in range(20)]
+        assert client.request_total_executors(2) is True
+        failures = "could not start executors: OSError: [Errno 24] Too many open files"
+        wait_for(lambda: failures in driver.stderr_so_far(), timeout=30, message="a failed start logged")
+        began, backing_off = time.monotonic(), []
+        while time.monotonic() - began < 3.5:  # the backoff grows: 0.5, 1, 2 s...
+            status = client.status()  # the driver serves meanwhile
+            assert status["executors"] == [] and status["tasks"]["queued"] == 20
+            backing_off.append(bool(status["allocation"]["backoff"]))
+            time.sleep(0.1)
+        assert sum(backing_off) > len(backing_off) / 2
+        logged = driver.stderr_so_far().count(failures)
+        # a line per backoff, not one per allocation round (every BATCH_DELAY)
+        assert 2 <= logged < 3.5 / BATCH_DELAY / 2, driver.stderr_so_far()
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    assert [f.result(120) for f in futures] == [2 ** i for i in range(20)]
+    wait_for(lambda: len(ids(client)) == 2, timeout=60, message="2 executors")
+    assert driver.proc.poll() is None
+    client.shutdown()

@@ -207,11 +207,8 @@ class JunkExecutors(LocalClusterManager):
     def _start_one(self):
         ours, theirs = pipe_pair()
         command = [sys.executable, "-c", self.script, str(theirs[0]), str(theirs[1]), self.app_id]
-        process = subprocess.Popen(command, pass_fds=theirs, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-        for fd in theirs:
-            os.close(fd)
         executor_id = f"junk-{next(self._ids)}"  # the pipes are that executor's alone
-        self._processes[executor_id] = process
+        self._launch(executor_id, command, theirs)
         self.adopt_link(executor_id, *ours)
 
 

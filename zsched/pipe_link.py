@@ -52,7 +52,12 @@ def pipe_pair():
     The child's fds are for ``subprocess.Popen(pass_fds=...)``; the caller closes them once
     the child started."""
     to_child_read, to_child_write = os.pipe()
-    from_child_read, from_child_write = os.pipe()
+    try:
+        from_child_read, from_child_write = os.pipe()
+    except BaseException:  # out of descriptors (EMFILE): the first pipe does not leak
+        os.close(to_child_read)
+        os.close(to_child_write)
+        raise
     for fd in (to_child_write, from_child_write):
         try:
             fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)

@@ -217,3 +217,37 @@ def test_a_partition_with_no_room_leaves_requests_pending_without_error(slurm, t
     finally:
         assert driver.stop() == 0
     wait_for(lambda: not our_jobs(slurm, driver), 30, message="the waiting job cancelled at stop")
+
+
+def hold_the_gil(seconds):
+    """Sleep in C holding the GIL (PyDLL keeps it), SIGTERM blocked in this thread: the
+    executor's Python handler of SIGTERM never runs meanwhile."""
+    import ctypes
+    import signal
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    ctypes.PyDLL(None).sleep(seconds)
+
+
+def test_a_killed_executor_whose_task_holds_the_gil_is_gone_within_the_grace(slurm, tmp_path):
+    """scancel's SIGTERM does not end it: the driver follows with SIGKILL once the job is
+    still there after the grace, before Slurm's own KillWait."""
+    from zsched.cluster_managers.base import KILL_GRACE
+    driver = start_driver(slurm, tmp_path, "--initial-executors", "1")
+    client = zsched.Client(driver.url, secret_file=driver.secret_file)
+    try:
+        wait_for(lambda: client.executor_ids() == ["1"], 60, message="executor 1")
+        client.submit(hold_the_gil, 600)
+        wait_for(lambda: client.status()["tasks"]["running"] == 1, 30, message="the task running")
+        time.sleep(0.5)  # inside the C call by now
+        [executor] = client.status()["executors"]
+        process = psutil.Process(executor["pid"])
+        killed_at = time.monotonic()
+        assert client.kill_executors(["1"], force=True) == ["1"]
+        process.wait(KILL_GRACE + 30)
+        assert time.monotonic() - killed_at < KILL_GRACE + 5
+        wait_for(lambda: f"still there {KILL_GRACE:g} s after scancel: SIGKILL" in driver.stderr_so_far(),
+                 30, message="the SIGKILL logged")
+    finally:
+        client.shutdown(wait=False, cancel_futures=True)  # the task, requeued, never ends
+        assert driver.stop() == 0
+    wait_for(lambda: not our_jobs(slurm, driver), 30, message="the job ended")

@@ -287,3 +287,70 @@ def test_dynamic_allocation_grows_and_shrinks_over_ssh(ssh_hosts, remote_python,
             wait_for(lambda: client.executor_ids() == [], 60, message="shrunk to none when idle")
     finally:
         assert driver.stop() == 0
+
+
+def hold_the_gil(seconds):
+    """Sleep in C holding the GIL (PyDLL keeps it), SIGTERM blocked in this thread: the
+    executor's Python handler of SIGTERM never runs meanwhile."""
+    import ctypes
+    import signal
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    ctypes.PyDLL(None).sleep(seconds)
+
+
+def executor_holding_the_gil(client):
+    """Submit ``hold_the_gil`` to the one executor: (its future, the executor's process)."""
+    future = client.submit(hold_the_gil, 600)
+    wait_for(lambda: client.status()["tasks"]["running"] == 1, 30, message="the task running")
+    time.sleep(0.5)  # inside the C call by now
+    [executor] = client.status()["executors"]
+    return future, psutil.Process(executor["pid"])  # the hosts share this machine's processes
+
+
+def test_a_killed_executor_whose_task_holds_the_gil_is_gone_within_the_grace(ssh_hosts, remote_python, tmp_path):
+    """Its session closed, its remote end follows SIGTERM with SIGKILL after the grace."""
+    from zsched.cluster_managers.base import KILL_GRACE
+    h1 = ssh_hosts.hosts[0]
+    driver = start_driver(ssh_hosts, remote_python, tmp_path, [f"{h1.name} 1"])
+    app_id = f"ssh-{tmp_path.name}"
+    client = zsched.Client(driver.url, secret_file=driver.secret_file)
+    try:
+        wait_for_executors(client, 1)
+        _, process = executor_holding_the_gil(client)
+        killed_at = time.monotonic()
+        assert client.kill_executors(["1"], force=True) == ["1"]
+        process.wait(KILL_GRACE + 30)
+        assert time.monotonic() - killed_at < KILL_GRACE + 5
+    finally:
+        client.shutdown(wait=False, cancel_futures=True)  # the task, requeued, never ends
+        assert driver.stop() == 0
+    wait_for(lambda: not processes_of(app_id), 20, message="nothing left on the hosts")
+
+
+def test_a_cut_off_executor_whose_task_holds_the_gil_is_ended_by_its_remote_end(ssh_hosts, remote_python, tmp_path):
+    """Cut off, the executor cannot leave by itself (its task holds the GIL), and nothing
+    tells its host that the session is gone: its remote end, hearing nothing on the session
+    for SESSION_TIMEOUT, stops it."""
+    from zsched.cluster_managers.base import KILL_GRACE
+    from zsched.cluster_managers.ssh import SESSION_TIMEOUT
+    h1 = ssh_hosts.hosts[0]
+    driver = start_driver(ssh_hosts, remote_python, tmp_path, [f"{h1.name} 1"])
+    app_id = f"ssh-{tmp_path.name}"
+    client = zsched.Client(driver.url, secret_file=driver.secret_file)
+    try:
+        wait_for_executors(client, 1)
+        _, process = executor_holding_the_gil(client)
+        (remote_end,) = [pid for pid, cmd in processes_of(app_id).items()
+                         if "-m zsched.cluster_managers.ssh_remote" in cmd and not cmd.startswith("ssh ")]
+        ssh_hosts.partition(h1)
+        cut_at = time.monotonic()
+        try:
+            process.wait(SESSION_TIMEOUT + KILL_GRACE + 60)
+            assert time.monotonic() - cut_at >= SESSION_TIMEOUT - 10  # not before its time
+            wait_for(lambda: not psutil.pid_exists(remote_end), 30, message="the remote end gone")
+        finally:
+            ssh_hosts.heal(h1)
+    finally:
+        client.shutdown(wait=False, cancel_futures=True)  # the task, run again, never ends
+        assert driver.stop() == 0
+    wait_for(lambda: not processes_of(app_id), 20, message="nothing left on the hosts")

@@ -7,12 +7,16 @@ Every manager has the same small interface:
   on an insecure bus): it hands it over on a pipe, never in a file, an argument or the
   executor's environment.
 - ``request_total(n, avoid_hosts)``: have ``n`` executors (starting new ones as needed,
-  never killing), none on ``avoid_hosts`` (hosts backing off after failed starts).
+  never killing), none on ``avoid_hosts`` (hosts backing off after failed starts). An
+  executor that cannot start is reported by ``poll_exits`` ("could not start: ..."); an
+  error raised here is a failed start of the manager as a whole.
 - ``host_of(executor_id)``: the host it runs on; ``capacity()``: the most it can run (or None);
   ``queued_ids()``: executors waiting in a batch system's queue (not timed out meanwhile).
-- ``kill(executor_ids)``: stop these executors; they no longer count toward the target.
+- ``kill(executor_ids)``: stop these executors, SIGKILL after ``KILL_GRACE`` if still
+  there; they no longer count toward the target.
 - ``launched_ids()``: ids of the executors it started that have neither exited nor been killed.
-- ``exit_reason(executor_id, wait)``: how an executor ended, or None while it runs.
+- ``exit_reason(executor_id)``: how an executor ended, or None while it runs (or while its
+  end is not known yet).
 - ``poll_exits()``: ``[(executor id, reason)]`` for executors that ended since last call.
 - ``cores_per_executor``: the size of the executors it starts.
 - ``stop(timeout)``: stop every executor and wait for them (bounded).
@@ -20,7 +24,11 @@ Every manager has the same small interface:
   (``on_this_host``); a manager that starts processes itself may give each a pipe pair
   to the driver and hand the driver its end (``LocalClusterManager`` does).
 
-The driver's ``ExecutorAllocator`` (``zsched/driver/allocation.py``) decides how many to have.
+The driver's loop makes these calls, and none but ``stop`` waits: a manager starts, signals and
+reaps processes, and runs commands (ssh, sbatch, scancel), in a thread of its own
+(``processes.ChildProcesses``, or the Slurm manager's watcher), whose findings the driver
+takes when it polls. The driver's ``ExecutorAllocator`` (``zsched/driver/allocation.py``)
+decides how many to have.
 """
 from .base import ClusterManager
 from .local import LocalClusterManager

@@ -1,5 +1,9 @@
 """The interface every cluster manager has (see the package docstring)."""
 
+# seconds from SIGTERM to SIGKILL for an executor stopped (a task holding the GIL in C, or
+# blocking SIGTERM, keeps the first from ending it)
+KILL_GRACE = 3.0
+
 
 class ClusterManager:
     """A cluster manager that starts nothing: executors are started by someone else.
@@ -56,7 +60,8 @@ class ClusterManager:
     def kill(self, executor_ids):
         pass
 
-    def exit_reason(self, executor_id, wait=0.0):
+    def exit_reason(self, executor_id):
+        """How an executor ended, if the manager knows it yet (never waits), else None."""
         return None
 
     def poll_exits(self):

@@ -5,32 +5,21 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from ..pipe_link import pipe_pair
 from ..security import SECRET_VARIABLES
-from .base import ClusterManager
+from .base import KILL_GRACE, ClusterManager
+from .processes import ChildProcesses
 
 log = logging.getLogger(__name__)
 
 
-KILL_GRACE = 3.0  # seconds from SIGTERM to SIGKILL for an executor killed (a task may hold the GIL)
 UNIX_SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path on Linux (sun_path, less its NUL)
 
 
 def fits_a_unix_socket(path):
     """Whether ``path`` is short enough to name a Unix socket."""
     return len(os.fsencode(path)) <= UNIX_SOCKET_PATH_MAX
-
-
-def wait_all(processes, seconds):
-    """Wait for the processes to exit, ``seconds`` at most in all."""
-    deadline = time.monotonic() + seconds
-    for process in processes:
-        try:
-            process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def describe_exit(returncode):
@@ -100,7 +89,11 @@ def executor_command(driver_url, executor_id, hostname, cores, app_id, credentia
 
 class LocalClusterManager(ClusterManager):
     """Executor processes on this host. Executors it started count toward the target until
-    they exit or are killed; killed ones are reaped (and reported) when they have exited."""
+    they exit or are killed; killed ones are reaped (and reported) when they have exited.
+
+    The driver's thread prepares each start (the executor's id, its pipes, adopted by the
+    driver at once, and its command); the manager's thread (``ChildProcesses``) starts the
+    process, signals it and reaps it."""
 
     on_this_host = True
 
@@ -111,14 +104,15 @@ class LocalClusterManager(ClusterManager):
         self.hostname = hostname
         self.log_level = log_level
         self._ids = itertools.count(1)
-        self._processes = {}   # executor id -> Popen, counted toward the target
-        self._leaving = {}     # executor id -> Popen, killed and not yet reaped
-        self._kill_at = {}     # executor id -> when a killed one still there gets SIGKILL
+        self._launched = {}    # executor id -> None, in start order: counted toward the target
+        self._leaving = set()  # executor ids killed and not yet reaped
+        self._children = ChildProcesses("zsched-local-executors", _how_it_ended)
 
     def request_total(self, n, avoid_hosts=()):
         """Have ``n`` executors: start the missing ones (never kills); none while this host
-        is to be avoided (backing off after failed starts)."""
-        while len(self._processes) < n and self.hostname not in avoid_hosts:
+        is to be avoided (backing off after failed starts). An error preparing a start is
+        raised: a failed start."""
+        while len(self._launched) < n and self.hostname not in avoid_hosts:
             self._start_one()
 
     def host_of(self, executor_id):
@@ -130,11 +124,16 @@ class LocalClusterManager(ClusterManager):
         executor_id = str(next(self._ids))
         pairs = []  # (ours, theirs): the executor's link, and its relief thread's (one core)
         credential_fd = None  # the pipes are its credential; else a key of its own
-        if self.adopt_link is not None:
-            pairs = [pipe_pair() for _ in range(2 if self.cores_per_executor == 1 else 1)]
-        else:
-            credential = self.credential(executor_id)
-            credential_fd = credential_pipe(credential) if credential else None
+        try:
+            if self.adopt_link is not None:
+                for _ in range(2 if self.cores_per_executor == 1 else 1):
+                    pairs.append(pipe_pair())
+            else:
+                credential = self.credential(executor_id)
+                credential_fd = credential_pipe(credential) if credential else None
+        except BaseException:
+            _close([fd for pair in pairs for fds in pair for fd in fds])
+            raise
         theirs = [fd for _, fds in pairs for fd in fds]
         if credential_fd is not None:
             theirs.append(credential_fd)
@@ -144,77 +143,95 @@ class LocalClusterManager(ClusterManager):
                                    driver_fds=pairs[0][1] if pairs else None,
                                    relief_fds=pairs[1][1] if len(pairs) > 1 else None)
         try:
-            process = subprocess.Popen(command, env=child_environment(), stdin=subprocess.DEVNULL,
-                                       pass_fds=theirs)
+            self._launch(executor_id, command, theirs)
         except BaseException:
-            for fd in [fd for pair in pairs for fds in pair for fd in fds]:
-                os.close(fd)
-            if credential_fd is not None:
-                os.close(credential_fd)
+            _close([fd for ours, _ in pairs for fd in ours] + theirs)
             raise
-        self._processes[executor_id] = process
-        for fd in theirs:  # the child's now: its exit closes the pipes' last ends
-            os.close(fd)
-        for ours, _ in pairs:
+        for ours, _ in pairs:  # before it runs: the pipes hold what it says meanwhile
             self.adopt_link(executor_id, *ours)
-        log.info("started executor %s (pid %d)", executor_id, process.pid)
+
+    def _launch(self, executor_id, command, pass_fds=()):
+        """Have the manager's thread start ``command`` as executor ``executor_id``, handing
+        it ``pass_fds`` (closed here once the child has them, or once it failed to start).
+        It counts toward the target from now. Raises if the thread cannot start."""
+        self._children.start(executor_id, lambda: _spawn(executor_id, command, pass_fds))
+        self._launched[executor_id] = None
 
     def launched_ids(self):
         """Executors started and neither exited nor killed."""
-        return list(self._processes)
+        return list(self._launched)
 
     def kill(self, executor_ids):
-        """Terminate these executors (SIGKILL after ``KILL_GRACE``, see ``poll_exits``); they
-        stop counting toward the target at once."""
+        """Terminate these executors (SIGKILL after ``KILL_GRACE``); they stop counting
+        toward the target at once."""
         for executor_id in executor_ids:
-            process = self._processes.pop(executor_id, None)
-            if process is None:
-                continue
-            if process.poll() is None:
-                process.terminate()
-                self._kill_at[executor_id] = time.monotonic() + KILL_GRACE
-            self._leaving[executor_id] = process
+            if executor_id in self._launched:
+                del self._launched[executor_id]
+                self._leaving.add(executor_id)
+                self._children.stop(executor_id, _STOP_STEPS)
 
-    def exit_reason(self, executor_id, wait=0.0):
-        """How the executor ended (waiting up to ``wait`` seconds), or None if it runs."""
-        process = self._processes.get(executor_id) or self._leaving.get(executor_id)
-        if process is None:
-            return None
-        try:
-            process.wait(wait)
-        except subprocess.TimeoutExpired:
-            return None
-        return describe_exit(process.returncode)
+    def exit_reason(self, executor_id):
+        """How the executor ended, if its end was seen and not yet reported, else None."""
+        return self._children.exit_of(executor_id)
 
     def poll_exits(self):
         """``[(executor id, how it ended)]`` for executors that ended since the last call."""
-        exits = []
-        for processes in (self._processes, self._leaving):
-            for executor_id, process in list(processes.items()):
-                if process.poll() is not None:
-                    del processes[executor_id]
-                    self._kill_at.pop(executor_id, None)
-                    exits.append((executor_id, describe_exit(process.returncode)))
-        now = time.monotonic()
-        for executor_id, when in list(self._kill_at.items()):
-            if now >= when:  # SIGTERM was not enough (a task holding the GIL in C)
-                del self._kill_at[executor_id]
-                log.warning("executor %s still runs %g s after SIGTERM: SIGKILL", executor_id, KILL_GRACE)
-                self._leaving[executor_id].kill()
+        exits = self._children.take_exits()
+        for executor_id, _ in exits:
+            self._launched.pop(executor_id, None)
+            self._leaving.discard(executor_id)
         return exits
 
     def stop(self, timeout):
         """Wait up to ``timeout`` for executors told to stop, then terminate, then kill."""
-        processes = list(self._processes.values()) + list(self._leaving.values())
-        wait_all(processes, timeout)
-        for sig_name, grace in (("terminate", 2.0), ("kill", 5.0)):
-            alive = [p for p in processes if p.poll() is None]
-            if not alive:
-                break
-            log.warning("%d executor(s) still running at stop: %s", len(alive), sig_name)
-            for process in alive:
-                getattr(process, sig_name)()
-            wait_all(alive, grace)
-        self._processes.clear()
+        children = self._children
+        if not children.wait_idle(timeout):
+            log.warning("executors still running at stop: terminate, then kill")
+            for executor_id in list(self._launched) + list(self._leaving):
+                children.stop(executor_id, _LAST_STEPS)
+            children.wait_idle(_LAST_STEPS[-1][0] + 5.0)
+        children.close()
+        self._launched.clear()
         self._leaving.clear()
-        self._kill_at.clear()
+
+
+def _spawn(executor_id, command, pass_fds):
+    """Start an executor's process (in the manager's thread); ``pass_fds`` are closed."""
+    try:
+        process = subprocess.Popen(command, env=child_environment(), stdin=subprocess.DEVNULL,
+                                   pass_fds=pass_fds)
+    finally:
+        _close(pass_fds)  # the child's now: its exit closes the pipes' last ends
+    log.info("started executor %s (pid %d)", executor_id, process.pid)
+    return process
+
+
+def _close(fds):
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _how_it_ended(child):
+    return describe_exit(child.process.returncode)
+
+
+def _terminate(child):
+    child.process.terminate()
+
+
+def _kill_late(child):
+    log.warning("executor %s still runs %g s after SIGTERM: SIGKILL", child.executor_id, KILL_GRACE)
+    child.process.kill()
+
+
+def _kill(child):
+    child.process.kill()
+
+
+# a killed executor: SIGTERM, then SIGKILL if a task holding the GIL kept it from ending
+_STOP_STEPS = ((0.0, _terminate), (KILL_GRACE, _kill_late))
+# executors still there when the driver stops, after their time to end by themselves
+_LAST_STEPS = ((0.0, _terminate), (2.0, _kill))

@@ -13,9 +13,12 @@ hands it to its executor on a pipe: it is on no command line and in no executor'
 environment; Slurm keeps the job's environment where only Slurm's own user reads it.
 
 Slurm commands take tens of milliseconds and more on a busy controller, so they run in
-a thread of this manager; the driver's calls only change its bookkeeping. The executors
-share the driver's fate on their own (they leave a driver that is gone or silent), so the
-jobs of a killed driver end too; a clean stop also cancels them.
+a thread of this manager; the driver's calls only change its bookkeeping. A job cancelled
+(``scancel``: SIGTERM to its processes) that Slurm still lists after ``KILL_GRACE`` gets
+SIGKILL (``scancel --signal=KILL``), without waiting for Slurm's own KillWait; the batch script
+ignores SIGTERM itself, so that its executors stay among the job's processes until then. The
+executors share the driver's fate on their own (they leave a driver that is gone or
+silent), so the jobs of a killed driver end too; a clean stop also cancels them.
 """
 import itertools
 import logging
@@ -25,7 +28,7 @@ import sys
 import threading
 import time
 
-from .base import ClusterManager
+from .base import KILL_GRACE, ClusterManager
 from .local import environment_without_secrets, module_command
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,7 @@ class SlurmJob:
         self.node = None
         self.ended_as = None        # why it ended, once it has
         self.cancel = False         # to be cancelled (its executors are killed)
+        self.kill_at = None         # once cancelled: when it gets SIGKILL if Slurm still lists it
         self.credentials = []       # its executors' credentials, in order (none: insecure)
 
     @property
@@ -187,17 +191,13 @@ class SlurmClusterManager(ClusterManager):
                     self._killed.update(job.executor_ids)
         self._wake.set()
 
-    def exit_reason(self, executor_id, wait=0.0):
-        deadline = time.monotonic() + wait
-        while True:
-            with self._lock:
-                job = self._job_of.get(executor_id)
-                if job is None or job.ended_as is not None:
-                    return None if job is None else job.ended_as
-            if time.monotonic() >= deadline:
-                return None
-            self._wake.set()
-            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+    def exit_reason(self, executor_id):
+        with self._lock:
+            job = self._job_of.get(executor_id)
+            if job is None or job.ended_as is not None:
+                return None if job is None else job.ended_as
+        self._wake.set()  # a look at the queue soon
+        return None
 
     def poll_exits(self):
         with self._lock:
@@ -244,6 +244,7 @@ class SlurmClusterManager(ClusterManager):
             try:
                 self._submit_new_jobs()
                 self._cancel_jobs()
+                self._kill_jobs_still_there()
                 self._look_at_queue()
             except Exception:
                 log.exception("error while talking to Slurm (retried)")
@@ -266,7 +267,10 @@ class SlurmClusterManager(ClusterManager):
                              f'--credential-fd 0 --hostname "$host" & pids="$pids $!"')
             else:
                 lines.append(f'{shlex.join(command)} --insecure --hostname "$host" & pids="$pids $!"')
-        lines += ["status=0", 'for pid in $pids; do wait "$pid" || status=$?; done', "exit $status"]
+        # scancel's SIGTERM reaches every process of the job: this shell waits on, so that the
+        # SIGKILL that follows still finds the executors among the job's processes
+        lines += ["trap '' TERM", "status=0", 'for pid in $pids; do wait "$pid" || status=$?; done',
+                  "exit $status"]
         return "\n".join(lines) + "\n"
 
     def sbatch_arguments(self, job):
@@ -303,10 +307,29 @@ class SlurmClusterManager(ClusterManager):
             for job in self._jobs:
                 if job.job_id in doomed:
                     job.state = "CANCELLING"
+                    job.kill_at = time.monotonic() + KILL_GRACE
         if doomed:
             status, _, err = run_command(["scancel", *doomed], env=self._environment)
             if status != 0:
                 log.warning("scancel %s: %s", " ".join(doomed), _last_line(err))
+
+    def _kill_jobs_still_there(self):
+        """SIGKILL to the jobs cancelled ``KILL_GRACE`` ago that Slurm still lists (a task
+        holding the GIL in C keeps an executor from ending on SIGTERM)."""
+        now = time.monotonic()
+        with self._lock:
+            doomed = [job.job_id for job in self._jobs
+                      if job.kill_at is not None and now >= job.kill_at and job.ended_as is None]
+            for job in self._jobs:
+                if job.job_id in doomed:
+                    job.kill_at = None
+        if doomed:
+            log.warning("Slurm job(s) %s still there %g s after scancel: SIGKILL", " ".join(doomed),
+                        KILL_GRACE)
+            status, _, err = run_command(["scancel", "--signal=KILL", "--full", *doomed],
+                                         env=self._environment)
+            if status != 0:
+                log.info("scancel --signal=KILL %s: %s", " ".join(doomed), _last_line(err))
 
     def _look_at_queue(self):
         with self._lock:

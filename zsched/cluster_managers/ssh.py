@@ -5,23 +5,29 @@ users' ``~/.ssh/config``, agents and ProxyJump apply. The executor's own credent
 pair the driver made for it alone) travels on the session's standard input (never on a
 command line, in a file or in an environment), and that input stays open for the
 executor's life: when it closes (the executor is killed, the driver stops or dies, the
-ssh client dies, the connection drops) the remote end stops the executor. Whatever the
-remote end prints (the executor's log, ssh's own errors) is forwarded to the driver's
-standard error, prefixed with the host and executor, and its last lines give the reason
-when a start fails: an unreachable host, a refused key, a missing remote python.
+ssh client dies, the connection drops) the remote end stops the executor, with SIGKILL
+after ``KILL_GRACE``. The driver also writes an empty line to it every
+``SESSION_KEEPALIVE``: a remote end that hears nothing for ``SESSION_TIMEOUT`` (its host
+cut off, the driver stopped) stops its executor too. Whatever the remote end prints (the
+executor's log, ssh's own errors) is forwarded to the driver's standard error, prefixed
+with the host and executor, and its last lines give the reason when a start fails: an
+unreachable host, a refused key, a missing remote python.
+
+The ssh processes are started, read, stopped and reaped by the manager's one thread
+(``processes.ChildProcesses``); the driver's calls only change its bookkeeping.
 """
 import itertools
 import logging
+import os
 import shlex
 import socket
 import subprocess
 import sys
-import threading
-import time
 from collections import Counter, deque
 
-from .base import ClusterManager
-from .local import describe_exit, environment_without_secrets, wait_all
+from .base import KILL_GRACE, ClusterManager
+from .local import describe_exit, environment_without_secrets
+from .processes import ChildProcesses
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +38,11 @@ EXIT_MARKER = "zsched ssh_remote: executor ended: "
 # password prompt; a connection cut off ends the ssh client
 DEFAULT_SSH_OPTIONS = ("BatchMode=yes", "ConnectTimeout=10", "ServerAliveInterval=5",
                        "ServerAliveCountMax=3")
-KILL_GRACE = 5.0  # seconds from closing an executor's session to terminating its ssh client
+# seconds from closing an executor's session to terminating its ssh client: the remote
+# end's own grace first, so that it can SIGKILL a stuck executor
+CLIENT_GRACE = KILL_GRACE + 2.0
+SESSION_KEEPALIVE = 5.0  # seconds between the empty lines that tell a remote end its driver is there
+SESSION_TIMEOUT = 60.0   # seconds of silence on its session after which a remote end stops its executor
 _WILDCARDS = ("0.0.0.0", "*", "", "::")
 
 
@@ -54,54 +64,68 @@ def route_source_address(name):
 
 
 class RemoteExecutor:
-    """One executor's ssh process and what it printed."""
+    """One executor over ssh: where it runs and what it printed (read by the manager's
+    thread)."""
 
-    def __init__(self, executor_id, host, process):
+    def __init__(self, executor_id, host):
         self.executor_id = executor_id
         self.host = host
-        self.process = process
         self.tail = deque(maxlen=20)   # its last lines of output
         self.ended_as = None           # how the executor ended, as its remote end said
-        self.kill_at = None            # when to terminate the ssh client (after a kill)
-        self.reader = threading.Thread(target=self._read_output, daemon=True,
-                                       name=f"zsched-ssh-{executor_id}")
-        self.reader.start()
 
-    def _read_output(self):
-        prefix = f"[{self.host.name} executor {self.executor_id}] "
-        for raw in self.process.stdout:
-            line = raw.decode(errors="replace").rstrip("\n")
-            if line.startswith(EXIT_MARKER):
-                self.ended_as = line[len(EXIT_MARKER):]
-                continue
-            if line.strip():
-                self.tail.append(line.strip())
-            try:
-                sys.stderr.write(prefix + line + "\n")
-                sys.stderr.flush()
-            except (OSError, ValueError):
-                pass
-        self.process.stdout.close()
-
-    def close_session(self):
-        """End of input for the remote end: it stops the executor."""
+    def line(self, line):
+        """A line its ssh process printed: forwarded to standard error, prefixed."""
+        if line.startswith(EXIT_MARKER):
+            self.ended_as = line[len(EXIT_MARKER):]
+            return
+        if line.strip():
+            self.tail.append(line.strip())
         try:
-            self.process.stdin.close()
-        except OSError:
+            sys.stderr.write(f"[{self.host.name} executor {self.executor_id}] {line}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
             pass
 
-    def reason(self, remote_python):
-        """How it ended, in words, once the ssh process has exited."""
-        self.reader.join(0.2)  # its last words
+    def reason(self, code, remote_python):
+        """How it ended, in words, once its ssh process has exited with ``code``."""
         if self.ended_as is not None:
             return self.ended_as
-        code = self.process.returncode
         last = self.tail[-1] if self.tail else ""
         if code == 255:
             return f"ssh to {self.host.destination} failed: {last or 'exit status 255'}"
         if code == 127:
             return f"{remote_python} not found on {self.host.name}: {last}"
         return f"{describe_exit(code)} on {self.host.name}" + (f": {last}" if last else "")
+
+
+def _keep_session_alive(child):
+    """An empty line to the remote end, without waiting (see ``SESSION_TIMEOUT``)."""
+    stdin = child.process.stdin
+    try:
+        os.write(stdin.fileno(), b"\n")
+    except (OSError, ValueError):
+        pass  # ssh is not reading (the line before still waits there), or it ended
+
+
+def _close_session(child):
+    """End of input for the remote end: it stops the executor."""
+    try:
+        child.process.stdin.close()
+    except OSError:
+        pass
+
+
+def _terminate(child):
+    child.process.terminate()
+
+
+def _kill(child):
+    child.process.kill()
+
+
+# a killed executor: its session closed (its remote end stops it), then its ssh client
+# terminated, then killed, if still there
+_STOP_STEPS = ((0.0, _close_session), (CLIENT_GRACE, _terminate), (2 * CLIENT_GRACE, _kill))
 
 
 class SSHClusterManager(ClusterManager):
@@ -125,6 +149,10 @@ class SSHClusterManager(ClusterManager):
         self._ids = itertools.count(1)
         self._running = {}     # executor id -> RemoteExecutor, counted toward the target
         self._leaving = {}     # executor id -> RemoteExecutor, killed and not yet reaped
+        self._children = ChildProcesses(
+            "zsched-ssh-executors", lambda child: child.owner.reason(child.process.returncode, remote_python),
+            on_line=lambda child, line: child.owner.line(line),
+            keepalive=(SESSION_KEEPALIVE, _keep_session_alive))
 
     def capacity(self):
         return sum(host.executors for host in self.hosts)
@@ -184,17 +212,12 @@ class SSHClusterManager(ClusterManager):
     def _start_one(self, host):
         executor_id = str(next(self._ids))
         arguments = self.ssh_arguments(host, self.remote_command(host, executor_id))
-        # a session of its own: a Ctrl-C at the driver's terminal is the driver's to handle
-        process = subprocess.Popen(arguments, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, start_new_session=True,
-                                   env=environment_without_secrets())
-        try:  # its credential, on the session's standard input (an empty line: insecure)
-            process.stdin.write(self.credential(executor_id).rstrip(b"\n") + b"\n")
-            process.stdin.flush()
-        except OSError:
-            pass  # ssh already ended: its exit is reported
-        self._running[executor_id] = RemoteExecutor(executor_id, host, process)
-        log.info("starting executor %s on %s (ssh pid %d)", executor_id, host.destination, process.pid)
+        # its credential on the session's standard input (an empty line: insecure), then an
+        # empty line: the driver keeps the session alive (see SESSION_TIMEOUT)
+        first_words = self.credential(executor_id).rstrip(b"\n") + b"\n\n"
+        remote = RemoteExecutor(executor_id, host)
+        self._children.start(executor_id, lambda: _spawn(remote, arguments, first_words), remote)
+        self._running[executor_id] = remote
 
     # -- what runs
 
@@ -204,57 +227,48 @@ class SSHClusterManager(ClusterManager):
 
     def kill(self, executor_ids):
         """Close these executors' sessions (their remote ends stop them); their ssh clients
-        are terminated if still there after ``KILL_GRACE``. They stop counting at once."""
+        are terminated if still there after ``CLIENT_GRACE``. They stop counting at once."""
         for executor_id in executor_ids:
             remote = self._running.pop(executor_id, None)
-            if remote is None:
-                continue
-            remote.close_session()
-            remote.kill_at = time.monotonic() + KILL_GRACE
-            self._leaving[executor_id] = remote
+            if remote is not None:
+                self._leaving[executor_id] = remote
+                self._children.stop(executor_id, _STOP_STEPS)
 
-    def exit_reason(self, executor_id, wait=0.0):
-        remote = self._running.get(executor_id) or self._leaving.get(executor_id)
-        if remote is None:
-            return None
-        try:
-            remote.process.wait(wait)
-        except subprocess.TimeoutExpired:
-            return None
-        return remote.reason(self.remote_python)
+    def exit_reason(self, executor_id):
+        return self._children.exit_of(executor_id)
 
     def poll_exits(self):
-        exits = []
-        now = time.monotonic()
-        for remotes in (self._running, self._leaving):
-            for executor_id, remote in list(remotes.items()):
-                if remote.process.poll() is not None:
-                    del remotes[executor_id]
-                    exits.append((executor_id, remote.reason(self.remote_python)))
-                elif remote.kill_at is not None and now > remote.kill_at + KILL_GRACE:
-                    remote.process.kill()
-                elif remote.kill_at is not None and now > remote.kill_at:
-                    remote.process.terminate()
+        exits = self._children.take_exits()
+        for executor_id, _ in exits:
+            self._running.pop(executor_id, None)
+            self._leaving.pop(executor_id, None)
         return exits
 
     def stop(self, timeout):
         """Wait up to ``timeout`` for executors told to stop; then close every session, and
         terminate, then kill, ssh clients still there."""
-        remotes = list(self._running.values()) + list(self._leaving.values())
-        processes = [remote.process for remote in remotes]
-        wait_all(processes, timeout)
-        for remote in remotes:
-            remote.close_session()  # the remote ends stop their executors
-        wait_all(processes, KILL_GRACE)
-        for step, grace in (("terminate", 2.0), ("kill", 5.0)):
-            alive = [process for process in processes if process.poll() is None]
-            if not alive:
-                break
-            log.warning("%d ssh client(s) still running at stop: %s", len(alive), step)
-            for process in alive:
-                getattr(process, step)()
-            wait_all(alive, grace)
-        for remote in remotes:
-            remote.reader.join(1.0)
+        children = self._children
+        if not children.wait_idle(timeout):
+            log.warning("executors still running at stop: their sessions closed")
+            for executor_id in list(self._running) + list(self._leaving):
+                children.stop(executor_id, _STOP_STEPS)
+            children.wait_idle(_STOP_STEPS[-1][0] + 5.0)
+        children.close()
         self._running.clear()
         self._leaving.clear()
+
+
+def _spawn(remote, arguments, first_words):
+    """Start an executor's ssh process (in the manager's thread) and hand it ``first_words``."""
+    # a session of its own: a Ctrl-C at the driver's terminal is the driver's to handle
+    process = subprocess.Popen(arguments, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, start_new_session=True,
+                               env=environment_without_secrets())
+    os.set_blocking(process.stdin.fileno(), False)
+    try:  # a line or two into an empty pipe: it fits
+        os.write(process.stdin.fileno(), first_words)
+    except OSError:
+        pass  # ssh already ended: its exit is reported
+    log.info("starting executor %s on %s (ssh pid %d)", remote.executor_id, remote.host.destination,
+             process.pid)
+    return process

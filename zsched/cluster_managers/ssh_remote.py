@@ -6,11 +6,14 @@ line: an insecure bus), so the credential is on no command line and in no file. 
 starts the executor (``zsched.executor`` with the same arguments), hands it the credential
 on a pipe it reads once (``--credential-fd``), and watches two things:
 
-- its standard input, which is the SSH session: at end of input (the driver closed it,
-  the driver or the ssh client died, the connection dropped), or on SIGHUP or SIGTERM,
-  it stops the executor: SIGTERM to its process group, SIGKILL after a grace period.
-  A separate process does this so that an executor whose task holds the GIL, or which is
-  stopped, still ends;
+- its standard input, which is the SSH session. It stops the executor (SIGTERM to its
+  process group, SIGKILL after ``KILL_GRACE``) at end of input (the driver closed it, the
+  driver or the ssh client died, the connection dropped), on SIGHUP or SIGTERM, and when
+  the session is silent for ``SESSION_TIMEOUT`` once the driver said that it keeps it
+  alive (empty lines after the credential): its host cut off from the driver, or the
+  driver stopped, with nothing to tell this end that the session is gone. A separate
+  process does this so that an executor whose task holds the GIL, or which is stopped,
+  still ends;
 - the executor: when it exits, this prints ``EXIT_MARKER`` and how it ended on standard
   output (ssh carries it to the driver, which reports it as the reason of the loss) and
   exits with its exit status.
@@ -21,11 +24,11 @@ import select
 import signal
 import subprocess
 import sys
+import time
 
+from .base import KILL_GRACE
 from .local import credential_pipe, describe_exit, environment_without_secrets
-from .ssh import EXIT_MARKER
-
-STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
+from .ssh import EXIT_MARKER, SESSION_TIMEOUT
 
 
 def _die_with_parent():
@@ -37,7 +40,7 @@ def _die_with_parent():
 
 
 def _stop(executor):
-    for sig, grace in ((signal.SIGTERM, STOP_GRACE), (signal.SIGKILL, None)):
+    for sig, grace in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, None)):
         try:
             os.killpg(executor.pid, sig)
         except ProcessLookupError:
@@ -50,10 +53,42 @@ def _stop(executor):
     executor.wait()
 
 
+def _first_line(fd):
+    """The first line on ``fd`` (without its end of line), and what came after it."""
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    line, _, rest = data.partition(b"\n")
+    return line.strip(), rest
+
+
+def _watch_session(executor, stdin_fd, kept_alive, stop_requested):
+    """Until the executor exits, or is to stop (see the module's docstring): then stop it."""
+    last_heard = time.monotonic()
+    while executor.poll() is None:
+        if stop_requested:
+            _stop(executor)
+            return
+        readable, _, _ = select.select([stdin_fd], [], [], 0.2)
+        if readable:
+            if not os.read(stdin_fd, 4096):  # end of input: the session is gone
+                _stop(executor)
+                return
+            kept_alive, last_heard = True, time.monotonic()
+        elif kept_alive and time.monotonic() - last_heard > SESSION_TIMEOUT:
+            print(f"zsched ssh_remote: the session was silent for {SESSION_TIMEOUT:g} s: "
+                  f"stopping the executor", file=sys.stderr, flush=True)
+            _stop(executor)
+            return
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    stdin = sys.stdin.buffer
-    credential = stdin.readline().strip()
+    stdin_fd = sys.stdin.fileno()
+    credential, rest = _first_line(stdin_fd)
     environment = environment_without_secrets()
     credential_fds = []
     if credential:
@@ -72,18 +107,7 @@ def main(argv=None):
     finally:
         for fd in credential_fds:
             os.close(fd)
-    stdin_fd = stdin.fileno()
-    while executor.poll() is None:
-        if stop_requested:
-            _stop(executor)
-            break
-        try:
-            readable, _, _ = select.select([stdin_fd], [], [], 0.2)
-        except InterruptedError:
-            continue
-        if readable and not os.read(stdin_fd, 4096):  # end of input: the session is gone
-            _stop(executor)
-            break
+    _watch_session(executor, stdin_fd, bool(rest), stop_requested)
     code = executor.wait()
     try:
         print(EXIT_MARKER + describe_exit(code), flush=True)

@@ -11,7 +11,11 @@ lost unexpectedly leave the target unchanged, so they are replaced.
 
 Failed starts back off per host (``manager.host_of``): a host that cannot be reached, or
 refuses the key, waits 0.5 s doubling to 30 s between attempts, while the other hosts go
-on. A target beyond the manager's ``capacity()`` is reported once; the rest wait for room.
+on. Any error the manager raises while starting executors (out of descriptors, memory or
+threads) is a failed start of the manager as a whole: it backs off the same way, and the
+driver serves on. Each failed start is counted (``executor_start_failures``); a reason
+is logged once per host and backoff, not once per executor. A target beyond the
+manager's ``capacity()`` is reported once; the rest wait for room.
 """
 import logging
 from collections import deque
@@ -36,10 +40,16 @@ class ExecutorAllocator:
         self._next_start = {}        # host -> backoff: nothing starts there before this time
         self._next_round = 0.0
         self._reported_short = None  # the target last reported as beyond capacity
+        self._quiet_until = {}       # (host, reason) -> when that failed start is logged again
+        self._unlogged = {}          # (host, reason) -> failed starts not logged meanwhile
+        self.executor_start_failures = 0  # starts that failed, or ended or timed out unregistered
         self.events = deque(maxlen=200)  # (time, what happened and why)
 
-    def _event(self, text, level=logging.INFO):
+    def _event(self, text, level=logging.INFO, quiet=False):
+        """Record what happened; log it (and report a warning) unless ``quiet``."""
         self.events.append((self.clock(), text))
+        if quiet:
+            return
         log.log(level, "%s", text)
         if level >= logging.WARNING and self.report is not None:
             self.report(text)
@@ -66,15 +76,29 @@ class ExecutorAllocator:
         """A started executor ended; one that never registered counts as a failed start."""
         started = self._starting.pop(executor_id, None)
         if started is not None:
-            self._start_failed(started[1], f"executor {executor_id} ended before registering: {reason}")
+            self._start_failed(started[1], f"executor {executor_id} ended before registering: {reason}",
+                               reason)
 
-    def _start_failed(self, host, what):
+    def _start_failed(self, host, what, reason):
+        """A start failed on ``host`` (None: the manager as a whole) for ``reason``: counted,
+        backed off, and ``what`` logged unless this reason was logged within the backoff."""
+        self.executor_start_failures += 1
         failures = self._failed_starts[host] = self._failed_starts.get(host, 0) + 1
         delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * 2 ** (failures - 1))
-        self._next_start[host] = self.clock() + delay
+        now = self.clock()
+        self._next_start[host] = now + delay
+        key = (host, reason)
         where = "" if host is None else f"host {host}: "
-        self._event(f"{where}{what} (next start {'there ' if host else ''}in {delay:.1f} s)",
-                    logging.WARNING)
+        text = f"{where}{what} (next start {'there ' if host else ''}in {delay:.1f} s)"
+        if now < self._quiet_until.get(key, now):
+            self._unlogged[key] = self._unlogged.get(key, 0) + 1
+            self._event(text, logging.WARNING, quiet=True)
+            return
+        self._quiet_until[key] = now + delay
+        unlogged = self._unlogged.pop(key, 0)
+        if unlogged:
+            text += f" ({unlogged} more like it not logged)"
+        self._event(text, logging.WARNING)
 
     def pending(self):
         """Executors started and not registered yet."""
@@ -106,7 +130,8 @@ class ExecutorAllocator:
                 del self._starting[executor_id]
                 self.manager.kill([executor_id])
                 self._start_failed(host, f"executor {executor_id} did not register within "
-                                         f"executor_start_timeout ({timeout:g} s): killed")
+                                         f"executor_start_timeout ({timeout:g} s): killed",
+                                   "did not register")
         existing = len(self.manager.launched_ids())
         missing = self.target - existing
         if missing <= 0:
@@ -116,7 +141,11 @@ class ExecutorAllocator:
             return
         n = min(missing, self.config.allocation_batch_size)
         before = set(self.manager.launched_ids())
-        self.manager.request_total(existing + n, avoid_hosts=avoid_hosts)
+        try:
+            self.manager.request_total(existing + n, avoid_hosts=avoid_hosts)
+        except Exception as exc:  # out of descriptors, memory, threads...: never the driver's end
+            reason = f"{type(exc).__name__}: {exc}"
+            self._start_failed(None, f"could not start executors: {reason}", reason)
         started = [i for i in self.manager.launched_ids() if i not in before]
         for executor_id in started:
             self._starting[executor_id] = (now, self.manager.host_of(executor_id))

@@ -1,11 +1,20 @@
 """What the driver does with its executors: registration, status updates, heartbeats,
 removal, and the checks its loop runs on them (silence, exits)."""
 import logging
+from collections import namedtuple
 
 from .. import protocol as p
 from ..config import name_problem
 
 log = logging.getLogger("zsched.driver")
+
+# seconds a lost executor's exit status has to arrive, while the loop goes on: it goes
+# with how it ended, or after this with "the process still runs"
+EXIT_STATUS_WAIT = 0.5
+
+# a lost executor awaiting its exit status: until when, the problem, and whether it was
+# decommissioning before it was offered nothing more
+_AwaitedExit = namedtuple("_AwaitedExit", "deadline problem was_decommissioning")
 
 
 class ExecutorEndpoint:
@@ -33,6 +42,7 @@ class ExecutorEndpoint:
         self._counters = counters
         self._warnings = warnings
         self._ask_for_offers = ask_for_offers
+        self._awaiting_exit = {}  # executor id -> _AwaitedExit
 
     def on_hello(self, rid, msg):
         """An executor asks the settings it registers with."""
@@ -174,9 +184,10 @@ class ExecutorEndpoint:
         relief = registry.reliefs.get(executor_id)
         executor = registry.remove(executor_id, reason)  # its routing id is its own again
         self.revoke(executor_id)
+        awaited = self._awaiting_exit.pop(executor_id, None)
         if executor is None:
             return False
-        if executor.decommissioning:
+        if executor.decommissioning if awaited is None else awaited.was_decommissioning:
             count_failure = False
         log.log(logging.WARNING if count_failure else logging.INFO,
                 "Removed executor %s on %s: %s (%d task(s) were running)",
@@ -226,6 +237,11 @@ class ExecutorEndpoint:
             removed = self.remove_executor(executor_id, reason, notify=False)
             if not removed and manager.explains_losses_later:
                 self._add_to_loss_reason(executor_id, reason)
+        now = self._clock()
+        for executor_id, awaited in list(self._awaiting_exit.items()):
+            if now >= awaited.deadline:
+                self.remove_executor(executor_id, f"disconnected ({awaited.problem}; the process "
+                                                  f"still runs: stopped or cut off?)", notify=False)
         self._allocator.tick()
 
     def _add_to_loss_reason(self, executor_id, reason):
@@ -244,13 +260,28 @@ class ExecutorEndpoint:
         executor = self._registry.by_rid.get(rid)
         if executor is None:
             return False
-        reason = f"disconnected ({problem})"
+        if not self._await_exit(executor, problem):
+            self.remove_executor(executor.executor_id, f"disconnected ({problem})", notify=False)
+        return True
+
+    def _await_exit(self, executor, problem):
+        """The connection of ``executor`` is lost: if the cluster manager started it, it
+        goes with how it ended. Known already, at once; else ``check_exits`` removes it when
+        the manager reports its exit, or after ``EXIT_STATUS_WAIT``, and it is offered
+        nothing meanwhile. False if the manager did not start it."""
         manager = self._cluster_manager
-        if manager is not None and executor.executor_id in manager.launched_ids():
-            # how did it end, if it ended?
-            reason = (manager.exit_reason(executor.executor_id, wait=0.2)
-                      or f"disconnected ({problem}; the process still runs: stopped or cut off?)")
-        self.remove_executor(executor.executor_id, reason, notify=False)
+        executor_id = executor.executor_id
+        if executor_id in self._awaiting_exit:
+            return True
+        if manager is None or executor_id not in manager.launched_ids():
+            return False
+        reason = manager.exit_reason(executor_id)
+        if reason is not None:
+            self.remove_executor(executor_id, reason, notify=False)
+            return True
+        self._awaiting_exit[executor_id] = _AwaitedExit(self._clock() + EXIT_STATUS_WAIT, problem,
+                                                        executor.decommissioning)
+        self._scheduler.decommission(executor)
         return True
 
     def link_broke(self, rid, error):
