@@ -39,7 +39,8 @@ SNAPSHOT = {
     ],
     "tasks": {"submitted": 5000, "finished": 4000, "failed": 3, "cancelled": 1, "retried": 7,
               "queued": 900, "running": 97},
-    "allocation": {"target": 4, "starting": 1, "capacity": None, "backoff": {}, "dynamic": False},
+    "allocation": {"target": 4, "starting": 1, "capacity": None, "backoff": {}, "start_failures": 2,
+                   "dynamic": False},
     "losses": [{"id": "3", "host": "10.0.0.6", "reason": "killed by signal SIGKILL", "time": 1789999990.0}],
     "history": [[1789999999.0, 3900, 3, 950, 97, 3], [1789999999.5, 3950, 3, 920, 97, 3],
                 [1790000000.0, 4000, 3, 900, 97, 3]],
@@ -132,6 +133,8 @@ def expected_samples(snapshot):
                       ("zsched_received_messages_total", "messages_in"),
                       ("zsched_sent_messages_total", "messages_out")]:
         expected[(name, ())] = counters[key]
+    expected[("zsched_executor_start_failures_total", ())] = (snapshot.get("allocation") or {}).get(
+        "start_failures", 0)
     expected[("zsched_driver_loop_longest_pause_seconds", ())] = snapshot.get("loop_longest_pause", 0.0)
     latency = snapshot["scheduling_latency"]
     for bound, count in latency["buckets"]:

@@ -243,6 +243,7 @@ def test_a_driver_out_of_descriptors_serves_on_and_starts_executors_once_it_can(
             backing_off.append(bool(status["allocation"]["backoff"]))
             time.sleep(0.1)
         assert sum(backing_off) > len(backing_off) / 2
+        assert client.status()["allocation"]["start_failures"] >= 2  # counted
         logged = driver.stderr_so_far().count(failures)
         # a line per backoff, not one per allocation round (every BATCH_DELAY)
         assert 2 <= logged < 3.5 / BATCH_DELAY / 2, driver.stderr_so_far()

@@ -64,6 +64,11 @@ class SnapshotCollector:
                                   "unreachable) since the driver started.",
                                   value=counters.get("executors_lost", 0))
 
+        allocation = self.snapshot.get("allocation") or {}
+        yield CounterMetricFamily("zsched_executor_start_failures", "Executors that failed to start, "
+                                  "or ended or timed out unregistered, since the driver started.",
+                                  value=allocation.get("start_failures", 0))
+
         yield GaugeMetricFamily("zsched_driver_loop_longest_pause_seconds", "The longest time the "
                                 "driver's loop went without reading its input, over the last minute.",
                                 value=self.snapshot.get("loop_longest_pause", 0.0))

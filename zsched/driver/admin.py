@@ -163,6 +163,7 @@ class Admin:
                 "capacity": manager.capacity(),
                 "queued": len(manager.queued_ids()),
                 "backoff": {str(h): s for h, s in allocator.backoff().items()},
+                "start_failures": allocator.executor_start_failures,
                 "dynamic": self._dynamic_allocation is not None}
 
     # ------------------------------------------------------------ decommissioning
