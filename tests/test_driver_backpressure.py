@@ -68,4 +68,4 @@ def test_a_client_whose_callback_blocks_falls_behind_holds_its_tasks_then_gets_e
             assert not any(c["behind"] for c in watcher.status()["clients"])
 
 
-N_RESULTS = 10_000
+N_RESULTS = 3_000
