@@ -43,7 +43,8 @@ del _installed
 _SOURCES = {
     "Client": "client", "TaskFuture": "client.future",
     "Config": "config",
-    "ConfigError": "errors", "DriverConnectionError": "errors", "ExceptionTooLarge": "errors",
+    "ConfigError": "errors", "DataRefused": "errors", "DriverConnectionError": "errors",
+    "ExceptionTooLarge": "errors", "Broadcast": "broadcast",
     "MessageTooLarge": "errors",
     "ProtocolError": "errors", "RemoteTraceback": "errors", "TaskFailed": "errors",
     "ZschedError": "errors",
@@ -54,7 +55,7 @@ _SOURCES = {
 }
 
 __all__ = ["Client", "LocalCluster", "SlurmCluster", "SSHCluster", "progress", "TaskFuture", "Config",
-           "ConfigError", "DriverConnectionError", "ExceptionTooLarge", "MessageTooLarge", "ProtocolError",
+           "Broadcast", "ConfigError", "DataRefused", "DriverConnectionError", "ExceptionTooLarge", "MessageTooLarge", "ProtocolError",
            "RemoteTraceback", "TaskFailed", "ZschedError", "__version__"]
 
 

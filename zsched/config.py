@@ -193,6 +193,7 @@ _RULES = {
     # a frame of results goes alone past the window: any size works
     "client_results_window": _size(1 << 16, 1 << 40),
     "client_results_backlog": _size(1 << 16, 1 << 40),
+    "driver_data_limit": _size(0, 1 << 44),
 }
 
 
@@ -221,6 +222,7 @@ class Config:
     driver_memory_cache: int = 256 << 20       # freed memory bin/driver keeps for reuse, bytes
     client_results_window: int = 64 << 20      # results sent to a client and not yet taken, bytes
     client_results_backlog: int = 256 << 20    # held for a client before its tasks wait, bytes
+    driver_data_limit: int = 4 << 30           # large arguments and broadcasts the driver holds, bytes
 
     def __post_init__(self):
         for f in fields(self):

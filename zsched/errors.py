@@ -30,6 +30,11 @@ class MessageTooLarge(ZschedError, ValueError):
         )
 
 
+class DataRefused(ZschedError, MemoryError):
+    """The driver would not keep a task's large arguments or a broadcast value: it holds
+    ``driver_data_limit`` bytes of data already."""
+
+
 class TaskFailed(ZschedError):
     """A task that failed for a reason other than its own exception
     (its result could not be sent back, its executor was lost, ...)."""

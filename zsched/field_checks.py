@@ -1,5 +1,7 @@
 """The shapes of message fields, checked on decode: each check takes a decoded value and
 says whether it has the declared shape (``protocol`` declares a check per field)."""
+import math
+
 from .wire import rows_have_types
 
 
@@ -45,3 +47,18 @@ def is_scalar(value):
 
 
 is_settings = dict_of(is_str, is_scalar)
+
+
+# What an executor's Heartbeat reports, each a number >= 0; the driver keeps these alone.
+HEARTBEAT_METRICS = ("rss", "cpu", "busy_threads", "functions")
+
+
+def heartbeat_metrics(metrics):
+    """The known figures of a Heartbeat's ``metrics`` that are finite numbers >= 0 (the
+    dashboard serves them as JSON and as Prometheus floats)."""
+    kept = {}
+    for name in HEARTBEAT_METRICS:
+        value = metrics.get(name)
+        if (type(value) is int or type(value) is float) and 0 <= value < math.inf:
+            kept[name] = value
+    return kept

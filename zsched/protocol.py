@@ -16,9 +16,7 @@ checks, the rows left in the frame, in a ``SubmitRows`` or a ``StatusRows``). A 
 instead of frames (``check`` applies decode's field checks to them).
 """
 import hashlib
-import math
 from dataclasses import dataclass, fields
-from enum import IntEnum
 from typing import ClassVar
 
 import msgpack
@@ -26,7 +24,10 @@ import msgpack
 from .errors import ProtocolError
 from .task_state import TaskState  # noqa: F401 (part of the protocol; the wire's compiled part uses it too)
 from ._wire_py import batch_tasks  # noqa: F401 (one splitter for LaunchTasks and SubmitTasks)
-from .field_checks import (dict_of, is_bool, is_bytes, is_int, is_number, is_scalar, is_settings, is_str,
+from . import data_frames
+from .msg_types import AdminOp, MsgType
+from .field_checks import (HEARTBEAT_METRICS, dict_of, heartbeat_metrics,  # noqa: F401 (part of the protocol)
+                           is_bool, is_bytes, is_int, is_number, is_scalar, is_settings, is_str,
                            list_of, optional, rows_of)
 from .wire import StatusRows, SubmitRows, read_status_updates, read_submit_tasks
 
@@ -58,91 +59,9 @@ def function_digest(blob):
     return hashlib.blake2b(blob, digest_size=16).digest()
 
 
-# What an executor's Heartbeat reports, each a number >= 0; the driver keeps these alone.
-HEARTBEAT_METRICS = ("rss", "cpu", "busy_threads", "functions")
-
-
-def heartbeat_metrics(metrics):
-    """The known figures of a Heartbeat's ``metrics`` that are finite numbers >= 0 (the
-    dashboard serves them as JSON and as Prometheus floats)."""
-    kept = {}
-    for name in HEARTBEAT_METRICS:
-        value = metrics.get(name)
-        if (type(value) is int or type(value) is float) and 0 <= value < math.inf:
-            kept[name] = value
-    return kept
-
-
 def frame_limit(max_message_size):
     """Largest frame a receiver accepts when payloads are at most ``max_message_size``."""
     return max_message_size + FRAME_OVERHEAD
-
-
-class AdminOp(IntEnum):
-    """An administrator's operation on the driver (a client's admin calls); each travels
-    as a message type of its own, with the same number."""
-    PING = 40
-    EXECUTOR_IDS = 41
-    TOTAL_CORES = 42
-    STATUS = 43
-    IS_EXECUTOR_ACTIVE = 44
-    DECOMMISSION_EXECUTORS = 45
-    DECOMMISSION_EXECUTORS_ON_HOST = 46
-    REQUEST_TOTAL_EXECUTORS = 47
-    REQUEST_EXECUTORS = 48
-    KILL_EXECUTORS = 49
-    KILL_EXECUTORS_ON_HOST = 50
-
-
-class MsgType(IntEnum):
-    # executor -> driver
-    REGISTER_EXECUTOR = 1
-    STATUS_UPDATES = 2
-    HEARTBEAT = 3
-    REMOVE_EXECUTOR = 4
-    ATTACH_RELIEF = 5
-    EXECUTOR_HELLO = 6
-    # driver -> executor
-    REGISTERED_EXECUTOR = 10
-    REGISTER_EXECUTOR_FAILED = 11
-    LAUNCH_TASKS = 12
-    KILL_TASK = 13
-    STOP_EXECUTOR = 14
-    SHUTDOWN = 15
-    HEARTBEAT_ACK = 16
-    DECOMMISSION_EXECUTOR = 17
-    # driver -> executor or client: "are you there?" (ignored; a send to a peer that is gone fails)
-    PROBE = 18
-    # driver -> executor
-    RETURN_TASKS = 19
-    # client -> driver
-    CLIENT_HELLO = 20
-    SUBMIT_TASKS = 21
-    CANCEL_TASKS = 22
-    STOP_EXECUTORS = 24
-    CLIENT_GOODBYE = 25
-    # client -> driver (functions it no longer needs) and driver -> executor (drop them)
-    FORGET_FUNCTIONS = 26
-    # client -> driver, answered by an AdminReply
-    CANCEL_QUEUED_TASKS = 27
-    # the client has taken results off its connection: the driver may send more
-    RESULTS_TAKEN = 28
-    # driver -> client
-    CLIENT_WELCOME = 30
-    TASK_RESULTS = 31
-    ADMIN_REPLY = 32
-    # client -> driver: the administrator's operations, answered by an AdminReply
-    ADMIN_PING = AdminOp.PING
-    ADMIN_EXECUTOR_IDS = AdminOp.EXECUTOR_IDS
-    ADMIN_TOTAL_CORES = AdminOp.TOTAL_CORES
-    ADMIN_STATUS = AdminOp.STATUS
-    ADMIN_IS_EXECUTOR_ACTIVE = AdminOp.IS_EXECUTOR_ACTIVE
-    ADMIN_DECOMMISSION_EXECUTORS = AdminOp.DECOMMISSION_EXECUTORS
-    ADMIN_DECOMMISSION_EXECUTORS_ON_HOST = AdminOp.DECOMMISSION_EXECUTORS_ON_HOST
-    ADMIN_REQUEST_TOTAL_EXECUTORS = AdminOp.REQUEST_TOTAL_EXECUTORS
-    ADMIN_REQUEST_EXECUTORS = AdminOp.REQUEST_EXECUTORS
-    ADMIN_KILL_EXECUTORS = AdminOp.KILL_EXECUTORS
-    ADMIN_KILL_EXECUTORS_ON_HOST = AdminOp.KILL_EXECUTORS_ON_HOST
 
 
 # ---------------------------------------------------------------- messages
@@ -449,6 +368,88 @@ class AdminKillExecutorsOnHost(AdminMessage):
     host: str
 
 
+# -- data: task arguments, results and broadcast values over DATA_PART_MIN bytes travel as
+# parts of their own (``data_frames``), never copied into a body; the driver keeps and
+# forwards them without reading them
+
+DATA_KEY_SIZE = 16  # a data key: 8 random bytes of its client, then a count
+
+
+def _is_key(value):
+    return type(value) is bytes and len(value) == DATA_KEY_SIZE
+
+
+def _data_message(msg_type, *checks):
+    """A message type whose last field, ``parts``, is a list of buffers."""
+    def wrap(cls):
+        cls = _message(msg_type, *checks, data_frames.is_parts)(cls)
+        DATA_MESSAGES.add(cls)
+        return cls
+    return wrap
+
+
+DATA_MESSAGES = set()
+
+
+@_data_message(MsgType.PUT_DATA, _is_key, is_int)
+class PutData(Message):
+    """Client -> driver: keep ``parts`` under ``key`` until a ForgetData. ``task_id`` is
+    the client task whose arguments they are, or -1 for a broadcast value; a DataStored
+    answers a broadcast, and a task's data only when it is refused."""
+    key: bytes
+    task_id: int
+    parts: list
+
+
+@_message(MsgType.DATA_STORED, _is_key, is_int, is_str)
+class DataStored(Message):
+    """Driver -> client: what became of a PutData; ``error`` is empty when it is kept."""
+    key: bytes
+    task_id: int
+    error: str
+
+
+@_message(MsgType.FORGET_DATA, list_of(_is_key))
+class ForgetData(Message):
+    """Client -> driver: drop this data of yours. Driver -> executor: drop these
+    broadcast values, destroyed."""
+    keys: list
+
+
+@_message(MsgType.GET_DATA, list_of(_is_key))
+class GetData(Message):
+    """Executor -> driver: send the data under these keys (a Data each)."""
+    keys: list
+
+
+@_data_message(MsgType.DATA, _is_key, is_str)
+class Data(Message):
+    """Driver -> executor: the data under ``key``, or ``error`` (and no parts) if the
+    driver holds none."""
+    key: bytes
+    error: str
+    parts: list
+
+
+@_data_message(MsgType.RESULT_DATA, is_int, is_int, _is_key, is_int)
+class ResultData(Message):
+    """Executor -> driver: the parts of the result of this attempt, sent just before its
+    status row; the driver passes them on to the task's client as a TaskData."""
+    task_id: int
+    attempt: int
+    key: bytes
+    size: int  # the bytes of the parts
+    parts: list
+
+
+@_data_message(MsgType.TASK_DATA, is_int, _is_key)
+class TaskData(Message):
+    """Driver -> client: the parts of a result that follows, named by its key."""
+    client_task_id: int
+    key: bytes
+    parts: list
+
+
 # ---------------------------------------------------------------- batching
 # no frame carries more than ``limit`` payload bytes (MAXMSGSIZE is ``frame_limit(limit)``)
 
@@ -514,11 +515,21 @@ def message_name(msg):
 
 
 def encode(msg):
-    """The frame for ``msg``: header bytes followed by the msgpack body."""
+    """The frame for ``msg``: header bytes followed by the msgpack body (for a data
+    message, its parts after it: see ``encode_parts`` to send them without copying)."""
     if type(msg) is Encoded:
         return msg.frame
+    if type(msg) in DATA_MESSAGES:
+        return b"".join(encode_parts(msg))
     body = [getattr(msg, name) for name in msg.FIELDS]
     return bytes((VERSION, msg.TYPE)) + _packer.pack(body)
+
+
+def encode_parts(msg):
+    """A data message as frames: its head, then its parts, not copied."""
+    values = [getattr(msg, name) for name in msg.FIELDS]
+    return [data_frames.encode_head(bytes((VERSION, msg.TYPE)), values[:-1], msg.parts, _packer),
+            *msg.parts]
 
 
 # The per-task messages the wire's readers read, their rows left in the frame.
@@ -526,8 +537,11 @@ _READ_BY_FAST_PATH = {StatusUpdates: read_status_updates, SubmitTasks: read_subm
 
 
 def decode(frame, max_size=None):
-    """The message in ``frame``; ``ProtocolError`` says what is wrong with a bad one."""
+    """The message in ``frame``; ``ProtocolError`` says what is wrong with a bad one. A
+    data message may also come as a tuple of frames: its head, then its parts."""
     if not isinstance(frame, (bytes, bytearray, memoryview)):
+        if type(frame) is tuple and frame and isinstance(frame[0], bytes):
+            return _decode_parts(frame, max_size)
         raise ProtocolError(f"frame of type {type(frame).__name__}")
     size = len(frame)
     if size < 3:
@@ -539,6 +553,8 @@ def decode(frame, max_size=None):
     cls = _BY_TYPE.get(frame[1])
     if cls is None:
         raise ProtocolError(f"unknown message type {frame[1]}")
+    if cls in DATA_MESSAGES:
+        return data_frames.read(cls, frame, _check_fields)
     read = _READ_BY_FAST_PATH.get(cls)
     if read is not None:  # the rows checked and left in the frame
         try:
@@ -553,6 +569,18 @@ def decode(frame, max_size=None):
         raise ProtocolError(f"{cls.__name__}: expected {len(cls.CHECKS)} fields")
     _check_fields(cls, body)
     return cls(*body)
+
+
+def _decode_parts(frames, max_size):
+    head = frames[0]
+    if len(head) < 3 or head[0] != VERSION:
+        raise ProtocolError("a message of several frames with a bad head")
+    cls = _BY_TYPE.get(head[1])
+    if cls not in DATA_MESSAGES:
+        raise ProtocolError(f"a message of {len(frames)} frames, expected 1")
+    if max_size is not None and any(len(part) > max_size for part in frames):
+        raise ProtocolError(f"a frame over the limit of {max_size} bytes")
+    return data_frames.read(cls, frames, _check_fields)
 
 
 def check(msg):

@@ -14,15 +14,14 @@ done-callbacks of futures completed by a driver's thread.
 import concurrent.futures
 import logging
 import os
-import pickle
 import threading
 
-import cloudpickle
 
 from .. import protocol as p
 from ..config import Config, check_url
 from ..embedded import start_cluster
-from ..errors import ConfigError, DriverConnectionError, MessageTooLarge, TaskFailed
+from ..broadcast import Broadcast, made_here
+from ..errors import ConfigError, DataRefused, DriverConnectionError, MessageTooLarge, TaskFailed
 from ..runtime import gc_untrack
 from ..security import SECRET_ENV, SECRET_FILE_ENV, load_keys
 from .channel_transport import ChannelTransport
@@ -30,13 +29,12 @@ from .future import TaskFuture
 from .future_table import FutureTable
 from .map_tasks import run_map
 from .outbox import Outbox
+from .task_data import quick_pickle
 from .pipe_transport import PipeTransport
 from .socket_transport import SocketTransport
 
 log = logging.getLogger(__package__)
 
-_dumps = pickle.dumps
-_PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
 def _keys_to_connect(address, secret_file, insecure):
@@ -174,6 +172,36 @@ class Client(concurrent.futures.Executor):
         """A view of this client whose ``submit`` and ``map`` use these options."""
         return ClientOptions(self, self.retries if retries is None else retries)
 
+    def broadcast(self, value, timeout=None):
+        """A ``Broadcast`` of ``value`` (Spark's ``sc.broadcast``): the driver keeps the
+        value, pickled once, and sends it to each executor at most once, at its first task
+        that uses it. Give tasks the handle, as an argument or in a closure; in a task,
+        ``handle.value`` is the value. ``handle.destroy()`` frees it everywhere. Raises
+        ``DataRefused`` past the driver's ``driver_data_limit``, ``MessageTooLarge`` past
+        ``max_message_size``."""
+        put, size = self._outbox.task_data.broadcast(value)
+        limit = self._outbox.max_message_size
+        if size > limit:
+            raise MessageTooLarge("the broadcast value", size, limit)
+        with self._outbox.lock:
+            self._check_open()
+            stored = self._futures.broadcasts[put.key] = concurrent.futures.Future()
+            self._outbox.queue_control(put)
+        try:
+            error = stored.result(self.timeout if timeout is None else timeout)
+        except concurrent.futures.TimeoutError:
+            self._futures.broadcasts.pop(put.key, None)
+            self._outbox.queue_control(p.ForgetData([put.key]))
+            raise TimeoutError(f"the driver did not take the broadcast value within "
+                               f"{self.timeout if timeout is None else timeout:g} s") from None
+        if error:
+            raise DataRefused(f"the broadcast value ({size} bytes) was refused: {error}")
+        return made_here(Broadcast(put.key, value, self._destroy_broadcast))
+
+    def _destroy_broadcast(self, key):
+        if not self._shutdown and self._futures.lost is None:
+            self._outbox.queue_control(p.ForgetData([key]))
+
     def _check_open(self):
         if self._shutdown:
             raise RuntimeError("cannot schedule new futures after shutdown")
@@ -201,13 +229,17 @@ class Client(concurrent.futures.Executor):
                 digest, fn_size = outbox.function_digest(fn)
             task_id = next(futures.task_ids)
             future = TaskFuture(futures, task_id, futures.condition)
-            try:
-                payload = _dumps((args, kwargs), _PICKLE_PROTOCOL)
-            except Exception:
-                payload = cloudpickle.dumps((args, kwargs), protocol=_PICKLE_PROTOCOL)
-            if len(payload) + fn_size > outbox.max_message_size:
-                return self._too_large(future, len(payload) + fn_size)
+            payload = quick_pickle((args, kwargs))
+            put = None
+            if payload is None:  # large, or cloudpickle's: see task_data
+                payload, size, put = outbox.task_data.payload(task_id, (args, kwargs))
+            else:
+                size = len(payload)
+            if size + fn_size > outbox.max_message_size:
+                return self._too_large(future, size + fn_size)
             futures.tasks[task_id] = future
+            if put is not None:
+                outbox.queue_data(future, put)
             row = [task_id, digest, payload, retries]
             gc_untrack(row)  # ints and bytes: in no cycle
             outbox.rows.append(row)

@@ -12,7 +12,7 @@ import queue
 import threading
 
 from .. import protocol as p
-from ..errors import DriverConnectionError
+from ..errors import DataRefused, DriverConnectionError
 from ..protocol import MsgType
 from .future import FuturesCondition, TaskFuture, complete_batch
 
@@ -36,6 +36,7 @@ class FutureTable:
         self.lost = None
         self.task_ids = itertools.count(1)  # calling threads take ids with next()
         self.request_ids = itertools.count(1)
+        self.broadcasts = {}  # key -> Future of the driver's DataStored, for Client.broadcast
         self._cancelled = cancelled
         self._in_driver_thread = in_driver_thread
         # futures completed by the driver's thread run their done-callbacks in this thread
@@ -56,7 +57,7 @@ class FutureTable:
 
     def waiting(self):
         """Whether a task or a request waits for the driver."""
-        return bool(self.tasks or self.requests)
+        return bool(self.tasks or self.requests or self.broadcasts)
 
     # ------------------------------------------------------------ what futures ask
 
@@ -89,9 +90,11 @@ class FutureTable:
     # ------------------------------------------------------------ completing
 
     def from_driver(self, msg):
-        """Act on a TaskResults or an AdminReply from the driver."""
+        """Act on a TaskResults, an AdminReply or a DataStored from the driver."""
         if msg.TYPE == MsgType.TASK_RESULTS:
             self.complete(msg.results)
+        elif msg.TYPE == MsgType.DATA_STORED:
+            self._data_stored(msg)
         elif msg.TYPE == MsgType.ADMIN_REPLY:
             future = self.requests.pop(msg.request_id, None)
             if future is not None:
@@ -101,6 +104,16 @@ class FutureTable:
                     future.set_exception(DriverConnectionError(msg.value))
                 else:
                     future.set_exception(ValueError(msg.value))
+
+    def _data_stored(self, msg):
+        """The driver kept a broadcast value, or refused data (``msg.error``)."""
+        if msg.task_id >= 0:
+            self.fail(msg.task_id, DataRefused(f"task {msg.task_id}: its arguments were refused: "
+                                               f"{msg.error}"))
+            return
+        future = self.broadcasts.pop(msg.key, None)
+        if future is not None and not future.done():
+            future.set_result(msg.error)
 
     def complete(self, results):
         """Complete the futures of a TaskResults batch (see ``future.complete_batch``)."""
@@ -126,7 +139,7 @@ class FutureTable:
         future is registered after the sweep."""
         self.lost = error
         self.fail_all(error)
-        for future in list(self.requests.values()):
+        for future in [*self.requests.values(), *self.broadcasts.values()]:
             if not future.done():
                 future.set_exception(error)
 

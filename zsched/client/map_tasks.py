@@ -1,16 +1,14 @@
 """The tasks of one ``Client.map``: its calls grouped into tasks, submitted on demand."""
 import itertools
-import pickle
 import time
 from collections import deque
-
-import cloudpickle
 
 from ..errors import MessageTooLarge
 from ..runtime import gc_untrack
 from .map_calls import (TASKS_PER_CORE, CallsRunner, MapResults, auto_chunk_size,
                         check_chunk_arguments, chunks, count_calls, tasks_ahead)
 from .progress_bar import ProgressBar
+from .task_data import quick_pickle
 
 _MAP_BATCH = 4096  # map hands tasks to the sending thread in groups of this many
 _NO_KWARGS = {}
@@ -96,15 +94,21 @@ class MapTasks:
             for args, calls in groups:
                 future = futures.new_task()
                 submitted.append((future, calls))
-                try:
-                    payload = pickle.dumps((args, _NO_KWARGS), protocol=pickle.HIGHEST_PROTOCOL)
-                except Exception:
-                    payload = cloudpickle.dumps((args, _NO_KWARGS), protocol=pickle.HIGHEST_PROTOCOL)
-                size = len(payload) + self.fn_size
+                payload = quick_pickle((args, _NO_KWARGS))
+                put = None
+                if payload is None:  # large, or cloudpickle's: see task_data
+                    payload, size, put = outbox.task_data.payload(future.task_id, (args, _NO_KWARGS))
+                else:
+                    size = len(payload)
+                size += self.fn_size
                 if size > limit:
                     future.set_exception(MessageTooLarge(f"task {future.task_id}", size, limit))
                     continue
                 futures.tasks[future.task_id] = future
+                if put is not None:
+                    outbox.rows.extend(rows)  # the rows before it keep their place
+                    rows = []
+                    outbox.queue_data(future, put)
                 # a list: the row of SubmitTasks as the driver decodes it; ints and bytes,
                 # in no cycle: out of the GC
                 row = [future.task_id, self.digest, payload, self.retries]

@@ -20,6 +20,7 @@ from .. import protocol as p
 from ..errors import TaskFailed
 from ..protocol import MsgType
 from .held_functions import HeldFunctions
+from .task_data import TaskData
 
 _FUNCTION_CACHE_SIZE = 1024
 _FRAME_TASKS = 8192  # tasks per SubmitTasks frame at most: the driver starts on a flood early
@@ -50,6 +51,7 @@ class Outbox:
         self.held_functions = HeldFunctions()  # the functions the driver holds for this client
         self._function_cache = {}    # function -> (digest, size)
         self._mapping = {}           # digest -> maps submitting tasks of it now
+        self.task_data = TaskData()  # large arguments and broadcasts: their keys and PutData
 
     # ------------------------------------------------------------ calling threads
 
@@ -92,6 +94,13 @@ class Outbox:
         """Queue task rows and wake the sending thread. Called under ``lock``."""
         self.rows.extend(rows)
         self._wake()
+
+    def queue_data(self, future, put):
+        """Queue ``put``, the PutData of ``future``'s task, before its row; the driver is
+        told to forget it once the task ended, whatever its end. Called under ``lock``."""
+        self.rows.append(put)
+        key = put.key
+        future.add_done_callback(lambda _: self.queue_control(p.ForgetData([key])))
 
     def queue_control(self, message):
         """Queue a control message after every task queued so far."""

@@ -95,6 +95,9 @@ class PipeTransport(IOThreadTransport):
                 else:
                     poller.unregister(link.write_fd)
 
+    def _send_parts(self, frames):
+        self.link.send_parts(frames)
+
     def _output_waits(self):
         return self.link.wants_write
 

@@ -11,7 +11,7 @@ from .. import protocol as p
 from ..config import Config
 from ..errors import ConfigError, DriverConnectionError
 from ..security import HandshakeWatch, make_client
-from ..socket_options import heartbeat_options
+from ..socket_options import heartbeat_options, recv_parts, send_frames
 from ..socket_state import SocketState
 from .transport import IOThreadTransport
 
@@ -150,13 +150,28 @@ class SocketTransport(IOThreadTransport):
                 pass
         unsent.append(frame)
 
+    def _send_parts(self, frames):
+        """Send a data message's frames (large ones not copied), or keep them, after those
+        kept before, when the queue is full."""
+        unsent = self._unsent
+        if not unsent:
+            try:
+                send_frames(self.socket, frames, _NOBLOCK)
+                return
+            except zmq.Again:
+                pass
+        unsent.append(tuple(frames))
+
     def _flush(self):
         """Send the frames kept, in order, as far as the send queue has room."""
         unsent = self._unsent
         send = self.socket.send
         while unsent:
             try:
-                send(unsent[0], _NOBLOCK)
+                if type(unsent[0]) is tuple:  # a data message's frames
+                    send_frames(self.socket, unsent[0], _NOBLOCK)
+                else:
+                    send(unsent[0], _NOBLOCK)
             except zmq.Again:
                 return
             unsent.popleft()
@@ -178,7 +193,10 @@ class SocketTransport(IOThreadTransport):
             if not (first or drain) and (outbox.rows or outbox.cancels):
                 return  # one frame per turn at least: results are never starved either
             first = False
-            self._deliver_frame(sock.recv(zmq.NOBLOCK))
+            frame = sock.recv(zmq.NOBLOCK)
+            if sock.rcvmore:  # a data message: its head, then its parts
+                frame = (frame, *recv_parts(sock))
+            self._deliver_frame(frame)
 
     def close(self):
         if not self.stopped_in_time():

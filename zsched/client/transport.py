@@ -45,8 +45,8 @@ class IOThreadTransport:
     that the driver still answers; the count of results taken, told to the driver.
 
     Subclasses give ``kind``, ``serve()`` (the thread's loop over the connection),
-    ``_send_frame(frame)``, which never waits, and ``_output_waits()``: whether frames
-    wait for the driver to read them."""
+    ``_send_frame(frame)`` and ``_send_parts(frames)`` (a data message's), which never
+    wait, and ``_output_waits()``: whether frames wait for the driver to read them."""
 
     kind = None
 
@@ -134,6 +134,9 @@ class IOThreadTransport:
             send(encode(self._taken.message()))
         goodbye = False
         for msg in self._outbox.messages_for_driver():
+            if type(msg) is p.PutData:  # its parts leave as they are
+                self._send_parts(p.encode_parts(msg))
+                continue
             send(encode(msg))
             goodbye = msg.TYPE == MsgType.CLIENT_GOODBYE
         return goodbye

@@ -105,16 +105,17 @@ class ClientEndpoint:
 
     It is given the driver's ``app_id``, ``incarnation`` and ``config``; the client
     ``sessions`` and the ``scheduler`` it changes; the executor ``registry`` (to tell
-    executors which functions to drop); ``peers``, to send and to forget a peer; the ``admin`` operations, which answer admin requests; the executor endpoint's
+    executors which functions to drop); ``peers``, to send and to forget a peer; the ``admin`` operations, which answer admin requests; the ``data`` store; the executor endpoint's
     ``send_control(executor, msg)``, for kills; the driver's ``warnings`` (a
     ``PeerWarnings``); and ``ask_for_offers()``, called when tasks arrive."""
 
     def __init__(self, *, app_id, incarnation, config, sessions, scheduler, registry, peers,
-                 admin, send_control, warnings, ask_for_offers):
+                 admin, data, send_control, warnings, ask_for_offers):
         self._app_id, self._incarnation, self._config = app_id, incarnation, config
         self._sessions, self._scheduler, self._registry = sessions, scheduler, registry
         self._peers = peers
         self._admin = admin
+        self._data = data
         self._send_control = send_control
         self._warnings = warnings
         self._ask_for_offers = ask_for_offers
@@ -181,8 +182,9 @@ class ClientEndpoint:
             self._sessions.forget_functions(client, msg.digests)
 
     def drop_client(self, client, reason):
-        """Forget a client that left: its tasks, and the functions it sent."""
+        """Forget a client that left: its tasks, the functions and the data it sent."""
         self.kill(self._scheduler.drop_client(client), reason)
+        self._data.drop_client(client.routing_id)
         self._sessions.release(client.functions)
 
     def connection_lost(self, rid, problem):

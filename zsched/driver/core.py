@@ -32,6 +32,7 @@ from .admin import Admin
 from .allocation import ExecutorAllocator
 from .client_pipes import ClientPipes
 from .clients import ClientEndpoint, ClientSessions
+from .data_store import DataStore
 from .executors import ExecutorEndpoint
 from .loop import Loop
 from .peer_warnings import PeerWarnings
@@ -112,7 +113,8 @@ class Driver:
                            take=self._take, warn=self.warnings.warn,
                            lost=self._peer_unreachable, broke=self._link_broke)
         self._build_parts()
-        self._handlers = message_handlers(self.executor_endpoint, self.client_endpoint)
+        self._handlers = message_handlers(self.executor_endpoint, self.client_endpoint,
+                                          self.data_store)
         self._start_dashboard()
         self._watch()
 
@@ -132,8 +134,10 @@ class Driver:
             cluster_manager=self.cluster_manager, dynamic_allocation=self.dynamic_allocation,
             remove_executor=executors.remove_executor, send_control=executors.send_control,
             longest_pause=self.loop.longest_pause, clients=self.sessions.by_rid)
+        self.data_store = DataStore(self.config.driver_data_limit, self.peers.send,
+                                    self.sessions.by_rid, self.registry.by_rid)
         self.client_endpoint = ClientEndpoint(
-            **known, **shared, peers=self.peers, admin=self.admin,
+            **known, **shared, peers=self.peers, admin=self.admin, data=self.data_store,
             send_control=executors.send_control, warnings=self.warnings,
             ask_for_offers=self.ask_for_offers)
 
@@ -444,7 +448,7 @@ class Driver:
 FIRST_MESSAGES = frozenset((p.ClientHello, p.ExecutorHello, p.RegisterExecutor, p.AttachRelief))
 
 
-def message_handlers(executors, clients):
+def message_handlers(executors, clients, data):
     """For each message type a peer may send the driver: the role that may send it (None:
     any role, a ping only says that the loop is alive) and its handler(rid, msg)."""
     by_executors, by_clients = Role.EXECUTOR, Role.CLIENT
@@ -465,4 +469,7 @@ def message_handlers(executors, clients):
         MsgType.CLIENT_GOODBYE: (by_clients, clients.on_goodbye),
         MsgType.FORGET_FUNCTIONS: (by_clients, clients.on_forget_functions),
         MsgType.RESULTS_TAKEN: (by_clients, clients.on_results_taken),
+        MsgType.PUT_DATA: (by_clients, data.on_put),
+        MsgType.FORGET_DATA: (by_clients, data.on_forget),
+        MsgType.GET_DATA: (by_executors, data.on_get),
     }

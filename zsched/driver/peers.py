@@ -19,7 +19,8 @@ import zmq
 
 from .. import protocol as p
 from ..pipe_link import PipeLink
-from ..socket_options import set_heartbeats
+from ..data_frames import part_size
+from ..socket_options import send_frames, set_heartbeats
 from ..socket_state import SocketState
 from ..security import (ADMINISTRATOR_USER, CLIENT_USER, EXECUTOR_USER, ZapHandler,
                         make_server)
@@ -31,6 +32,7 @@ log = logging.getLogger("zsched.driver")
 # message
 _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_SNDMORE = int(zmq.NOBLOCK) | int(zmq.SNDMORE)
+_DATA_MESSAGES = frozenset(p.DATA_MESSAGES)
 _LINK_QUEUE_LIMIT = 100_000  # frames queued for a piped peer not reading: the ROUTER's sndhwm
 GONE = "gone"
 NOT_READING = "not reading (its queue is full)"
@@ -99,6 +101,8 @@ class RouterPeer(Peer):
         self.router = router
 
     def send(self, msg):
+        if type(msg) in _DATA_MESSAGES:
+            return self._send_parts(msg)
         frame = p.encode(msg)
         rid = self.rid
         try:
@@ -115,6 +119,21 @@ class RouterPeer(Peer):
         counters = self.counters
         counters["messages_out"] += 1
         counters["bytes_out"] += len(rid) + len(frame)
+        return None
+
+    def _send_parts(self, msg):
+        """A data message: its head, then its parts as frames, large ones not copied."""
+        frames = p.encode_parts(msg)
+        try:
+            send_frames(self.router, [self.rid, *frames], _NOBLOCK)
+        except zmq.Again:
+            return NOT_READING
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            return GONE
+        self.counters["messages_out"] += 1
+        self.counters["bytes_out"] += sum(map(part_size, frames))
         return None
 
     def probe(self):
@@ -148,10 +167,11 @@ class LinkPeer(Peer):
         self._on_writable = on_writable
 
     def send(self, msg):
-        frame = p.encode(msg)
         link = self.link
+        data = type(msg) in _DATA_MESSAGES
+        frame = p.encode_parts(msg) if data else p.encode(msg)
         try:
-            link.send(frame)
+            link.send_parts(frame) if data else link.send(frame)
         except BrokenPipeError:
             return GONE
         if link.queued_frames > _LINK_QUEUE_LIMIT:
@@ -161,7 +181,7 @@ class LinkPeer(Peer):
             self.loop.watch(link.write_fd, self._on_writable, POLLOUT)
         counters = self.counters
         counters["messages_out"] += 1
-        counters["bytes_out"] += len(frame)
+        counters["bytes_out"] += sum(map(part_size, frame)) if data else len(frame)
         return None
 
     def queued(self):
@@ -224,7 +244,8 @@ class InProcessPeer(Peer):
             try:
                 if not isinstance(msg, p.Message):
                     raise TypeError(f"{type(msg).__name__} is not a message")
-                frames.append(p.encode(msg))
+                frames.append(tuple(p.encode_parts(msg)) if type(msg) in _DATA_MESSAGES
+                              else p.encode(msg))
             except (TypeError, ValueError, OverflowError) as exc:  # a frame is checked later
                 log.warning("client %s queued what cannot be sent: %s", self.rid.hex(), exc)
                 continue
@@ -233,7 +254,7 @@ class InProcessPeer(Peer):
                 break
         counters = self.counters
         counters["messages_in"] += len(frames)
-        counters["bytes_in"] += sum(map(len, frames))
+        counters["bytes_in"] += sum(map(len, frames))  # a data message: its head
         return frames
 
     def close(self, reason=None):
@@ -379,10 +400,13 @@ class Peers:
                 frames.append(frame.bytes)
                 peer = self._router_peer(rid, frame)
             while state.more():
-                frames.append(router.recv(_NOBLOCK))
+                frames.append(router.recv(_NOBLOCK, copy=False).buffer if len(frames) >= 2
+                              else router.recv(_NOBLOCK))
             counters["messages_in"] += 1
             counters["bytes_in"] += sum(map(len, frames))
-            if len(frames) != 2:
+            if len(frames) > 2 and peer is not None:  # a data message: its head, then its parts
+                take(rid, tuple(frames[1:]))
+            elif len(frames) != 2:
                 self._warn(rid, f"message of {len(frames) - 1} frames, expected 1")
             elif peer is None:
                 self._warn(rid, "its credential gives it no role")

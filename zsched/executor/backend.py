@@ -23,13 +23,17 @@ from ..liveness import DRIVER, HeartbeatMonitor
 from ..pipe_link import PipeLink
 from ..protocol import MsgType, TaskState
 from ..wakeup import WakeupPipe
+from ..broadcast import serve_values
+from ..payload import REF
 from .connection import LOST, DriverConnection
+from .data import ExecutorData
 from .inline import InlinePath
 from .registration import Registration, RegistrationError
 from .tasks import TaskRunner
 from .worker import WorkerWatch
 
 log = logging.getLogger("zsched.executor")  # also when run as __main__
+_REFERENCE = bytes((REF,))  # a task payload that refers to data (``payload``)
 
 
 class ExecutorBackend:
@@ -64,6 +68,9 @@ class ExecutorBackend:
             self.driver = DriverConnection(link=self.link)
         self.wakeup = WakeupPipe()
         self.tasks = TaskRunner(self.wakeup, self.config.max_message_size)
+        # large arguments and broadcast values, fetched from the driver (``data``)
+        self.tasks.data = self.data = ExecutorData(self.wake, self.config.executor_heartbeat_timeout)
+        serve_values(self.data.broadcast_value)
         self.inline = None                   # InlinePath of a one-core executor
         self.liveness = None                 # HeartbeatMonitor of the driver, once registered
         self._early_frames = []              # read from the link with the registration's answer
@@ -210,6 +217,8 @@ class ExecutorBackend:
         if self.wakeup.fd in events:
             self.wakeup.drain()
         self.send_status_updates()
+        if self.data.asking:  # task threads want data: ask the driver for it
+            self._ask_for_data(self.data.take_asked())
         if self._kill_deadlines:
             self.reap_killed_tasks()
 
@@ -311,7 +320,11 @@ class ExecutorBackend:
         if self._decommissioning:  # launched before the driver knew: give them back
             self._give_back(tasks)
             return
-        if self.inline is not None:
+        # tasks whose data is fetched: asked for now, so it travels while others run
+        references = [task[3] for task in tasks if task[3][:1] == _REFERENCE]
+        if references:
+            self._ask_for_data(self.data.want(references))
+        elif self.inline is not None:  # the loop's thread never waits for data
             tasks = self.inline.take(tasks, idle)
         if tasks:
             self.tasks.queue(tasks)
@@ -378,8 +391,20 @@ class ExecutorBackend:
         inline = self.inline
         self.tasks.forget_functions(msg.digests if inline is None else inline.to_forget(msg.digests))
 
+    def _ask_for_data(self, keys):
+        if keys:
+            self._send(p.GetData(keys))
+
+    def _on_data(self, msg):
+        self.data.arrived(msg.key, msg.error, msg.parts)
+
+    def _on_forget_data(self, msg):
+        self.data.forget(msg.keys)
+
     _handlers = {
         MsgType.LAUNCH_TASKS: _on_launch_tasks,
+        MsgType.DATA: _on_data,
+        MsgType.FORGET_DATA: _on_forget_data,
         MsgType.FORGET_FUNCTIONS: _on_forget_functions,
         MsgType.KILL_TASK: _on_kill_task,
         MsgType.STOP_EXECUTOR: _on_stop_executor,

@@ -12,6 +12,7 @@ import time
 import zmq
 
 from .. import protocol as p
+from ..socket_options import recv_parts
 from ..socket_state import SocketState
 
 log = logging.getLogger("zsched.executor")
@@ -141,6 +142,8 @@ class DriverConnection:
                 frame = socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 break
+            if socket.rcvmore:  # a data message: its head, then its parts
+                frame = (frame, *recv_parts(socket))
             handle(frame)
             # whether more waits: a recv that raises zmq.Again costs several times more
             if not self._socket_state.events() & _POLLIN:

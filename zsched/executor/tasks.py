@@ -16,10 +16,12 @@ from operator import itemgetter
 import cloudpickle
 
 from ..errors import MessageTooLarge
+from ..payload import REF
 from ..protocol import TaskState
 from .failure import failure_payload
 
 _digest_of = itemgetter(2)  # of a LaunchTasks row
+_REFERENCE = bytes((REF,))
 
 
 class TaskKilled(BaseException):
@@ -65,6 +67,7 @@ class TaskRunner:
         self._lock = threading.Lock()        # serialises kills with task threads (see run_here)
         self._busy = 0.0                     # seconds spent in tasks since take_busy
         self._threads = []
+        self.data = None                     # the executor's ExecutorData
 
     # ------------------------------------------------------------ the loop's side
 
@@ -233,7 +236,10 @@ class TaskRunner:
             function = function_entry[1]
             if function is None:  # unpickled once per executor, by the first task to need it
                 function = function_entry[1] = pickle.loads(function_entry[0])
-            call_args, call_kwargs = pickle.loads(args)
+            if args[:1] == _REFERENCE:  # its data was fetched apart (``data``)
+                call_args, call_kwargs = self.data.load(args)
+            else:
+                call_args, call_kwargs = pickle.loads(args)
             value = function(*call_args, **call_kwargs)
         except TaskKilled:
             return TaskState.KILLED, b"killed while running"

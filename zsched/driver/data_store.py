@@ -1,0 +1,110 @@
+"""The data the driver keeps for its clients: the large arguments of their tasks and their
+broadcast values (``PutData``), by key, sent to each executor that asks (``GetData``).
+
+The parts are kept as they arrived, views of the frames read, and sent on as they are:
+the driver never copies, decodes or unpickles them. They are counted against
+``driver_data_limit``; past it a PutData is refused, and its client hears why
+(``DataStored``). A client's data goes when it says so (``ForgetData``: its task ended, or
+it destroyed a broadcast) or when the client goes. Executors drop a broadcast value when
+the driver tells them (``ForgetData``).
+"""
+import logging
+
+from .. import protocol as p
+from ..data_frames import part_size
+
+log = logging.getLogger(__package__)
+
+
+class _Entry:
+    __slots__ = ("owner", "parts", "size", "broadcast")
+
+    def __init__(self, owner, parts, size, broadcast):
+        self.owner, self.parts, self.size, self.broadcast = owner, parts, size, broadcast
+
+
+class DataStore:
+    """The clients' data, by key. ``send(rid, msg)`` sends to a peer; ``clients`` and
+    ``executors`` map the routing ids of connected clients and registered executors (only
+    they may put and get data) to their records."""
+
+    def __init__(self, limit, send, clients, executors):
+        self.limit = limit
+        self.size = 0
+        self.sent = 0  # bytes sent to executors, in all
+        self._send = send
+        self._clients = clients
+        self._executors = executors
+        self._entries = {}   # key -> _Entry
+        self._owned = {}     # client routing id -> its keys
+
+    def on_put(self, rid, msg):
+        """A client's PutData: keep it, or refuse it past the limit."""
+        if rid not in self._clients:
+            return  # a stranger's: no session, nothing kept
+        size = sum(map(part_size, msg.parts))
+        broadcast = msg.task_id < 0
+        error = ""
+        if msg.key in self._entries:
+            error = "a key already in use"
+        elif self.size + size > self.limit:
+            error = (f"the driver holds {self.size} bytes of data; {size} more would pass "
+                     f"driver_data_limit ({self.limit} bytes)")
+        if error:
+            log.warning("data from client %s refused: %s", rid.hex(), error)
+            self._send(rid, p.DataStored(msg.key, msg.task_id, error))
+            return
+        self._entries[msg.key] = _Entry(rid, msg.parts, size, broadcast)
+        self._owned.setdefault(rid, set()).add(msg.key)
+        self.size += size
+        if broadcast:
+            self._send(rid, p.DataStored(msg.key, msg.task_id, ""))
+
+    def on_forget(self, rid, msg):
+        """A client no longer needs this data of its own."""
+        owned = self._owned.get(rid, ())
+        self._drop([key for key in msg.keys if key in owned])
+
+    def on_get(self, rid, msg):
+        """An executor asks for data: a Data for each key."""
+        if rid not in self._executors:
+            return
+        entries = self._entries
+        for key in msg.keys:
+            entry = entries.get(key)
+            if entry is None:
+                reply = p.Data(key, "the driver holds no such data (its client forgot it, "
+                                    "destroyed it or left)", [])
+            else:
+                reply = p.Data(key, "", entry.parts)
+                self.sent += entry.size
+            if not self._send(rid, reply, quiet=True):
+                return
+
+    def drop_client(self, rid):
+        """The client ``rid`` left: its data goes."""
+        self._drop(list(self._owned.get(rid, ())))
+
+    def _drop(self, keys):
+        destroyed = []
+        for key in keys:
+            entry = self._entries.pop(key, None)
+            if entry is None:
+                continue
+            self.size -= entry.size
+            owned = self._owned.get(entry.owner)
+            owned.discard(key)
+            if not owned:
+                del self._owned[entry.owner]
+            if entry.broadcast:
+                destroyed.append(key)
+        if destroyed:
+            for executor in list(self._executors):
+                self._send(executor, p.ForgetData(destroyed), quiet=True)
+
+    def status(self):
+        """What the driver holds: entries, broadcasts, bytes, and bytes sent."""
+        entries = self._entries.values()
+        return {"entries": len(self._entries),
+                "broadcasts": sum(1 for entry in entries if entry.broadcast),
+                "bytes": self.size, "limit": self.limit, "bytes_sent": self.sent}

@@ -1,0 +1,156 @@
+"""Task arguments and results as they travel: a pickle, with its large buffers apart.
+
+A small value travels as its pickle, in the task's row (``pickle`` protocol 5; cloudpickle
+for lambdas and the like). A value that holds DATA_PART_MIN bytes or more (a numpy array,
+a ``bytearray``, ``bytes``, a ``memoryview``) is pickled with those buffers out of band:
+they are never copied into the pickle. Such a payload travels as parts of a data message
+(``protocol.PutData``, ``ResultData``): the in-band pickle first, then the buffers. The
+row then holds a reference instead, ``REF`` then the msgpack of ``[key, broadcasts,
+pickle]``: the data's key (or None), the keys of the broadcast values the value uses
+(``broadcast.Broadcast``), and the in-band pickle when it is not in the data.
+
+The receiver unpickles from the parts it received (``loads``): numpy arrays are views of
+them, writable, as the stdlib pools give them.
+"""
+import io
+import os
+import pickle
+import threading
+from itertools import count
+
+import cloudpickle
+import msgpack
+
+# A buffer of this size or more travels as a part of its own.
+DATA_PART_MIN = 64 * 1024
+REF = 0x5A  # the first byte of a reference row payload ("Z"); a pickle starts with 0x80
+_PROTOCOL = 5
+
+_collecting = threading.local()  # the broadcast keys met while pickling, per thread
+
+
+def note_broadcast(key):
+    """Called by a Broadcast handle being pickled: the value refers to ``key``."""
+    keys = getattr(_collecting, "keys", None)
+    if keys is not None and key not in keys:
+        keys.append(key)
+
+
+class DataKeys:
+    """Keys for the data of one client or executor: 8 random bytes, then a count."""
+
+    def __init__(self):
+        self._prefix = os.urandom(8)
+        self._count = count(1)
+
+    def __call__(self):
+        return self._prefix + next(self._count).to_bytes(8, "big")
+
+
+def dumps(value):
+    """``(pickle, buffers, broadcasts)``: the in-band pickle of ``value``, its buffers of
+    DATA_PART_MIN bytes or more (out of band, not copied), and the keys of the broadcast
+    values it refers to."""
+    _collecting.keys = broadcasts = []
+    buffers = []
+    try:
+        try:
+            data = pickle.dumps(value, _PROTOCOL, buffer_callback=_taker(buffers))
+        except Exception:  # a lambda, a memoryview: plain pickle cannot, ours can
+            data = None
+        if data is None or len(data) >= DATA_PART_MIN:
+            wrapped = _wrap_large(value, 2)
+            if data is None or wrapped is not value:
+                del buffers[:], broadcasts[:]
+                out = io.BytesIO()
+                _OutOfBand(out, _PROTOCOL, buffer_callback=_taker(buffers)).dump(wrapped)
+                data = out.getvalue()
+    finally:
+        _collecting.keys = None
+    return data, [buffer.raw() for buffer in buffers], broadcasts
+
+
+def _taker(buffers):
+    def take(buffer):
+        if buffer.raw().nbytes < DATA_PART_MIN:
+            return True  # in band
+        buffers.append(buffer)
+        return False
+    return take
+
+
+def _wrap_large(value, depth):
+    """``value`` with its large ``bytes`` and ``bytearray`` (pickled in band by pickle
+    itself), down to ``depth`` levels of tuples, lists and dicts, wrapped to go out of
+    band; ``value`` itself if it holds none."""
+    kind = type(value)
+    if (kind is bytes or kind is bytearray) and len(value) >= DATA_PART_MIN:
+        return _Large(value)
+    if depth == 0 or kind not in (tuple, list, dict):
+        return value
+    if kind is dict:
+        items = {key: _wrap_large(item, depth - 1) for key, item in value.items()}
+        changed = any(items[key] is not item for key, item in value.items())
+    else:
+        items = kind(_wrap_large(item, depth - 1) for item in value)
+        changed = any(new is not old for new, old in zip(items, value))
+    return items if changed else value
+
+
+class _Large:
+    """A large ``bytes`` or ``bytearray``, pickled out of band."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __reduce__(self):
+        rebuild = _bytes_from if type(self.value) is bytes else bytearray
+        return rebuild, (pickle.PickleBuffer(self.value),)
+
+
+class _OutOfBand(cloudpickle.Pickler):
+    """cloudpickle, with large memoryviews out of band too."""
+
+    def reducer_override(self, obj):
+        if type(obj) is memoryview:
+            if obj.nbytes >= DATA_PART_MIN and obj.c_contiguous:
+                return _view_from, (pickle.PickleBuffer(obj), obj.format, obj.shape)
+            return _view_from, (obj.tobytes(), obj.format, obj.shape)
+        return super().reducer_override(obj)
+
+
+def _bytes_from(buffer):
+    return bytes(buffer)
+
+
+def _view_from(buffer, fmt, shape):
+    view = memoryview(buffer).cast("B")
+    return view.cast(fmt, shape) if fmt != "B" or len(shape) != 1 else view
+
+
+def reference(key, broadcasts, data):
+    """The row payload that refers to data under ``key`` (or carries the pickle ``data``
+    itself, when ``key`` is None) and to these broadcast values."""
+    return bytes((REF,)) + msgpack.packb([key, broadcasts, data], use_bin_type=True)
+
+
+def is_reference(payload):
+    return len(payload) > 0 and payload[0] == REF
+
+
+def read_reference(payload):
+    """``(key, broadcasts, pickle)`` of a reference row payload; ValueError if malformed."""
+    try:
+        key, broadcasts, data = msgpack.unpackb(memoryview(payload)[1:], raw=False)
+    except Exception as exc:
+        raise ValueError(f"a malformed data reference ({exc})") from None
+    if not (key is None or type(key) is bytes) or type(broadcasts) is not list:
+        raise ValueError("a malformed data reference")
+    return key, broadcasts, data
+
+
+def loads(data, parts=()):
+    """The value of the pickle ``data``, its out-of-band buffers taken from ``parts``."""
+    return pickle.loads(data, buffers=parts)
