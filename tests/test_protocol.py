@@ -47,6 +47,15 @@ SAMPLES = [
     p.ClientWelcome(99, "app", {"max_message_size": 10}),
     p.TaskResults([[1, p.TaskState.FINISHED, b"r"]]),
     p.AdminReply(1, True, ["1", "2"]),
+    p.PutData(b"k" * 16, 3, [b"pickle", b"x" * 70_000, b""]),
+    p.PutData(b"k" * 16, -1, []),
+    p.DataStored(b"k" * 16, -1, ""),
+    p.ForgetData([b"k" * 16]),
+    p.GetData([b"k" * 16, b"l" * 16]),
+    p.Data(b"k" * 16, "", [b"pickle", b"y" * 10]),
+    p.Data(b"k" * 16, "gone", []),
+    p.ResultData(7, 1, b"k" * 16, 3, [b"abc"]),
+    p.TaskData(7, b"k" * 16, [b"abc"]),
 ]
 
 

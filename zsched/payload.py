@@ -29,6 +29,27 @@ _PROTOCOL = 5
 _collecting = threading.local()  # the broadcast keys met while pickling, per thread
 
 
+class _GoesApart(Exception):
+    """A buffer large enough to travel apart."""
+
+
+def _small_buffers_in_band(buffer):
+    if buffer.raw().nbytes >= DATA_PART_MIN:
+        raise _GoesApart
+    return True  # in band
+
+
+def quick_pickle(value, _dumps=pickle.dumps):
+    """The plain pickle of ``value`` when small, else None: ``dumps`` must take it (it holds
+    a large buffer, is large, or needs cloudpickle). This is the path of tiny tasks: one
+    ``pickle.dumps``, which gives up at the first large buffer, before any copy of it."""
+    try:
+        data = _dumps(value, _PROTOCOL, buffer_callback=_small_buffers_in_band)
+    except Exception:
+        return None
+    return data if len(data) < DATA_PART_MIN else None
+
+
 def note_broadcast(key):
     """Called by a Broadcast handle being pickled: the value refers to ``key``."""
     keys = getattr(_collecting, "keys", None)

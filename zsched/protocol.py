@@ -24,7 +24,7 @@ import msgpack
 from .errors import ProtocolError
 from .task_state import TaskState  # noqa: F401 (part of the protocol; the wire's compiled part uses it too)
 from ._wire_py import batch_tasks  # noqa: F401 (one splitter for LaunchTasks and SubmitTasks)
-from . import data_frames
+from .data_frames import encode_head, is_parts, read as read_data
 from .msg_types import AdminOp, MsgType
 from .field_checks import (HEARTBEAT_METRICS, dict_of, heartbeat_metrics,  # noqa: F401 (part of the protocol)
                            is_bool, is_bytes, is_int, is_number, is_scalar, is_settings, is_str,
@@ -382,7 +382,7 @@ def _is_key(value):
 def _data_message(msg_type, *checks):
     """A message type whose last field, ``parts``, is a list of buffers."""
     def wrap(cls):
-        cls = _message(msg_type, *checks, data_frames.is_parts)(cls)
+        cls = _message(msg_type, *checks, is_parts)(cls)
         DATA_MESSAGES.add(cls)
         return cls
     return wrap
@@ -528,7 +528,7 @@ def encode(msg):
 def encode_parts(msg):
     """A data message as frames: its head, then its parts, not copied."""
     values = [getattr(msg, name) for name in msg.FIELDS]
-    return [data_frames.encode_head(bytes((VERSION, msg.TYPE)), values[:-1], msg.parts, _packer),
+    return [encode_head(bytes((VERSION, msg.TYPE)), values[:-1], msg.parts, _packer),
             *msg.parts]
 
 
@@ -554,7 +554,7 @@ def decode(frame, max_size=None):
     if cls is None:
         raise ProtocolError(f"unknown message type {frame[1]}")
     if cls in DATA_MESSAGES:
-        return data_frames.read(cls, frame, _check_fields)
+        return read_data(cls, frame, _check_fields)
     read = _READ_BY_FAST_PATH.get(cls)
     if read is not None:  # the rows checked and left in the frame
         try:
@@ -580,7 +580,7 @@ def _decode_parts(frames, max_size):
         raise ProtocolError(f"a message of {len(frames)} frames, expected 1")
     if max_size is not None and any(len(part) > max_size for part in frames):
         raise ProtocolError(f"a frame over the limit of {max_size} bytes")
-    return data_frames.read(cls, frames, _check_fields)
+    return read_data(cls, frames, _check_fields)
 
 
 def check(msg):

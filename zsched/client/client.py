@@ -22,6 +22,7 @@ from ..config import Config, check_url
 from ..embedded import start_cluster
 from ..broadcast import Broadcast, made_here
 from ..errors import ConfigError, DataRefused, DriverConnectionError, MessageTooLarge, TaskFailed
+from ..payload import quick_pickle
 from ..runtime import gc_untrack
 from ..security import SECRET_ENV, SECRET_FILE_ENV, load_keys
 from .channel_transport import ChannelTransport
@@ -29,7 +30,6 @@ from .future import TaskFuture
 from .future_table import FutureTable
 from .map_tasks import run_map
 from .outbox import Outbox
-from .task_data import quick_pickle
 from .pipe_transport import PipeTransport
 from .socket_transport import SocketTransport
 

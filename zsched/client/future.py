@@ -6,6 +6,7 @@ import threading
 import time
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 
+from .. import payload as pl
 from ..errors import TaskFailed, load_exception
 from ..task_state import TaskState
 from ..runtime import gc_track, gc_untrack
@@ -197,7 +198,8 @@ class TaskFuture(concurrent.futures.Future):
         payload = self._payload
         if payload is not None:
             try:
-                value, error = pickle.loads(payload), None
+                value = payload.load() if type(payload) is DataResult else pickle.loads(payload)
+                error = None
             except Exception as exc:
                 value, error = None, TaskFailed(
                     f"the result of task {self._task_id} cannot be unpickled here: {exc!r}")
@@ -235,6 +237,23 @@ class TaskFuture(concurrent.futures.Future):
                 condition.wait(remaining)
         finally:
             condition.release()
+
+
+class DataResult:
+    """A result whose data travelled apart: its row's reference and the parts that came."""
+
+    __slots__ = ("reference", "parts")
+
+    def __init__(self, reference, parts):
+        self.reference = reference
+        self.parts = parts  # key -> parts
+
+    def load(self):
+        key, _, _ = pl.read_reference(self.reference)
+        parts = self.parts.get(key)
+        if parts is None:
+            raise TaskFailed(f"the data of the result {key.hex()} did not arrive")
+        return pl.loads(parts[0], parts[1:])
 
 
 def complete_batch(pop_future, condition, results):

@@ -14,7 +14,8 @@ import threading
 from .. import protocol as p
 from ..errors import DataRefused, DriverConnectionError
 from ..protocol import MsgType
-from .future import FuturesCondition, TaskFuture, complete_batch
+from ..payload import is_reference
+from .future import DataResult, FuturesCondition, TaskFuture, complete_batch
 
 log = logging.getLogger(__package__)  # zsched.client, for every module of the client
 
@@ -37,6 +38,7 @@ class FutureTable:
         self.task_ids = itertools.count(1)  # calling threads take ids with next()
         self.request_ids = itertools.count(1)
         self.broadcasts = {}  # key -> Future of the driver's DataStored, for Client.broadcast
+        self.result_parts = {}  # task id -> {key: parts} of large results, until their row
         self._cancelled = cancelled
         self._in_driver_thread = in_driver_thread
         # futures completed by the driver's thread run their done-callbacks in this thread
@@ -93,6 +95,9 @@ class FutureTable:
         """Act on a TaskResults, an AdminReply or a DataStored from the driver."""
         if msg.TYPE == MsgType.TASK_RESULTS:
             self.complete(msg.results)
+        elif msg.TYPE == MsgType.TASK_DATA:
+            if msg.client_task_id in self.tasks:  # else it ended: its result is moot
+                self.result_parts.setdefault(msg.client_task_id, {})[msg.key] = msg.parts
         elif msg.TYPE == MsgType.DATA_STORED:
             self._data_stored(msg)
         elif msg.TYPE == MsgType.ADMIN_REPLY:
@@ -117,7 +122,20 @@ class FutureTable:
 
     def complete(self, results):
         """Complete the futures of a TaskResults batch (see ``future.complete_batch``)."""
+        if self.result_parts:
+            results = self._with_parts(results)
         complete_batch(self.tasks.pop, self.condition, results)
+
+    def _with_parts(self, results):
+        """The rows, each large result's payload given the parts that came before it."""
+        parts_of = self.result_parts
+        rows = []
+        for row in results:
+            parts = parts_of.pop(row[0], None)
+            if parts is not None and is_reference(row[2]):
+                row = [row[0], row[1], DataResult(row[2], parts)]
+            rows.append(row)
+        return rows
 
     def fail(self, task_id, error):
         """Fail the task ``task_id`` with ``error``, unless it completed or was cancelled."""
@@ -139,6 +157,7 @@ class FutureTable:
         future is registered after the sweep."""
         self.lost = error
         self.fail_all(error)
+        self.result_parts.clear()
         for future in [*self.requests.values(), *self.broadcasts.values()]:
             if not future.done():
                 future.set_exception(error)

@@ -4,11 +4,11 @@ import time
 from collections import deque
 
 from ..errors import MessageTooLarge
+from ..payload import quick_pickle
 from ..runtime import gc_untrack
 from .map_calls import (TASKS_PER_CORE, CallsRunner, MapResults, auto_chunk_size,
                         check_chunk_arguments, chunks, count_calls, tasks_ahead)
 from .progress_bar import ProgressBar
-from .task_data import quick_pickle
 
 _MAP_BATCH = 4096  # map hands tasks to the sending thread in groups of this many
 _NO_KWARGS = {}

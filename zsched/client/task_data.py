@@ -2,37 +2,12 @@
 else pickled with their large buffers out of band (``payload``), sent ahead of the task as
 a PutData, which the driver keeps until the task ended.
 
-``quick_pickle`` is the path of tiny tasks: one ``pickle.dumps``, which gives up as soon as
-it meets a large buffer (no copy of it is made). ``TaskData`` takes the others.
+``payload.quick_pickle`` is the path of tiny tasks; ``TaskData`` takes the others.
 """
-import pickle
-
 from .. import payload as pl
 from .. import protocol as p
 
-_dumps = pickle.dumps
-_PROTOCOL = pickle.HIGHEST_PROTOCOL
 _PART_MIN = pl.DATA_PART_MIN
-
-
-class _GoesApart(Exception):
-    """A buffer large enough to travel apart."""
-
-
-def _small_buffers_in_band(buffer):
-    if buffer.raw().nbytes >= _PART_MIN:
-        raise _GoesApart
-    return True  # in band
-
-
-def quick_pickle(value):
-    """The pickle of ``value`` for a task's row, or None when ``TaskData`` must take it (it
-    holds a large buffer, is large, or needs cloudpickle)."""
-    try:
-        data = _dumps(value, _PROTOCOL, buffer_callback=_small_buffers_in_band)
-    except Exception:
-        return None
-    return data if len(data) < _PART_MIN else None
 
 
 class TaskData:

@@ -472,4 +472,5 @@ def message_handlers(executors, clients, data):
         MsgType.PUT_DATA: (by_clients, data.on_put),
         MsgType.FORGET_DATA: (by_clients, data.on_forget),
         MsgType.GET_DATA: (by_executors, data.on_get),
+        MsgType.RESULT_DATA: (by_executors, data.on_result),
     }

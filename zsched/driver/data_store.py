@@ -81,6 +81,16 @@ class DataStore:
             if not self._send(rid, reply, quiet=True):
                 return
 
+    def on_result(self, rid, msg):
+        """An executor's ResultData: passed on to the task's client, unless the attempt is
+        no longer the task's (then its status row is stale too)."""
+        executor = self._executors.get(rid)
+        task = executor.running.get(msg.task_id) if executor is not None else None
+        if task is None or task.attempt != msg.attempt:
+            return
+        self._send(task.client.routing_id, p.TaskData(task.client_task_id, msg.key, msg.parts),
+                   quiet=True)
+
     def drop_client(self, rid):
         """The client ``rid`` left: its data goes."""
         self._drop(list(self._owned.get(rid, ())))

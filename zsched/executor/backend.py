@@ -76,7 +76,6 @@ class ExecutorBackend:
         self._early_frames = []              # read from the link with the registration's answer
         self._outstanding = 0                # tasks launched here and not yet reported
         self._decommissioning = False
-        self._kill_deadlines = {}            # (task id, attempt) -> when the task reaper acts
         self._worker = None                  # WorkerWatch of --worker-url
         self._poller = None
         self._stopping = None                # reason, once the loop must end
@@ -219,7 +218,7 @@ class ExecutorBackend:
         self.send_status_updates()
         if self.data.asking:  # task threads want data: ask the driver for it
             self._ask_for_data(self.data.take_asked())
-        if self._kill_deadlines:
+        if self.tasks.kill_deadlines:
             self.reap_killed_tasks()
 
     def _serve_driver(self, events):
@@ -264,21 +263,6 @@ class ExecutorBackend:
             self.send_status_updates(connection)
             self._send(p.RemoveExecutor(self.executor_id, self._stopping, self._charge_tasks),
                        connection)
-
-    def exit_while_a_task_runs(self, connection):
-        """The loop must end while the loop's own thread is in a task, which may never
-        return: say goodbye over ``connection`` (the relief thread's), close it and end the
-        process from here."""
-        log.info("executor %s stopped: %s (a task was still running)", self.executor_id,
-                 self._stopping)
-        if connection is not None:
-            self._leave(connection)
-            # the loop thread's connection is its own: the process's end closes it
-            connection.close(0 if self._driver_gone else 2000)
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(self._exit_code)
 
     def driver_lost(self, connection_lost=False):
         """End the loop: the connection to the driver is lost, or the driver is silent."""
@@ -356,23 +340,19 @@ class ExecutorBackend:
             return  # reported already: nothing here to kill
         if self.tasks.kill(msg.task_id, msg.attempt):
             # a task blocked in C may not stop: then the task reaper ends this process
-            self._kill_deadlines[msg.task_id, msg.attempt] = (self.clock()
-                                                              + self.config.task_kill_timeout)
+            self.tasks.kill_deadlines[msg.task_id, msg.attempt] = (
+                self.clock() + self.config.task_kill_timeout)
 
     def reap_killed_tasks(self):
         """Spark's task reaper: a killed task still running after ``task_kill_timeout``
         takes its executor down (the driver replaces it); nothing else can stop it."""
-        now = self.clock()
-        for key, deadline in list(self._kill_deadlines.items()):
-            task_id, attempt = key
-            if self.tasks.running_attempt(task_id) != attempt:
-                del self._kill_deadlines[key]
-            elif now >= deadline:
-                reason = (f"task {task_id} did not stop within task_kill_timeout "
-                          f"({self.config.task_kill_timeout:g} s) of being killed")
-                log.error("%s: exiting (task reaper)", reason)
-                self._stop(reason, 1, charge_tasks=False)  # the driver's kill caused it
-                self._reaper_exit = True
+        task_id = self.tasks.overdue_kill(self.clock())
+        if task_id is not None:
+            reason = (f"task {task_id} did not stop within task_kill_timeout "
+                      f"({self.config.task_kill_timeout:g} s) of being killed")
+            log.error("%s: exiting (task reaper)", reason)
+            self._stop(reason, 1, charge_tasks=False)  # the driver's kill caused it
+            self._reaper_exit = True
 
     def _on_stop_executor(self, msg):
         log.info("driver asked executor %s to stop: %s", self.executor_id, msg.reason)
@@ -395,16 +375,10 @@ class ExecutorBackend:
         if keys:
             self._send(p.GetData(keys))
 
-    def _on_data(self, msg):
-        self.data.arrived(msg.key, msg.error, msg.parts)
-
-    def _on_forget_data(self, msg):
-        self.data.forget(msg.keys)
-
     _handlers = {
         MsgType.LAUNCH_TASKS: _on_launch_tasks,
-        MsgType.DATA: _on_data,
-        MsgType.FORGET_DATA: _on_forget_data,
+        MsgType.DATA: lambda self, msg: self.data.arrived(msg.key, msg.error, msg.parts),
+        MsgType.FORGET_DATA: lambda self, msg: self.data.forget(msg.keys),
         MsgType.FORGET_FUNCTIONS: _on_forget_functions,
         MsgType.KILL_TASK: _on_kill_task,
         MsgType.STOP_EXECUTOR: _on_stop_executor,
@@ -437,6 +411,9 @@ class ExecutorBackend:
             return
         popleft = results.popleft  # task threads append meanwhile: take what is there now
         rows = [popleft() for _ in range(len(results))]
+        data_out = self.tasks.data_out  # after the rows: each row's data was queued before it
+        while data_out:
+            self._send(data_out.popleft(), connection)
         self._outstanding -= len(rows)
         if self._outstanding == 0:
             self.tasks.all_reported()

@@ -12,7 +12,7 @@ import time
 import zmq
 
 from .. import protocol as p
-from ..socket_options import recv_parts
+from ..socket_options import recv_parts, send_frames
 from ..socket_state import SocketState
 
 log = logging.getLogger("zsched.executor")
@@ -65,16 +65,17 @@ class DriverConnection:
         """Send ``msg``; False if the driver is gone. What the socket or the pipe does not
         take now waits, in order, for ``flush``."""
         link = self.link
+        parts = type(msg) is p.ResultData  # a data message: its parts are not copied
         if link is not None:
             waiting = link.wants_write
             try:
-                link.send(p.encode(msg))
+                link.send_parts(p.encode_parts(msg)) if parts else link.send(p.encode(msg))
             except BrokenPipeError:
                 return False
             if link.wants_write and not waiting and self._poller is not None:
                 self._poller.register(link.write_fd, zmq.POLLOUT)  # until the pipe takes it
             return True
-        frame = p.encode(msg)
+        frame = tuple(p.encode_parts(msg)) if parts else p.encode(msg)
         held = self._held
         if held:  # behind what waits; poll says when there is room, if anyone polls
             held.append(frame)
@@ -82,7 +83,7 @@ class DriverConnection:
                 self._send_held()
             return True
         try:
-            self.socket.send(frame, zmq.NOBLOCK)
+            _send(self.socket, frame)
         except zmq.Again:
             held.append(frame)
             log.warning("the driver is not reading: messages wait here until it does")
@@ -95,7 +96,7 @@ class DriverConnection:
         held, socket = self._held, self.socket
         while held:
             try:
-                socket.send(held[0], zmq.NOBLOCK)
+                _send(socket, held[0])
             except zmq.Again:
                 return False
             held.popleft()
@@ -189,3 +190,11 @@ class DriverConnection:
                                 "within %g s", len(self._held), seconds)
                 return
             self.socket.poll(remaining * 1000, zmq.POLLOUT)
+
+
+def _send(socket, frame):
+    """Send a frame, or a data message's frames (a tuple), without waiting."""
+    if type(frame) is tuple:
+        send_frames(socket, frame, zmq.NOBLOCK)
+    else:
+        socket.send(frame, zmq.NOBLOCK)

@@ -17,6 +17,7 @@ cover begins (a kill of the task that has just started) the relief thread obeys 
 import collections
 import logging
 import os
+import sys
 import threading
 
 import zmq
@@ -263,7 +264,7 @@ class InlinePath:
                     self._covering = False
                     break
             if backend.stopping is not None:
-                backend.exit_while_a_task_runs(connection)
+                exit_while_a_task_runs(backend, connection)
             connection = self._cover_turn(connection, poller)
         poller.unregister(backend.wakeup.fd)
         self._handed_back.set()
@@ -299,3 +300,19 @@ class InlinePath:
         backend.send_status_updates(connection)
         backend.reap_killed_tasks()
         return connection
+
+
+def exit_while_a_task_runs(backend, connection):
+    """The loop must end while the loop's own thread is in a task, which may never
+    return: say goodbye over ``connection`` (the relief thread's), close it and end the
+    process from here."""
+    log.info("executor %s stopped: %s (a task was still running)", backend.executor_id,
+             backend.stopping)
+    if connection is not None:
+        backend._leave(connection)
+        # the loop thread's connection is its own: the process's end closes it
+        connection.close(0 if backend._driver_gone else 2000)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(backend._exit_code)

@@ -16,8 +16,9 @@ from operator import itemgetter
 import cloudpickle
 
 from ..errors import MessageTooLarge
-from ..payload import REF
-from ..protocol import TaskState
+from .. import payload as pl
+from ..payload import REF, quick_pickle
+from ..protocol import ResultData, TaskState
 from .failure import failure_payload
 
 _digest_of = itemgetter(2)  # of a LaunchTasks row
@@ -68,6 +69,9 @@ class TaskRunner:
         self._busy = 0.0                     # seconds spent in tasks since take_busy
         self._threads = []
         self.data = None                     # the executor's ExecutorData
+        self.kill_deadlines = {}             # (task id, attempt) -> when the task reaper acts
+        self.data_out = deque()              # ResultData of large results, sent before their rows
+        self._data_keys = pl.DataKeys()
 
     # ------------------------------------------------------------ the loop's side
 
@@ -154,6 +158,17 @@ class TaskRunner:
                 _raise_in_thread(running[1], TaskKilled)
         return True
 
+    def overdue_kill(self, now):
+        """The id of a killed task still running past its deadline, or None; the deadlines
+        of tasks that have stopped are dropped."""
+        for key, deadline in list(self.kill_deadlines.items()):
+            task_id, attempt = key
+            if self.running_attempt(task_id) != attempt:
+                del self.kill_deadlines[key]
+            elif now >= deadline:
+                return task_id
+        return None
+
     def running_attempt(self, task_id):
         """The attempt of ``task_id`` running now, or None."""
         with self._lock:
@@ -204,7 +219,7 @@ class TaskRunner:
             if self._killed and self._consume_kill(task_id, attempt):
                 state, payload = TaskState.KILLED, b"killed before it started"
             else:
-                state, payload = self._run_task(task_id, function_entry, args)
+                state, payload = self._run_task(task_id, attempt, function_entry, args)
             running.pop(task_id, None)
             if self._killed:
                 self._consume_kill(task_id, attempt)
@@ -227,7 +242,7 @@ class TaskRunner:
             _raise_in_thread(threading.get_ident(), None)
             return True
 
-    def _run_task(self, task_id, function_entry, args):
+    def _run_task(self, task_id, attempt, function_entry, args):
         """Call the task's function (its function entry); (state, payload) of its status
         row. A TaskKilled after the call has returned reaches ``run_here``."""
         if function_entry is None:
@@ -246,10 +261,27 @@ class TaskRunner:
         except BaseException as exc:  # SystemExit and MemoryError fail the task only
             return TaskState.FAILED, failure_payload(exc, self.max_result_size)
         try:
-            payload = dumps_value(value)
+            payload, size = self._result_payload(task_id, attempt, value)
         except Exception as exc:
             return TaskState.ERROR, f"the result of task {task_id} could not be pickled: {exc!r}".encode()
-        if len(payload) > self.max_result_size:
+        if payload is None:
             return TaskState.ERROR, str(MessageTooLarge(
-                f"the result of task {task_id}", len(payload), self.max_result_size)).encode()
+                f"the result of task {task_id}", size, self.max_result_size)).encode()
         return TaskState.FINISHED, payload
+
+    def _result_payload(self, task_id, attempt, value):
+        """``(payload, size)``: the row payload of a result, and its bytes in all (payload
+        None: too large). A result with large buffers travels apart: its ResultData is
+        queued in ``data_out``, sent before the row."""
+        payload = quick_pickle(value)
+        if payload is not None:
+            return payload, len(payload)
+        data, buffers, _ = pl.dumps(value)
+        size = len(data) + sum(buffer.nbytes for buffer in buffers)
+        if size > self.max_result_size:
+            return None, size
+        if not buffers and size < pl.DATA_PART_MIN:
+            return data, size
+        key = self._data_keys()
+        self.data_out.append(ResultData(task_id, attempt, key, size, [data, *buffers]))
+        return pl.reference(key, [], None), size
