@@ -138,7 +138,8 @@ class _OutOfBand(cloudpickle.Pickler):
         if type(obj) is memoryview:
             if obj.nbytes >= DATA_PART_MIN and obj.c_contiguous:
                 return _view_from, (pickle.PickleBuffer(obj), obj.format, obj.shape)
-            return _view_from, (obj.tobytes(), obj.format, obj.shape)
+            data = obj.tobytes()  # read-only where the view was, as out of band
+            return _view_from, (data if obj.readonly else bytearray(data), obj.format, obj.shape)
         return super().reducer_override(obj)
 
 

@@ -31,7 +31,7 @@ class Admin:
 
     def __init__(self, *, registry, scheduler, functions, send, clock, counters, app_id, url,
                  is_ready, allocator, cluster_manager, dynamic_allocation, remove_executor,
-                 send_control, longest_pause, clients):
+                 send_control, longest_pause, clients, data):
         self._registry = registry
         self._scheduler = scheduler
         self._functions = functions
@@ -47,6 +47,7 @@ class Admin:
         self._send_control = send_control
         self._longest_pause = longest_pause  # of the driver's loop, over the last minute
         self._clients = clients  # routing id -> ClientData, of the connected clients
+        self._data = data  # the DataStore: large arguments and broadcast values
         self._history = deque(maxlen=_HISTORY_POINTS)
         self._snapshot = None
         self._idle_since = {}         # executor id -> when it was first seen idle
@@ -121,6 +122,7 @@ class Admin:
             ],
             "tasks": counts,
             "functions": len(self._functions),
+            "data": self._data.status(),
             "allocation": self._allocation_status(),
             "losses": [{"id": i, "host": h, "reason": r, "time": t}
                        for i, h, r, t in registry.losses],

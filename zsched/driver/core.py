@@ -127,15 +127,16 @@ class Driver:
             **known, **shared, clock=self.clock, peers=self.peers,
             cluster_manager=self.cluster_manager, allocator=self.allocator,
             executor_keys=self.executor_keys, counters=self.counters, warnings=self.warnings, ask_for_offers=self.ask_for_offers)
+        self.data_store = DataStore(self.config.driver_data_limit, self.peers.send,
+                                    self.sessions.by_rid, self.registry.by_rid)
         self.admin = Admin(
             registry=self.registry, scheduler=self.scheduler, functions=self.sessions.functions,
             send=self.peers.send, clock=self.clock, counters=self.counters, app_id=self.app_id,
             url=self.url, is_ready=self.is_ready, allocator=self.allocator,
             cluster_manager=self.cluster_manager, dynamic_allocation=self.dynamic_allocation,
             remove_executor=executors.remove_executor, send_control=executors.send_control,
-            longest_pause=self.loop.longest_pause, clients=self.sessions.by_rid)
-        self.data_store = DataStore(self.config.driver_data_limit, self.peers.send,
-                                    self.sessions.by_rid, self.registry.by_rid)
+            longest_pause=self.loop.longest_pause, clients=self.sessions.by_rid,
+            data=self.data_store)
         self.client_endpoint = ClientEndpoint(
             **known, **shared, peers=self.peers, admin=self.admin, data=self.data_store,
             send_control=executors.send_control, warnings=self.warnings,

@@ -217,7 +217,7 @@ class ExecutorBackend:
             self.wakeup.drain()
         self.send_status_updates()
         if self.data.asking:  # task threads want data: ask the driver for it
-            self._ask_for_data(self.data.take_asked())
+            self.ask_for_data(self.data.take_asked())
         if self.tasks.kill_deadlines:
             self.reap_killed_tasks()
 
@@ -307,7 +307,7 @@ class ExecutorBackend:
         # tasks whose data is fetched: asked for now, so it travels while others run
         references = [task[3] for task in tasks if task[3][:1] == _REFERENCE]
         if references:
-            self._ask_for_data(self.data.want(references))
+            self.ask_for_data(self.data.want(references))
         elif self.inline is not None:  # the loop's thread never waits for data
             tasks = self.inline.take(tasks, idle)
         if tasks:
@@ -371,9 +371,9 @@ class ExecutorBackend:
         inline = self.inline
         self.tasks.forget_functions(msg.digests if inline is None else inline.to_forget(msg.digests))
 
-    def _ask_for_data(self, keys):
+    def ask_for_data(self, keys, connection=None):
         if keys:
-            self._send(p.GetData(keys))
+            self._send(p.GetData(keys), connection)
 
     _handlers = {
         MsgType.LAUNCH_TASKS: _on_launch_tasks,
