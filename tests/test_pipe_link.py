@@ -1,7 +1,9 @@
 """Executors that a driver starts on its own host talk to it over a pair of pipes
 (``zsched/pipe_link.py``): the link itself, and both of its ends in real processes."""
+import array
 import logging
 import os
+import pickle
 import random
 import select
 import signal
@@ -12,6 +14,8 @@ import time
 
 import psutil
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import zsched
 from conftest import BIN, wait_for
@@ -19,6 +23,7 @@ from zsched import protocol as p
 from zsched.cluster_managers import LocalClusterManager
 from zsched.config import Config
 from zsched import fastpath
+from zsched._pipe_link_py import BUFFER_SIZE, LARGE_FRAME, WRITABLE_TYPES
 from zsched._pipe_link_py import PipeLink as PipeLinkReference
 from zsched.pipe_link import HEADER_SIZE, PipeLink, pipe_pair
 
@@ -49,15 +54,29 @@ def link_pair(request):
 
 
 def exchange(sender, receiver, frames):
-    """Send ``frames`` while reading, as two loops would; what arrived."""
+    """Send ``frames`` (a list of parts: with ``send_parts``) while reading, as two loops
+    would; what arrived."""
     received = []
     pending = list(frames)
     while pending or sender.wants_write or len(received) < len(frames):
         if pending:
-            sender.send(pending.pop(0))
+            send_item(sender, pending.pop(0))
         sender.flush()
         received += receiver.receive()
     return received
+
+
+def send_item(link, item):
+    """``link.send(item)``, or ``link.send_parts(item)`` for a list of parts."""
+    if isinstance(item, list):
+        link.send_parts(item)
+    else:
+        link.send(item)
+
+
+def joined(item):
+    """The frame that ``send_item(item)`` sends."""
+    return b"".join(memoryview(part).tobytes() for part in item) if isinstance(item, list) else item
 
 
 # ---------------------------------------------------------------- the link alone
@@ -85,7 +104,7 @@ def test_a_peer_that_does_not_read_never_blocks_the_sender(link_pair):
     assert received == frames and not a.wants_write and a.queued_frames == 0
 
 
-def test_the_read_buffer_shrinks_back_after_a_large_frame(link_pair):
+def test_the_read_buffer_keeps_its_size_through_a_large_frame(link_pair):
     a, b = link_pair
     assert exchange(a, b, [b"x" * 3_000_000, b"small"]) == [b"x" * 3_000_000, b"small"]
     assert b.buffer_size == 1 << 16
@@ -135,6 +154,231 @@ def test_a_frame_over_the_limit_breaks_the_link_after_the_frames_before_it(link_
     finally:
         c.close()
         d.close()
+
+
+# ---------------------------------------------------------------- frames of parts, large frames
+
+MiB = 1 << 20
+PART_KINDS = ["bytes", "bytearray", "memoryview", "doubles", "matrix", "picklebuffer"]
+PART_SIZES = [0, 1, 4095, 4096, 64 << 10, MiB, 8 * MiB, 64 * MiB]
+_RANDOM_BYTES = []
+
+
+def random_bytes(size, offset=0):
+    """``size`` random bytes (at most 64 MiB, made once), from ``offset`` on."""
+    if not _RANDOM_BYTES:
+        _RANDOM_BYTES.append(random.Random(42).randbytes(64 * MiB + 4096))
+    return _RANDOM_BYTES[0][offset:offset + size]
+
+
+def make_part(kind, size, offset=0):
+    """A part of ``size`` bytes of the buffer ``kind`` (doubles and matrix rows are whole:
+    their size is rounded down to 16 bytes)."""
+    data = random_bytes(size, offset)
+    if kind == "bytes":
+        return data
+    if kind == "bytearray":
+        return bytearray(data)
+    if kind == "memoryview":  # a view inside a larger object
+        return memoryview(b"<" + data + b">")[1:-1]
+    if kind == "doubles":
+        return memoryview(array.array("d", data[:size - size % 16]))
+    if kind == "matrix":  # two dimensions, of 16 bytes a row
+        rows = size // 16
+        view = memoryview(bytearray(data[:rows * 16]))
+        return view.cast("B", (rows, 16)) if rows else view  # no shape holds a zero
+    return pickle.PickleBuffer(bytearray(data))
+
+
+def frames_of_every_part():
+    """Frames of parts (lists) of every kind and size, among frames sent whole."""
+    items = []
+    for i, size in enumerate(PART_SIZES):
+        # the largest sizes in one kind each, so that the test holds little memory
+        kinds = PART_KINDS if size <= MiB else [PART_KINDS[i % len(PART_KINDS)]]
+        for j, kind in enumerate(kinds):
+            other = PART_KINDS[(j + 1) % len(PART_KINDS)]
+            items.append([make_part(kind, size, i + j), make_part(other, 33, j)])
+            items.append(random_bytes((i * 7919 + j * 104729) % 200_000, j))
+    return items
+
+
+def through_a_thread(sender, receiver, items):
+    """Send ``items`` while another thread reads, flushing as a loop would; what it read."""
+    received = []
+
+    def read():
+        deadline = time.monotonic() + 90
+        while len(received) < len(items) and time.monotonic() < deadline:
+            select.select([receiver.read_fd], [], [], 1)
+            received.extend(receiver.receive())
+            assert receiver.error is None and not receiver.closed_by_peer
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for item in items:
+            send_item(sender, item)
+            sender.flush()  # what the pipe takes now: the rest waits in the outbox
+        while not sender.flush():
+            select.select([], [sender.write_fd], [], 1)
+    finally:
+        reader.join(120)
+    assert not reader.is_alive()
+    return received
+
+
+def test_frames_of_parts_of_every_kind_and_size_arrive_as_one_frame_each_in_order(link_pair):
+    a, b = link_pair
+    items = frames_of_every_part()
+    received = through_a_thread(a, b, items)
+    assert len(received) == len(items)
+    for frame, item in zip(received, items):
+        assert frame == joined(item)
+    assert a.queued_frames == 0 and b.buffer_size == BUFFER_SIZE
+
+
+def test_a_large_frame_of_a_data_type_arrives_writable_and_others_as_bytes(link_pair):
+    a, b = link_pair
+    body = random_bytes(300_000)
+    frames = [bytes([1, kind]) + body for kind in sorted(WRITABLE_TYPES)]
+    frames += [b"\x01\x0c" + body, b"\x01\x08small", b"\x01\x08" + body[:LARGE_FRAME - 2],
+               b"\x01\x08" + body[:LARGE_FRAME - 1], [b"\x01", b"\x08", memoryview(body)]]
+    received = exchange(a, b, frames)
+    assert received == [joined(frame) for frame in frames]
+    # a frame that fits in the read buffer with its header is bytes, whatever its type
+    assert [type(frame) for frame in received] == \
+        [bytearray] * len(WRITABLE_TYPES) + [bytes, bytes, bytes, bytearray, bytearray]
+    assert b.buffer_size == BUFFER_SIZE
+
+
+# the frame before it ends where the large frame's header begins: early on, or so that its
+# header and its first byte end the read buffer (its type byte comes with the next read)
+@pytest.mark.parametrize("before", [8, BUFFER_SIZE - 2 * HEADER_SIZE - 1])
+def test_a_large_frame_arrives_in_pieces_over_as_many_calls(link_pair, before):
+    a, b = link_pair
+    first, large = random_bytes(before, 1), b"\x01\x21" + random_bytes(300_000)
+    wire = b"".join(len(frame).to_bytes(HEADER_SIZE, "little") + frame
+                    for frame in (first, large, b"after"))
+    begins = HEADER_SIZE + before  # the large frame's header
+    ends = begins + HEADER_SIZE + len(large)
+    cuts = sorted({3, begins - 1, begins + 3, begins + HEADER_SIZE, begins + HEADER_SIZE + 1,
+                   begins + HEADER_SIZE + 2, BUFFER_SIZE, BUFFER_SIZE + 9, 200_000, ends - 1,
+                   ends, len(wire) - 1, len(wire)})
+    received = []
+    for begin, end in zip([0] + cuts, cuts):
+        os.write(a.write_fd, wire[begin:end])
+        received += b.receive()
+        expected = [first] * (end >= begins) + [large] * (end >= ends)
+        expected += [b"after"] * (end == len(wire))
+        assert received == expected, (begin, end)
+    assert type(received[1]) is bytearray and b.buffer_size == BUFFER_SIZE
+
+
+def test_a_frame_of_parts_written_in_part_keeps_its_place_and_holds_its_parts(link_pair):
+    a, b = link_pair
+    big = bytearray(random_bytes(3 * MiB))
+    a.send(b"first")
+    a.send_parts([b"\x01\x02", big, memoryview(b"tail")])
+    assert a.wants_write and a.queued_frames == 1  # the pipe took a part of it
+    with pytest.raises(BufferError):  # held, not copied: it cannot be resized meanwhile
+        big.append(0)
+    a.send(b"after")
+    a.send_parts([b"x", b"", bytearray(b"y")])
+    a.send_parts([])
+    assert a.queued_frames == 4
+    received = []
+    while len(received) < 5:
+        a.flush()
+        received += b.receive()
+    assert received == [b"first", b"\x01\x02" + big + b"tail", b"after", b"xy", b""]
+    assert not a.wants_write and a.queued_frames == 0
+    big.append(0)  # written: let go
+
+
+def test_send_parts_refuses_too_many_parts_and_parts_that_are_no_contiguous_buffer(link_pair):
+    a, b = link_pair
+    with pytest.raises(ValueError, match=r"a frame of 65 parts \(at most 64\)"):
+        a.send_parts([b"x"] * 65)
+    with pytest.raises(BufferError):
+        a.send_parts([b"fine", memoryview(b"abcdef")[::2]])
+    with pytest.raises(TypeError):
+        a.send_parts([b"fine", 5])
+    assert not a.wants_write and a.queued_frames == 0
+    a.send_parts((b"x",) * 64)  # a tuple will do
+    assert exchange(a, b, [[b"y"], []]) == [b"x" * 64, b"y", b""]
+
+
+def test_send_parts_to_a_peer_that_closed_raises_broken_pipe(link_pair):
+    a, b = link_pair
+    b.close()
+    with pytest.raises(BrokenPipeError):
+        a.send_parts([b"\x01\x08", bytearray(100_000)])
+
+
+def test_a_large_frame_over_the_limit_breaks_the_link_and_one_at_the_limit_does_not(link_pair):
+    a, b = link_pair
+    b.max_frame = 200_000
+    a.send_parts([b"\x01\x08", bytes(200_000 - 2)])
+    a.send(b"fine")
+    a.send_parts([b"\x01\x08", bytes(200_000 - 1)])
+    a.send(b"never")
+    received = []
+    while b.error is None:
+        a.flush()
+        received += b.receive()
+    assert received == [b"\x01\x08" + bytes(200_000 - 2), b"fine"]
+    assert b.error == "a frame of 200001 bytes (at most 200000)"
+    assert b.receive() == []
+
+
+@pytest.mark.parametrize("size", [1000, 300_000])
+def test_a_peer_that_closes_mid_frame_leaves_the_frames_before_it(link_pair, size):
+    a, b = link_pair
+    a.send(b"whole")
+    os.write(a.write_fd, size.to_bytes(HEADER_SIZE, "little") + b"\x01\x08" + bytes(size // 2))
+    a.close()
+    received = []
+    while not b.closed_by_peer:
+        select.select([b.read_fd], [], [], 5)
+        received += b.receive()
+    assert received == [b"whole"] and b.error is None
+    assert b.receive() == []
+
+
+PART_SIZE = st.one_of(
+    st.sampled_from([0, 1, 2, 4095, 4096, LARGE_FRAME - 3, LARGE_FRAME - 2, LARGE_FRAME - 1,
+                     LARGE_FRAME, BUFFER_SIZE, 2 * BUFFER_SIZE]),
+    st.integers(0, 400_000))
+PARTS = st.lists(st.tuples(st.sampled_from(PART_KINDS), PART_SIZE), max_size=5)
+# (message type, a frame's size for send, or its parts for send_parts)
+ITEM = st.one_of(st.tuples(st.sampled_from([8, 12]), PART_SIZE),
+                 st.tuples(st.sampled_from([8, 33, 12]), PARTS))
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=["-".join(pair) for pair in PAIRS])
+@settings(max_examples=20, deadline=None)
+@given(items=st.lists(ITEM, min_size=1, max_size=10))
+def test_any_sequence_of_frames_and_frames_of_parts_arrives_whole_and_in_order(pair, items):
+    frames = []
+    for i, (kind, what) in enumerate(items):
+        head = bytes([1, kind])
+        if isinstance(what, int):
+            frames.append(head + random_bytes(what, i))
+        else:
+            frames.append([head] + [make_part(part, size, i) for part, size in what])
+    ours, theirs = pipe_pair()
+    first, second = (IMPLEMENTATIONS[name] for name in pair)
+    a, b = first(*ours, 1 << 30), second(*theirs, 1 << 30)
+    try:
+        received = exchange(a, b, frames)
+        assert received == [joined(frame) for frame in frames]
+        assert [type(frame) for frame in received] == [
+            bytearray if len(frame) > LARGE_FRAME and frame[1] in WRITABLE_TYPES else bytes
+            for frame in received]
+    finally:
+        a.close()
+        b.close()
 
 
 # ---------------------------------------------------------------- the driver's side

@@ -17,6 +17,16 @@ returns the whole frames; the end of the file (the peer closed its end or exited
 frames before it, sets ``error`` and reads no more, and its owner drops it, as ZeroMQ drops
 a connection over its MAXMSGSIZE.
 
+Large frames are not copied on their way. ``send_parts`` sends one frame made of several
+buffers (a pickle and its out-of-band buffers, say) without joining them: one ``writev`` of
+the header and the parts, and what the pipe does not take waits as references to the parts,
+which their owner leaves unchanged until they are written. ``receive`` reads frames into a
+read buffer of ``BUFFER_SIZE`` bytes, but a frame longer than ``LARGE_FRAME`` (too long for
+it) into an object of its own, made at its full size once its header has come, across as
+many calls as it takes. That object is a ``bytearray`` when the frame's message type (its
+second byte) is in ``WRITABLE_TYPES``, so arrays unpickled from it are writable; every other
+frame is ``bytes``.
+
 Reads and writes keep the GIL: the descriptors are non-blocking, so no call waits, and a
 driver thread that let the GIL go at each read would wait for it behind a caller busy in
 Python (up to the interpreter's switch interval) before it could go on.
@@ -32,7 +42,8 @@ One thread uses a link at a time.
 import fcntl
 import os
 
-from ._pipe_link_py import HEADER_SIZE, close_fds
+from ._pipe_link_py import (BUFFER_SIZE, HEADER_SIZE, LARGE_FRAME, MAX_PARTS, WRITABLE_TYPES,
+                            close_fds)
 from .fastpath import COMPILED
 
 if COMPILED:
@@ -40,7 +51,8 @@ if COMPILED:
 else:
     from ._pipe_link_py import PipeLink, set_timer, write_keeping_gil
 
-__all__ = ["PipeLink", "set_timer", "write_keeping_gil", "pipe_pair", "close_fds", "HEADER_SIZE"]
+__all__ = ["PipeLink", "set_timer", "write_keeping_gil", "pipe_pair", "close_fds", "HEADER_SIZE",
+           "BUFFER_SIZE", "LARGE_FRAME", "MAX_PARTS", "WRITABLE_TYPES"]
 
 # F_SETPIPE_SZ: a larger pipe takes a batch of launches or status updates in one write
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
