@@ -159,17 +159,18 @@ def test_large_arguments_and_broadcasts_survive_the_loss_of_an_executor(link):
 
 
 def test_limits_are_clear_errors():
-    with zsched.LocalCluster(1, 1, max_message_size=MIB, driver_data_limit=3 * MIB // 2,
+    with zsched.LocalCluster(1, 1, max_message_size=MIB, driver_data_limit=5 * MIB // 2,
                              wait=True) as cluster, cluster.client() as client:
         with pytest.raises(MessageTooLarge):
             client.submit(same, numpy.ones(MIB // 4)).result(30)
-        with pytest.raises(MessageTooLarge):
-            client.broadcast(bytes(2 * MIB))
         error = client.submit(numpy.ones, MIB // 4).exception(30)
         assert isinstance(error, TaskFailed) and "max_message_size" in str(error)
-        handle = client.broadcast(bytes(MIB - 4096))
+        # a broadcast larger than a message travels in chunks
+        value = numpy.arange(2 * MIB // 8, dtype=numpy.float64)
+        handle = client.broadcast(value)
+        assert client.submit(lambda h: float(h.value.sum()), handle).result(30) == float(value.sum())
         with pytest.raises(DataRefused, match="driver_data_limit"):
-            client.broadcast(bytes(MIB - 4096))
+            client.broadcast(bytes(MIB))
         with pytest.raises(DataRefused, match="driver_data_limit"):
             client.submit(same, bytes(MIB - 4096)).result(30)
         handle.destroy()

@@ -173,6 +173,40 @@ def read_reference(payload):
     return key, broadcasts, data
 
 
+def cut(buffer, chunk):
+    """``buffer`` as views of at most ``chunk`` bytes each."""
+    view = memoryview(buffer).cast("B")
+    return [view[start:start + chunk] for start in range(0, max(len(view), 1), chunk)]
+
+
+def manifest(chunk_keys, counts):
+    """The first part of a broadcast's root: the keys of its chunks, and how many chunks
+    each of its buffers was cut into (both empty: its buffers are in the root)."""
+    return msgpack.packb([chunk_keys, counts], use_bin_type=True)
+
+
+def read_manifest(part):
+    """``(chunk keys, counts)`` of a broadcast's manifest; ValueError if malformed."""
+    try:
+        chunk_keys, counts = msgpack.unpackb(part, raw=False)
+    except Exception as exc:
+        raise ValueError(f"a malformed broadcast manifest ({exc})") from None
+    if type(chunk_keys) is not list or type(counts) is not list or sum(counts) != len(chunk_keys):
+        raise ValueError("a malformed broadcast manifest")
+    return chunk_keys, counts
+
+
+def joined(chunks, counts):
+    """The buffers that ``chunks`` were cut from, by ``counts`` (one copy per buffer of
+    several chunks, writable)."""
+    buffers, start = [], 0
+    for n in counts:
+        pieces = chunks[start:start + n]
+        buffers.append(pieces[0] if n == 1 else bytearray().join(pieces))
+        start += n
+    return buffers
+
+
 def loads(data, parts=()):
     """The value of the pickle ``data``, its out-of-band buffers taken from ``parts``."""
     return pickle.loads(data, buffers=parts)

@@ -21,6 +21,7 @@ from .. import protocol as p
 from ..config import Config, check_url
 from ..embedded import start_cluster
 from ..broadcast import Broadcast, made_here
+from ..data_frames import part_size
 from ..errors import ConfigError, DataRefused, DriverConnectionError, MessageTooLarge, TaskFailed
 from ..payload import quick_pickle
 from ..runtime import gc_untrack
@@ -32,6 +33,8 @@ from .map_tasks import run_map
 from .outbox import Outbox
 from .pipe_transport import PipeTransport
 from .socket_transport import SocketTransport
+
+_BROADCAST_CHUNK = 64 << 20  # a broadcast's buffers travel in chunks of at most this
 
 log = logging.getLogger(__package__)
 
@@ -177,30 +180,34 @@ class Client(concurrent.futures.Executor):
         value, pickled once, and sends it to each executor at most once, at its first task
         that uses it. Give tasks the handle, as an argument or in a closure; in a task,
         ``handle.value`` is the value. ``handle.destroy()`` frees it everywhere. Raises
-        ``DataRefused`` past the driver's ``driver_data_limit``, ``MessageTooLarge`` past
-        ``max_message_size``."""
-        put, size = self._outbox.task_data.broadcast(value)
+        ``DataRefused`` past the driver's ``driver_data_limit``. A value larger than
+        ``max_message_size`` travels in chunks."""
         limit = self._outbox.max_message_size
-        if size > limit:
-            raise MessageTooLarge("the broadcast value", size, limit)
+        puts, size = self._outbox.task_data.broadcast(value, min(_BROADCAST_CHUNK, limit // 2))
+        if sum(map(part_size, puts[-1].parts)) > limit:  # its in-band pickle alone
+            raise MessageTooLarge("the broadcast value's pickle", size, limit)
+        keys = [put.key for put in puts]
         with self._outbox.lock:
             self._check_open()
-            stored = self._futures.broadcasts[put.key] = concurrent.futures.Future()
-            self._outbox.queue_control(put)
-        try:
-            error = stored.result(self.timeout if timeout is None else timeout)
-        except concurrent.futures.TimeoutError:
-            self._futures.broadcasts.pop(put.key, None)
-            self._outbox.queue_control(p.ForgetData([put.key]))
-            raise TimeoutError(f"the driver did not take the broadcast value within "
-                               f"{self.timeout if timeout is None else timeout:g} s") from None
-        if error:
-            raise DataRefused(f"the broadcast value ({size} bytes) was refused: {error}")
-        return made_here(Broadcast(put.key, value, self._destroy_broadcast))
+            stored = [self._futures.broadcasts.setdefault(key, concurrent.futures.Future())
+                      for key in keys]
+            for put in puts:
+                self._outbox.queue_control(put)
+        wait = self.timeout if timeout is None else timeout
+        done, _ = concurrent.futures.wait(stored, wait)
+        errors = [future.result() for future in done if future.result()]
+        if errors or len(done) < len(stored):
+            for key in keys:
+                self._futures.broadcasts.pop(key, None)
+            self._outbox.queue_control(p.ForgetData(keys))
+            if not errors:
+                raise TimeoutError(f"the driver did not take the broadcast value within {wait:g} s")
+            raise DataRefused(f"the broadcast value ({size} bytes) was refused: {errors[0]}")
+        return made_here(Broadcast(keys[-1], value, lambda key: self._destroy_broadcast(keys)))
 
-    def _destroy_broadcast(self, key):
+    def _destroy_broadcast(self, keys):
         if not self._shutdown and self._futures.lost is None:
-            self._outbox.queue_control(p.ForgetData([key]))
+            self._outbox.queue_control(p.ForgetData(keys))
 
     def _check_open(self):
         if self._shutdown:

@@ -28,10 +28,25 @@ class TaskData:
         put = p.PutData(key, task_id, [data, *buffers])
         return pl.reference(key, broadcasts, None), size, put
 
-    def broadcast(self, value):
-        """``(put, size)``: the PutData of a broadcast value."""
+    def broadcast(self, value, chunk):
+        """``(puts, size)``: the PutData of a broadcast value, its root last. The root's
+        parts are the manifest (``payload.manifest``), the in-band pickle, then the
+        buffers; a value of more than ``chunk`` bytes has its buffers cut into chunks,
+        each a PutData of its own, so that no message passes the size limit."""
         data, buffers, broadcasts = pl.dumps(value)
         if broadcasts:
             raise ValueError("a broadcast value cannot hold another broadcast")
         size = len(data) + sum(buffer.nbytes for buffer in buffers)
-        return p.PutData(self.new_key(), -1, [data, *buffers]), size
+        puts = []
+        if size > chunk:
+            counts = []
+            for buffer in buffers:
+                pieces = pl.cut(buffer, chunk)
+                counts.append(len(pieces))
+                puts.extend(p.PutData(self.new_key(), -1, [piece]) for piece in pieces)
+            manifest = pl.manifest([put.key for put in puts], counts)
+            buffers = []
+        else:
+            manifest = pl.manifest([], [])
+        puts.append(p.PutData(self.new_key(), -1, [manifest, data, *buffers]))
+        return puts, size

@@ -114,11 +114,7 @@ class ExecutorData:
                 self._ready.wait()
             self._loading.add(key)
         try:
-            parts = self._wait_for(key, keep=True)
-            try:
-                value = pl.loads(parts[0], parts[1:])
-            except DataGone as exc:
-                value = exc
+            value = self._load_broadcast(key)
         finally:
             with self._ready:
                 self._loading.discard(key)
@@ -130,6 +126,25 @@ class ExecutorData:
         if type(value) is DataGone:
             raise value
         return value
+
+    def _load_broadcast(self, key):
+        """The value of a broadcast's root: its parts, or its chunks joined; or DataGone."""
+        try:
+            parts = self._wait_for(key, keep=True)
+            chunk_keys, counts = pl.read_manifest(parts[0])
+            buffers = parts[2:]
+            if chunk_keys:
+                self._ask(chunk_keys)
+                buffers = pl.joined([self._wait_for(chunk)[0] for chunk in chunk_keys], counts)
+            return pl.loads(parts[1], buffers)
+        except DataGone as exc:
+            return exc
+
+    def _ask(self, keys):
+        """Have the loop ask the driver for these keys, if nobody has."""
+        with self._ready:
+            self._to_ask.extend(keys)
+        self._wake_loop()
 
     def _wait_for(self, key, keep=False):
         """The parts under ``key``, asked of the driver if nobody has; a task's are taken."""
