@@ -79,7 +79,7 @@ def test_status_figures_match_a_known_workload(tmp_path):
         from zsched.fastpath import COMPILED
         if COMPILED:
             cache = status["memory_cache"]
-            assert cache["installed"] and cache["limit"] == 256 << 20
+            assert cache["installed"] and cache["limit"] == 1 << 30
             assert 0 <= cache["kept_bytes"] <= cache["limit"]
         else:
             assert status["memory_cache"] is None

@@ -219,7 +219,7 @@ class Config:
     allocation_batch_size: int = 5             # most executors started per allocation round
     executor_start_timeout: float = 60.0       # an executor not registered by then is killed
     local_executor_link: str = "pipe"          # executors a driver starts on its host reach it by
-    driver_memory_cache: int = 256 << 20       # freed memory bin/driver keeps for reuse, bytes
+    driver_memory_cache: int = 1 << 30         # freed memory bin/driver and executors keep for reuse, bytes
     client_results_window: int = 64 << 20      # results sent to a client and not yet taken, bytes
     client_results_backlog: int = 256 << 20    # held for a client before its tasks wait, bytes
     driver_data_limit: int = 4 << 30           # large arguments and broadcasts the driver holds, bytes

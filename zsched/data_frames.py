@@ -14,10 +14,16 @@ parts' bytes, raw:
 
 The receiver's parts are views of the frames it received: nothing is copied after the
 read. ``protocol`` declares the data messages; this module reads and writes their frames.
+
+A task's row then holds a reference to its data (``reference``): ``REF``, then the
+msgpack of ``[key, broadcasts, pickle]``, which the driver reads to push the data along
+with the task's launch, and never more.
 """
 import msgpack
 
 from .errors import ProtocolError
+
+REF = 0x5A  # the first byte of a task row's payload that refers to data ("Z"); a pickle's is 0x80
 
 # Most parts a data message may have: a pickle's out-of-band buffers, and its in-band part.
 MAX_PARTS = 64
@@ -90,3 +96,24 @@ def _read_head(cls, frame):
             or not all(type(size) is int and size >= 0 for size in sizes)):
         raise ProtocolError(f"{cls.__name__}: field parts has the wrong type")
     return values, 2 + unpacker.tell()
+
+
+def reference(key, broadcasts, data):
+    """The row payload that refers to data under ``key`` (or carries the pickle ``data``
+    itself, when ``key`` is None) and to these broadcast values."""
+    return bytes((REF,)) + msgpack.packb([key, broadcasts, data], use_bin_type=True)
+
+
+def is_reference(payload):
+    return len(payload) > 0 and payload[0] == REF
+
+
+def read_reference(payload):
+    """``(key, broadcasts, pickle)`` of a reference row payload; ValueError if malformed."""
+    try:
+        key, broadcasts, data = msgpack.unpackb(memoryview(payload)[1:], raw=False)
+    except Exception as exc:
+        raise ValueError(f"a malformed data reference ({exc})") from None
+    if not (key is None or type(key) is bytes) or type(broadcasts) is not list:
+        raise ValueError("a malformed data reference")
+    return key, broadcasts, data

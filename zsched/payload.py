@@ -21,9 +21,10 @@ from itertools import count
 import cloudpickle
 import msgpack
 
+from .data_frames import REF, is_reference, read_reference, reference  # noqa: F401 (the reference's)
+
 # A buffer of this size or more travels as a part of its own.
 DATA_PART_MIN = 64 * 1024
-REF = 0x5A  # the first byte of a reference row payload ("Z"); a pickle starts with 0x80
 _PROTOCOL = 5
 
 _collecting = threading.local()  # the broadcast keys met while pickling, per thread
@@ -150,27 +151,6 @@ def _bytes_from(buffer):
 def _view_from(buffer, fmt, shape):
     view = memoryview(buffer).cast("B")
     return view.cast(fmt, shape) if fmt != "B" or len(shape) != 1 else view
-
-
-def reference(key, broadcasts, data):
-    """The row payload that refers to data under ``key`` (or carries the pickle ``data``
-    itself, when ``key`` is None) and to these broadcast values."""
-    return bytes((REF,)) + msgpack.packb([key, broadcasts, data], use_bin_type=True)
-
-
-def is_reference(payload):
-    return len(payload) > 0 and payload[0] == REF
-
-
-def read_reference(payload):
-    """``(key, broadcasts, pickle)`` of a reference row payload; ValueError if malformed."""
-    try:
-        key, broadcasts, data = msgpack.unpackb(memoryview(payload)[1:], raw=False)
-    except Exception as exc:
-        raise ValueError(f"a malformed data reference ({exc})") from None
-    if not (key is None or type(key) is bytes) or type(broadcasts) is not list:
-        raise ValueError("a malformed data reference")
-    return key, broadcasts, data
 
 
 def cut(buffer, chunk):

@@ -13,6 +13,7 @@ import zmq
 from .. import protocol as p
 from ..cluster_managers import SlurmClusterManager, SSHClusterManager
 from ..cluster_managers.hosts_file import read_hosts_file
+from ..heap import keep_freed_buffers
 from .arena_cache import keep_freed_memory
 from ..config import MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config, number_in
 from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
@@ -231,7 +232,8 @@ def main(argv=None):
         parser.error(str(exc))
     if args.client_credential is not None:
         _write_client_credential(parser, args.client_credential, options.keys)
-    log.info("freed memory kept for reuse: %s", keep_freed_memory(options.config.driver_memory_cache))
+    log.info("freed memory kept for reuse: %s; %s", keep_freed_memory(options.config.driver_memory_cache),
+             keep_freed_buffers(options.config.driver_memory_cache))
     try:
         driver = Driver(options)
     except (OSError, zmq.ZMQError) as exc:

@@ -370,7 +370,9 @@ class Driver:
         self.offers_needed = False
         if self.scheduler.n_pending == 0 or not self.is_ready():
             return
-        for executor, frames in self.scheduler.offer_frames():
+        # tasks with data: it leaves just before their launch (none: the fused offer)
+        push = self.data_store.push_for_launch if self.data_store.task_entries else None
+        for executor, frames in self.scheduler.offer_frames(push):
             for frame in frames:
                 self.peers.send(executor.routing_id, p.Encoded(p.LaunchTasks, frame))
 

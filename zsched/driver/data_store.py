@@ -11,9 +11,10 @@ the driver tells them (``ForgetData``).
 import logging
 
 from .. import protocol as p
-from ..data_frames import part_size
+from ..data_frames import REF, part_size, read_reference
 
 log = logging.getLogger(__package__)
+_REFERENCE = bytes((REF,))
 
 
 class _Entry:
@@ -32,6 +33,7 @@ class DataStore:
         self.limit = limit
         self.size = 0
         self.sent = 0  # bytes sent to executors, in all
+        self.task_entries = 0  # entries of tasks' arguments (not broadcasts)
         self._send = send
         self._clients = clients
         self._executors = executors
@@ -57,6 +59,7 @@ class DataStore:
         self._entries[msg.key] = _Entry(rid, msg.parts, size, broadcast)
         self._owned.setdefault(rid, set()).add(msg.key)
         self.size += size
+        self.task_entries += not broadcast
         if broadcast:
             self._send(rid, p.DataStored(msg.key, msg.task_id, ""))
 
@@ -91,6 +94,24 @@ class DataStore:
         self._send(task.client.routing_id, p.TaskData(task.client_task_id, msg.key, msg.parts),
                    quiet=True)
 
+    def push_for_launch(self, executor, rows):
+        """Send ``executor`` the data of the tasks it is about to be launched (LaunchTasks
+        rows): it arrives with them, not a round trip later. The reference is read, never
+        the pickle."""
+        entries = self._entries
+        for row in rows:
+            payload = row[3]
+            if payload[:1] != _REFERENCE:
+                continue
+            try:
+                key = read_reference(payload)[0]
+            except ValueError:
+                continue  # the task fails on the executor, saying why
+            entry = entries.get(key)
+            if entry is not None:
+                self.sent += entry.size
+                self._send(executor.routing_id, p.Data(key, "", entry.parts), quiet=True)
+
     def drop_client(self, rid):
         """The client ``rid`` left: its data goes."""
         self._drop(list(self._owned.get(rid, ())))
@@ -102,6 +123,7 @@ class DataStore:
             if entry is None:
                 continue
             self.size -= entry.size
+            self.task_entries -= not entry.broadcast
             owned = self._owned.get(entry.owner)
             owned.discard(key)
             if not owned:

@@ -399,17 +399,23 @@ class TaskScheduler:
             self._set_clamped(False)
         return launches
 
-    def offer_frames(self):
+    def offer_frames(self, before_launch=None):
         """``resource_offers`` with each launch written by the wire: ``[(executor, [frame,
         ...]), ...]``, each executor's LaunchTasks frames, ready to send. It is the fused
         form of the two steps, so that the compiled core writes the common offer (no suspect
-        waits) straight from its task tables, with no Python object per task."""
+        waits) straight from its task tables, with no Python object per task.
+        ``before_launch(executor, rows)``, if given, sees each launch's rows first."""
         if self.n_pending == 0:
             return []
         limit = self.config.max_message_size
-        if self.suspects:  # the decisions, then the frames
-            return [(executor, launch_frames(_LAUNCH_HEADER, rows, functions, executor.functions, limit))
-                    for executor, rows, functions in self.resource_offers()]
+        if self.suspects or before_launch is not None:  # the decisions, then the frames
+            launches = []
+            for executor, rows, functions in self.resource_offers():
+                if before_launch is not None:
+                    before_launch(executor, rows)
+                launches.append((executor, launch_frames(_LAUNCH_HEADER, rows, functions,
+                                                         executor.functions, limit)))
+            return launches
         launches, launched = offer_and_launch(self.slots, self.executors_by_slot, self.pending,
                                               self.n_pending, limit, self.latency, self.clock(),
                                               _LAUNCH_HEADER)

@@ -19,6 +19,7 @@ import zmq
 from .. import protocol as p
 from ..config import Config
 from ..errors import ConfigError
+from ..heap import keep_freed_buffers
 from ..liveness import DRIVER, HeartbeatMonitor
 from ..pipe_link import PipeLink
 from ..protocol import MsgType, TaskState
@@ -115,6 +116,7 @@ class ExecutorBackend:
         self.relief_token = msg.relief_token  # the proof its relief thread's connection gives
         self.config = Config.from_driver(msg.settings)
         self.tasks.max_result_size = self.config.max_message_size
+        keep_freed_buffers(self.config.driver_memory_cache)  # large arguments' buffers
         if self.link is not None:
             self.link.max_frame = p.frame_limit(self.config.max_message_size)
         log.info("Successfully registered with driver %s%s as executor %s",
