@@ -159,14 +159,14 @@ def test_large_arguments_and_broadcasts_survive_the_loss_of_an_executor(link):
 
 
 def test_limits_are_clear_errors():
-    with zsched.LocalCluster(1, 1, max_message_size=MIB, driver_data_limit=5 * MIB // 2,
+    with zsched.LocalCluster(1, 1, max_message_size=MIB, driver_data_limit=11 * MIB // 4,
                              wait=True) as cluster, cluster.client() as client:
         with pytest.raises(MessageTooLarge):
             client.submit(same, numpy.ones(MIB // 4)).result(30)
         error = client.submit(numpy.ones, MIB // 4).exception(30)
         assert isinstance(error, TaskFailed) and "max_message_size" in str(error)
         # a broadcast larger than a message travels in chunks
-        value = numpy.arange(2 * MIB // 8, dtype=numpy.float64)
+        value = numpy.arange(2 * MIB // 8 + 1000, dtype=numpy.float64)
         handle = client.broadcast(value)
         assert client.submit(lambda h: float(h.value.sum()), handle).result(30) == float(value.sum())
         with pytest.raises(DataRefused, match="driver_data_limit"):

@@ -104,3 +104,8 @@ def test_a_data_message_is_the_same_in_one_frame_or_several():
     for got in (one, several):
         assert (got.key, got.task_id) == (msg.key, 7)
         assert [bytes(part) for part in got.parts] == [bytes(part) for part in msg.parts]
+
+
+def test_the_pipe_link_reads_every_data_message_into_a_writable_buffer():
+    from zsched.pipe_link import WRITABLE_TYPES
+    assert WRITABLE_TYPES == {cls.TYPE for cls in p.DATA_MESSAGES}

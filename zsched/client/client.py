@@ -34,8 +34,6 @@ from .outbox import Outbox
 from .pipe_transport import PipeTransport
 from .socket_transport import SocketTransport
 
-_BROADCAST_CHUNK = 64 << 20  # a broadcast's buffers travel in chunks of at most this
-
 log = logging.getLogger(__package__)
 
 
@@ -183,7 +181,7 @@ class Client(concurrent.futures.Executor):
         ``DataRefused`` past the driver's ``driver_data_limit``. A value larger than
         ``max_message_size`` travels in chunks."""
         limit = self._outbox.max_message_size
-        puts, size = self._outbox.task_data.broadcast(value, min(_BROADCAST_CHUNK, limit // 2))
+        puts, size = self._outbox.task_data.broadcast(value, limit)
         if sum(map(part_size, puts[-1].parts)) > limit:  # its in-band pickle alone
             raise MessageTooLarge("the broadcast value's pickle", size, limit)
         keys = [put.key for put in puts]
