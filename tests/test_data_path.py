@@ -114,7 +114,7 @@ def test_a_destroyed_broadcast_is_a_clear_error(client):
     assert client.submit(broadcast_size, handle).result(30) == 100 * KIB
     handle.destroy()
     with pytest.raises(ValueError, match="destroyed"):
-        handle.value
+        _ = handle.value
     with pytest.raises(ValueError, match="destroyed"):
         client.submit(broadcast_size, handle)
     wait_for(lambda: client.status()["data"]["broadcasts"] == 0, message="the broadcast dropped")
