@@ -171,6 +171,42 @@ def run_round(system, phases, result_phase, broadcast, timeout, repeat):
     return figures
 
 
+def zmq_hop(curve, mib=8, count=64):
+    """GiB/s of ``count`` messages of ``mib`` MiB from a DEALER to a ROUTER over TCP on
+    loopback, with CURVE or without: the ceiling of one hop of the TCP cluster."""
+    import threading
+
+    import zmq
+    context = zmq.Context()
+    router, dealer = context.socket(zmq.ROUTER), context.socket(zmq.DEALER)
+    if curve:
+        server_public, server_secret = zmq.curve_keypair()
+        client_public, client_secret = zmq.curve_keypair()
+        router.curve_server, router.curve_secretkey = True, server_secret
+        dealer.curve_serverkey, dealer.curve_publickey = server_public, client_public
+        dealer.curve_secretkey = client_secret
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    dealer.connect(f"tcp://127.0.0.1:{port}")
+    payload = bytes(mib * MIB)
+
+    def receive():
+        for _ in range(count + 1):
+            router.recv_multipart(copy=False)
+
+    reader = threading.Thread(target=receive)
+    reader.start()
+    dealer.send(b"warm-up")
+    start = time.perf_counter()
+    for _ in range(count):
+        dealer.send(payload, copy=False)
+    reader.join()
+    elapsed = time.perf_counter() - start
+    router.close(0)
+    dealer.close(0)
+    context.term()
+    return mib * count / 1024 / elapsed
+
+
 COLUMNS = [("args_1", "args 1M GiB/s", "{:.2f}"), ("args_8", "args 8M GiB/s", "{:.2f}"),
            ("args_64", "args 64M GiB/s", "{:.2f}"), ("results_8", "res 8M GiB/s", "{:.2f}"),
            ("broadcast_s", "bcast s", "{:.2f}"), ("send_twice_s", "send x2 s", "{:.2f}")]
@@ -220,6 +256,10 @@ def main():
         report["systems"][labels[name]] = figures
         print(f"{labels[name]:<24}" + "".join(f"{fmt(figures[key], spec):>16}"
                                                for key, _, spec in COLUMNS))
+    hops = {"plain": zmq_hop(False), "curve": zmq_hop(True)}
+    report["zmq_hop_gib_s"] = hops
+    print(f"\nZeroMQ alone, one hop over TCP on loopback, 8 MiB messages: {hops['plain']:.2f} GiB/s "
+          f"plain, {hops['curve']:.2f} GiB/s with CURVE")
     print_json(report)
 
 
