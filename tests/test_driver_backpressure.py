@@ -69,3 +69,28 @@ def test_a_client_whose_callback_blocks_falls_behind_holds_its_tasks_then_gets_e
 
 
 N_RESULTS = 3_000
+
+
+def large_payload(i):
+    """A result of 96 KiB, whose bytes travel apart (TaskData), after 10 ms."""
+    time.sleep(0.01)
+    return i, bytes([i % 256]) * (96 << 10)
+
+
+@pytest.mark.parametrize("over", ["socket", "pipes"])
+def test_large_results_count_in_the_window_and_hold_the_tasks_of_a_client_behind(over):
+    with zsched.LocalCluster(2, client_results_window="64KiB", client_results_backlog="256KiB") as cluster:
+        client = (zsched.Client(cluster.address, secret_file=cluster.secret_file)
+                  if over == "socket" else cluster.client())
+        with client, cluster.client() as watcher:
+            unblock = threading.Event()
+            first = client.submit(time.sleep, 0.5)
+            first.add_done_callback(lambda f: unblock.wait(60))  # the I/O thread waits in it
+            futures = [client.submit(large_payload, i) for i in range(200)]
+            held = wait_for(lambda: [c for c in watcher.status()["clients"] if c["behind"]], 60,
+                            message="the client behind on its results")[0]
+            wait_for(lambda: watcher.status()["tasks"]["running"] == 0, 30, message="launched tasks ended")
+            assert held["tasks_held"] > 0  # its queue stopped draining: the data it gets is bounded
+            unblock.set()
+            assert [f.result(120) for f in futures] == [large_payload(i) for i in range(200)]
+            assert not any(c["behind"] for c in watcher.status()["clients"])

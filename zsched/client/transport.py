@@ -25,6 +25,7 @@ import threading
 import time
 
 from .. import protocol as p
+from ..data_frames import part_size
 from ..errors import DriverConnectionError
 from ..liveness import DRIVER, HeartbeatMonitor
 from ..protocol import MsgType, ProtocolError, decode, encode
@@ -150,6 +151,8 @@ class IOThreadTransport:
         self._futures.from_driver(msg)
         if msg.TYPE == _TASK_RESULTS:  # taken, its callbacks run: the driver may send more
             self._taken.took(len(msg.results), len(frame))
+        elif msg.TYPE == MsgType.TASK_DATA:  # a large result's parts count in the window too
+            self._taken.took(0, sum(map(part_size, msg.parts)))
         elif msg.TYPE == _ADMIN_REPLY and msg.request_id == 0 and msg.value == p.UNKNOWN_CLIENT:
             self._forgotten = True
             self._lose(DriverConnectionError(

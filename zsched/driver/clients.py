@@ -265,12 +265,15 @@ class ClientEndpoint:
             if not self._peers.send(client.routing_id, p.Encoded(p.TaskResults, frame)):
                 return  # gone: the client is dropped
         backlog = config.client_results_backlog
+        # large results went ahead as TaskData: what the window did not take counts too
+        behind = (client.unsent_size + client.results.payload_size()
+                  + max(0, client.in_flight_size - window))
         if client.held is None:
-            if client.unsent_size + client.results.payload_size() > backlog:
+            if behind > backlog:
                 log.warning("client %s is behind on its results: its tasks wait until it "
                             "catches up", client.routing_id.hex())
                 self._scheduler.hold_client(client)
-        elif client.unsent_size + client.results.payload_size() <= backlog // 2:
+        elif behind <= backlog // 2:
             log.info("client %s caught up on its results: its tasks go on", client.routing_id.hex())
             self._scheduler.release_client(client)
             self._ask_for_offers()

@@ -128,7 +128,7 @@ class Driver:
             cluster_manager=self.cluster_manager, allocator=self.allocator,
             executor_keys=self.executor_keys, counters=self.counters, warnings=self.warnings, ask_for_offers=self.ask_for_offers)
         self.data_store = DataStore(self.config.driver_data_limit, self.peers.send,
-                                    self.sessions.by_rid, self.registry.by_rid)
+                                    self.sessions.by_rid, self.registry.by_rid, self.peers.in_process)
         self.admin = Admin(
             registry=self.registry, scheduler=self.scheduler, functions=self.sessions.functions,
             send=self.peers.send, clock=self.clock, counters=self.counters, app_id=self.app_id,

@@ -27,10 +27,12 @@ class _Entry:
 class DataStore:
     """The clients' data, by key. ``send(rid, msg)`` sends to a peer; ``clients`` and
     ``executors`` map the routing ids of connected clients and registered executors (only
-    they may put and get data) to their records."""
+    they may put and get data) to their records; ``in_process(rid)`` tells a client in the
+    driver's process (it has no results window)."""
 
-    def __init__(self, limit, send, clients, executors):
+    def __init__(self, limit, send, clients, executors, in_process):
         self.limit = limit
+        self._in_process = in_process  # whether a client is in the driver's process
         self.size = 0
         self.sent = 0  # bytes sent to executors, in all
         self.task_entries = 0  # entries of tasks' arguments (not broadcasts)
@@ -91,8 +93,10 @@ class DataStore:
         task = executor.running.get(msg.task_id) if executor is not None else None
         if task is None or task.attempt != msg.attempt:
             return
-        self._send(task.client.routing_id, p.TaskData(task.client_task_id, msg.key, msg.parts),
-                   quiet=True)
+        client = task.client
+        if self._send(client.routing_id, p.TaskData(task.client_task_id, msg.key, msg.parts),
+                      quiet=True) and not self._in_process(client.routing_id):
+            client.in_flight_size += msg.size  # in its results window, until it says it took it
 
     def push_for_launch(self, executor, rows):
         """Send ``executor`` the data of the tasks it is about to be launched (LaunchTasks
