@@ -318,8 +318,8 @@ class ExecutorBackend:
     def _give_back(self, tasks):
         """Report ``tasks`` (not started) as RETURNED, in their order; the next turn sends
         the rows."""
-        self.tasks.results.extend([task_id, attempt, TaskState.RETURNED, b""]
-                                  for task_id, attempt, _, _ in tasks)
+        self.tasks.results.extend([task[0], task[1], TaskState.RETURNED, b""] for task in tasks)
+        self.data.discard([task[3] for task in tasks])
 
     def _on_decommission_executor(self, msg):
         """Take nothing new, give back what has not started, finish what runs, then exit 0."""
@@ -335,7 +335,7 @@ class ExecutorBackend:
         """Give back up to ``msg.count`` tasks not started yet, the newest first."""
         unstarted = self.inline.take_newest(msg.count) if self.inline is not None else []
         unstarted += self.tasks.take_unstarted(msg.count - len(unstarted))
-        self._give_back(reversed(unstarted))
+        self._give_back(unstarted[::-1])
 
     def _on_kill_task(self, msg):
         if self._outstanding == 0:

@@ -71,6 +71,17 @@ class ExecutorData:
             self._parts[key] = DataGone(f"data {key.hex()}: {error}") if error else parts
             self._ready.notify_all()
 
+    def discard(self, payloads):
+        """Drop the data of tasks that will not run here (given back, killed before they
+        started), from their payloads: it may have come with their launch."""
+        with self._ready:
+            for payload in payloads:
+                if pl.is_reference(payload):
+                    try:
+                        self._parts.pop(pl.read_reference(payload)[0], None)
+                    except ValueError:
+                        pass
+
     def forget(self, keys):
         """Drop these broadcast values (destroyed)."""
         with self._ready:

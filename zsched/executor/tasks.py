@@ -218,6 +218,8 @@ class TaskRunner:
         try:
             if self._killed and self._consume_kill(task_id, attempt):
                 state, payload = TaskState.KILLED, b"killed before it started"
+                if args[:1] == _REFERENCE:
+                    self.data.discard([args])
             else:
                 state, payload = self._run_task(task_id, attempt, function_entry, args)
             running.pop(task_id, None)
@@ -246,6 +248,8 @@ class TaskRunner:
         """Call the task's function (its function entry); (state, payload) of its status
         row. A TaskKilled after the call has returned reaches ``run_here``."""
         if function_entry is None:
+            if args[:1] == _REFERENCE:
+                self.data.discard([args])
             return TaskState.ERROR, b"the driver did not send the task's function to this executor"
         try:
             function = function_entry[1]
@@ -264,15 +268,15 @@ class TaskRunner:
             payload, size = self._result_payload(task_id, attempt, value)
         except Exception as exc:
             return TaskState.ERROR, f"the result of task {task_id} could not be pickled: {exc!r}".encode()
-        if payload is None:
+        if size > self.max_result_size:
             return TaskState.ERROR, str(MessageTooLarge(
                 f"the result of task {task_id}", size, self.max_result_size)).encode()
         return TaskState.FINISHED, payload
 
     def _result_payload(self, task_id, attempt, value):
-        """``(payload, size)``: the row payload of a result, and its bytes in all (payload
-        None: too large). A result with large buffers travels apart: its ResultData is
-        queued in ``data_out``, sent before the row."""
+        """``(payload, size)``: the row payload of a result, and its bytes in all. A result
+        with large buffers travels apart: its ResultData is queued in ``data_out``, sent
+        before the row (unless the result is over ``max_result_size``)."""
         payload = quick_pickle(value)
         if payload is not None:
             return payload, len(payload)
