@@ -92,6 +92,7 @@ BOUNDS = {
     "driver_memory_cache": (0, 1 << 40),
     "client_results_window": (1 << 16, 1 << 40),
     "client_results_backlog": (1 << 16, 1 << 40),
+    "driver_data_limit": (0, 1 << 44),
 }
 HEARTBEATS = {"executor_heartbeat_interval": "executor_heartbeat_timeout",
               "zmq_heartbeat_interval": "zmq_heartbeat_timeout"}

@@ -636,6 +636,14 @@ def wrongly_typed_frames():
         p.ClientWelcome: [1, "a", {}],
         p.TaskResults: [[]],
         p.AdminReply: [1, True, None],
+        # data messages: their parts' sizes in place of the parts
+        p.PutData: [b"k" * 16, 1, []],
+        p.DataStored: [b"k" * 16, 1, ""],
+        p.ForgetData: [[]],
+        p.GetData: [[]],
+        p.Data: [b"k" * 16, "", []],
+        p.ResultData: [1, 1, b"k" * 16, 0, []],
+        p.TaskData: [1, b"k" * 16, []],
     }
     assert set(good) == set(p._BY_TYPE.values()), "a message type without a case here"
     frames = []
