@@ -432,6 +432,7 @@ def test_short_tasks_do_not_queue_behind_a_long_one_while_a_core_is_idle():
         shorts = [client.submit(add, i) for i in range(200)]
         assert [f.result(15) for f in shorts] == list(range(200))
         assert not long_task.done()
+        long_task.cancel()  # interrupted: the shutdown does not wait for it
         client.shutdown(cancel_futures=True)
 
 

@@ -66,8 +66,8 @@ def test_the_ssh_command_line_lets_user_options_win_and_quotes_the_remote_comman
     assert options == ["ConnectTimeout=2", "ProxyJump=gate", *DEFAULT_SSH_OPTIONS]
     assert command[:2] == ["ssh", "-T"] and "BatchMode=yes" in options
     assert command[-4:-1] == ["2222", "--", "alice@node2"]
-    assert command[-1] == ("'/opt/py 3/bin/python' -m zsched.cluster_managers.ssh_remote --driver-url "
-                           "tcp://10.0.0.1:7077 --executor-id 7 --hostname node2 --cores 3 "
+    assert command[-1] == ("'/opt/py 3/bin/python' -m zsched.cluster_managers.ssh_remote "
+                           "--session-timeout 60 --driver-url tcp://10.0.0.1:7077 --executor-id 7 --hostname node2 --cores 3 "
                            "--app-id app-1")
     assert manager.capacity() == 2
 

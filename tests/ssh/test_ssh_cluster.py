@@ -330,11 +330,12 @@ def test_a_killed_executor_whose_task_holds_the_gil_is_gone_within_the_grace(ssh
 def test_a_cut_off_executor_whose_task_holds_the_gil_is_ended_by_its_remote_end(ssh_hosts, remote_python, tmp_path):
     """Cut off, the executor cannot leave by itself (its task holds the GIL), and nothing
     tells its host that the session is gone: its remote end, hearing nothing on the session
-    for SESSION_TIMEOUT, stops it."""
+    for the driver's executor_heartbeat_timeout, stops it."""
     from zsched.cluster_managers.base import KILL_GRACE
-    from zsched.cluster_managers.ssh import SESSION_TIMEOUT
+    timeout = 10.0
     h1 = ssh_hosts.hosts[0]
-    driver = start_driver(ssh_hosts, remote_python, tmp_path, [f"{h1.name} 1"])
+    driver = start_driver(ssh_hosts, remote_python, tmp_path, [f"{h1.name} 1"],
+                          "--conf", f"executor_heartbeat_timeout={timeout:g}")
     app_id = f"ssh-{tmp_path.name}"
     client = zsched.Client(driver.url, secret_file=driver.secret_file)
     try:
@@ -342,11 +343,12 @@ def test_a_cut_off_executor_whose_task_holds_the_gil_is_ended_by_its_remote_end(
         _, process = executor_holding_the_gil(client)
         (remote_end,) = [pid for pid, cmd in processes_of(app_id).items()
                          if "-m zsched.cluster_managers.ssh_remote" in cmd and not cmd.startswith("ssh ")]
+        assert f"--session-timeout {timeout:g} " in processes_of(app_id)[remote_end]
         ssh_hosts.partition(h1)
         cut_at = time.monotonic()
         try:
-            process.wait(SESSION_TIMEOUT + KILL_GRACE + 60)
-            assert time.monotonic() - cut_at >= SESSION_TIMEOUT - 10  # not before its time
+            process.wait(timeout + KILL_GRACE + 60)
+            assert time.monotonic() - cut_at >= timeout - 2  # not before its time
             wait_for(lambda: not psutil.pid_exists(remote_end), 30, message="the remote end gone")
         finally:
             ssh_hosts.heal(h1)

@@ -133,7 +133,8 @@ class SSHClusterManager(ClusterManager):
     spread over the hosts with the most room."""
 
     def __init__(self, hosts, cores_per_executor=1, ssh_options=(), remote_python="python3",
-                 driver_host="0.0.0.0", log_level=None, ssh_command="ssh"):
+                 driver_host="0.0.0.0", log_level=None, ssh_command="ssh",
+                 session_timeout=SESSION_TIMEOUT):
         if cores_per_executor < 1:
             raise ValueError(f"cores_per_executor must be >= 1, got {cores_per_executor}")
         if not hosts:
@@ -145,6 +146,7 @@ class SSHClusterManager(ClusterManager):
         self.driver_host = driver_host
         self.log_level = log_level
         self.ssh_command = ssh_command
+        self.session_timeout = session_timeout
         self._urls = {}        # host name -> the driver URL executors there connect to
         self._ids = itertools.count(1)
         self._running = {}     # executor id -> RemoteExecutor, counted toward the target
@@ -152,7 +154,7 @@ class SSHClusterManager(ClusterManager):
         self._children = ChildProcesses(
             "zsched-ssh-executors", lambda child: child.owner.reason(child.process.returncode, remote_python),
             on_line=lambda child, line: child.owner.line(line),
-            keepalive=(SESSION_KEEPALIVE, _keep_session_alive))
+            keepalive=(min(SESSION_KEEPALIVE, session_timeout / 4), _keep_session_alive))
 
     def capacity(self):
         return sum(host.executors for host in self.hosts)
@@ -202,7 +204,7 @@ class SSHClusterManager(ClusterManager):
 
     def remote_command(self, host, executor_id):
         command = [self.remote_python, "-m", "zsched.cluster_managers.ssh_remote",
-                   "--driver-url", self.driver_url_for(host), "--executor-id", executor_id,
+                   "--session-timeout", f"{self.session_timeout:g}", "--driver-url", self.driver_url_for(host), "--executor-id", executor_id,
                    "--hostname", host.name, "--cores", str(self.cores_per_executor),
                    "--app-id", self.app_id]
         if self.log_level:

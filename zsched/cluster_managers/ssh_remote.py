@@ -1,5 +1,5 @@
 """The remote end of an executor started over SSH: ``python -m zsched.cluster_managers.ssh_remote
-EXECUTOR-ARGUMENTS``, run by ssh on the host.
+[--session-timeout SECONDS] EXECUTOR-ARGUMENTS``, run by ssh on the host.
 
 It reads the executor's credential from the first line of its standard input (an empty
 line: an insecure bus), so the credential is on no command line and in no file. It then
@@ -9,7 +9,8 @@ on a pipe it reads once (``--credential-fd``), and watches two things:
 - its standard input, which is the SSH session. It stops the executor (SIGTERM to its
   process group, SIGKILL after ``KILL_GRACE``) at end of input (the driver closed it, the
   driver or the ssh client died, the connection dropped), on SIGHUP or SIGTERM, and when
-  the session is silent for ``SESSION_TIMEOUT`` once the driver said that it keeps it
+  the session is silent for ``--session-timeout`` seconds (the driver's
+  ``executor_heartbeat_timeout``; ``SESSION_TIMEOUT`` by default) once the driver said that it keeps it
   alive (empty lines after the credential): its host cut off from the driver, or the
   driver stopped, with nothing to tell this end that the session is gone. A separate
   process does this so that an executor whose task holds the GIL, or which is stopped,
@@ -65,7 +66,7 @@ def _first_line(fd):
     return line.strip(), rest
 
 
-def _watch_session(executor, stdin_fd, kept_alive, stop_requested):
+def _watch_session(executor, stdin_fd, kept_alive, stop_requested, timeout):
     """Until the executor exits, or is to stop (see the module's docstring): then stop it."""
     last_heard = time.monotonic()
     while executor.poll() is None:
@@ -78,8 +79,8 @@ def _watch_session(executor, stdin_fd, kept_alive, stop_requested):
                 _stop(executor)
                 return
             kept_alive, last_heard = True, time.monotonic()
-        elif kept_alive and time.monotonic() - last_heard > SESSION_TIMEOUT:
-            print(f"zsched ssh_remote: the session was silent for {SESSION_TIMEOUT:g} s: "
+        elif kept_alive and time.monotonic() - last_heard > timeout:
+            print(f"zsched ssh_remote: the session was silent for {timeout:g} s: "
                   f"stopping the executor", file=sys.stderr, flush=True)
             _stop(executor)
             return
@@ -87,6 +88,9 @@ def _watch_session(executor, stdin_fd, kept_alive, stop_requested):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    timeout = SESSION_TIMEOUT
+    if argv[:1] == ["--session-timeout"]:
+        timeout, argv = float(argv[1]), argv[2:]
     stdin_fd = sys.stdin.fileno()
     credential, rest = _first_line(stdin_fd)
     environment = environment_without_secrets()
@@ -107,7 +111,7 @@ def main(argv=None):
     finally:
         for fd in credential_fds:
             os.close(fd)
-    _watch_session(executor, stdin_fd, bool(rest), stop_requested)
+    _watch_session(executor, stdin_fd, bool(rest), stop_requested, timeout)
     code = executor.wait()
     try:
         print(EXIT_MARKER + describe_exit(code), flush=True)

@@ -146,7 +146,7 @@ def _open_unix_socket(text):
     return fd
 
 
-def _cluster_manager(args):
+def _cluster_manager(args, config):
     """The cluster manager the command line asks for, or None; ConfigError if malformed."""
     if args.local is not None:
         return local_manager(args.host, args.cores_per_executor, args.log_level)
@@ -154,7 +154,8 @@ def _cluster_manager(args):
         return SSHClusterManager(read_hosts_file(args.hosts), args.cores_per_executor,
                                  ssh_options=args.ssh_option,
                                  remote_python=args.remote_python or "python3",
-                                 driver_host=args.host, log_level=args.log_level)
+                                 driver_host=args.host, log_level=args.log_level,
+                                 session_timeout=config.executor_heartbeat_timeout)
     if args.ssh_option:
         raise ConfigError("--ssh-option needs --hosts FILE")
     if args.slurm:
@@ -196,7 +197,7 @@ def options_from_args(args):
     if args.dynamic_allocation:
         policy = DynamicAllocationPolicy(args.min_executors, args.max_executors,
                                          args.backlog_timeout, args.executor_idle_timeout)
-    manager = _cluster_manager(args)
+    manager = _cluster_manager(args, config)
     if manager is not None and (manager.capacity() or 0) > MAX_EXECUTORS:
         raise ConfigError(f"--hosts {args.hosts} lists {manager.capacity()} executors, "
                           f"more than {MAX_EXECUTORS}")
