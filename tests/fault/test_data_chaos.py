@@ -1,6 +1,5 @@
 """Chaos with large data: executors killed at random while tasks with large arguments, a
 broadcast value and large results flow. Nothing is lost, wrong or completed twice."""
-import collections
 import os
 import random
 import signal
@@ -11,6 +10,7 @@ import numpy
 
 import zsched
 from conftest import wait_for
+from test_executor_loss import completion_counter
 
 KIB = 1 << 10
 
@@ -43,15 +43,7 @@ def test_chaos_with_large_arguments_results_and_a_broadcast_loses_nothing():
                     except ProcessLookupError:
                         pass
 
-        completions = collections.Counter()
-        lock = threading.Lock()
-
-        def completed(i):
-            def count(_):
-                with lock:
-                    completions[i] += 1
-            return count
-
+        completions, completed = completion_counter()
         thread = threading.Thread(target=killer, daemon=True)
         thread.start()
         try:

@@ -101,15 +101,17 @@ class RouterPeer(Peer):
         self.router = router
 
     def send(self, msg):
-        if type(msg) in _DATA_MESSAGES:
-            return self._send_parts(msg)
-        frame = p.encode(msg)
+        data = type(msg) in _DATA_MESSAGES  # its head, then its parts, large ones not copied
+        frame = p.encode_parts(msg) if data else p.encode(msg)
         rid = self.rid
         try:
             router = self.router
-            # ROUTER: the routing id frame alone decides whether the peer takes the message
-            router.send(rid, _NOBLOCK_SNDMORE)
-            router.send(frame, _NOBLOCK)
+            if data:
+                send_frames(router, [rid, *frame], _NOBLOCK)
+            else:
+                # ROUTER: the routing id frame alone decides whether the peer takes the message
+                router.send(rid, _NOBLOCK_SNDMORE)
+                router.send(frame, _NOBLOCK)
         except zmq.Again:
             return NOT_READING
         except zmq.ZMQError as exc:
@@ -118,22 +120,7 @@ class RouterPeer(Peer):
             return GONE
         counters = self.counters
         counters["messages_out"] += 1
-        counters["bytes_out"] += len(rid) + len(frame)
-        return None
-
-    def _send_parts(self, msg):
-        """A data message: its head, then its parts as frames, large ones not copied."""
-        frames = p.encode_parts(msg)
-        try:
-            send_frames(self.router, [self.rid, *frames], _NOBLOCK)
-        except zmq.Again:
-            return NOT_READING
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            return GONE
-        self.counters["messages_out"] += 1
-        self.counters["bytes_out"] += sum(map(part_size, frames))
+        counters["bytes_out"] += len(rid) + (sum(map(part_size, frame)) if data else len(frame))
         return None
 
     def probe(self):
