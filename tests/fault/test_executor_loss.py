@@ -203,11 +203,11 @@ SILENCE_DETECTION = {
                             local_executor_link="socket"),
                        r"disconnected \(.+\)"),
     "executor-heartbeat": (dict(zmq_heartbeat_timeout=60, local_executor_link="socket",
-                                executor_heartbeat_interval=1, executor_heartbeat_timeout=5),
-                           r"heartbeat timeout \(no message for 5 s\)"),
-    "executor-heartbeat-over-pipes": (dict(executor_heartbeat_interval=1,
-                                           executor_heartbeat_timeout=5),
-                                      r"heartbeat timeout \(no message for 5 s\)"),
+                                executor_heartbeat_interval=0.5, executor_heartbeat_timeout=3),
+                           r"heartbeat timeout \(no message for 3 s\)"),
+    "executor-heartbeat-over-pipes": (dict(executor_heartbeat_interval=0.5,
+                                           executor_heartbeat_timeout=3),
+                                      r"heartbeat timeout \(no message for 3 s\)"),
 }
 
 
@@ -382,7 +382,7 @@ def test_segfaulting_task_fails_naming_sigsegv(tmp_path):
 # ---------------------------------------------------------------- 5. chaos
 
 def test_chaos_random_sigkills_lose_and_duplicate_nothing():
-    n_map, n_submit = 80_000, 20_000
+    n_map, n_submit = 50_000, 12_000
     total = n_map + n_submit
     with zsched.LocalCluster(4) as cluster:
         client = cluster.client()
