@@ -149,8 +149,9 @@ def run_round(system, phases, result_phase, broadcast, timeout, repeat):
             raise AssertionError(f"{system.label}: wrong results")
         return elapsed
 
-    mib, count = result_phase
-    figures[f"results_{mib}"] = mib * count / 1024 / best(repeat, lambda: results_phase(mib, count))
+    if result_phase is not None:
+        mib, count = result_phase
+        figures[f"results_{mib}"] = mib * count / 1024 / best(repeat, lambda: results_phase(mib, count))
     if broadcast and system.broadcast is not None:
         mib, count = broadcast
         array = make_array(mib * MIB)
@@ -220,6 +221,9 @@ def main():
     parser.add_argument("--systems", default="zsched,tcp,ppe,pool",
                         help="comma-separated: zsched, tcp, ppe, pool")
     parser.add_argument("--no-broadcast", action="store_true")
+    parser.add_argument("--args", default=",".join(str(mib) for mib, _ in ARG_PHASES),
+                        help="the argument phases to run, in MiB (of 1, 8, 64)")
+    parser.add_argument("--no-results", action="store_true")
     args = parser.parse_args()
     if args.rounds < 1 or args.repeat < 1:
         parser.error("--rounds and --repeat must be >= 1")
@@ -229,6 +233,10 @@ def main():
         phases, result_phase, broadcast = ((1, 20), (8, 4)), (8, 4), (8, 50)
     if args.no_broadcast:
         broadcast = None
+    chosen = {int(mib) for mib in args.args.split(",") if mib}
+    phases = [(mib, count) for mib, count in phases if mib in chosen]
+    if args.no_results:
+        result_phase = None
     makers = {"zsched": lambda: Zsched(False), "tcp": lambda: Zsched(True),
               "ppe": lambda: Stdlib(False), "pool": lambda: Stdlib(True)}
     names = [n for n in args.systems.split(",") if n]
