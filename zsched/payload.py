@@ -34,7 +34,9 @@ class _GoesApart(Exception):
     """A buffer large enough to travel apart."""
 
 
-def _small_buffers_in_band(buffer):
+def small_buffers_in_band(buffer):
+    """``pickle.dumps``'s ``buffer_callback`` for a value's row: a small buffer stays in
+    band, a large one stops the pickling (``quick_pickle``)."""
     if buffer.raw().nbytes >= DATA_PART_MIN:
         raise _GoesApart
     return True  # in band
@@ -45,7 +47,7 @@ def quick_pickle(value, _dumps=pickle.dumps):
     a large buffer, is large, or needs cloudpickle). This is the path of tiny tasks: one
     ``pickle.dumps``, which gives up at the first large buffer, before any copy of it."""
     try:
-        data = _dumps(value, _PROTOCOL, buffer_callback=_small_buffers_in_band)
+        data = _dumps(value, _PROTOCOL, buffer_callback=small_buffers_in_band)
     except Exception:
         return None
     return data if len(data) < DATA_PART_MIN else None

@@ -14,6 +14,7 @@ done-callbacks of futures completed by a driver's thread.
 import concurrent.futures
 import logging
 import os
+import pickle
 import threading
 
 
@@ -23,7 +24,8 @@ from ..embedded import start_cluster
 from ..broadcast import Broadcast, made_here
 from ..data_frames import part_size
 from ..errors import ConfigError, DataRefused, DriverConnectionError, MessageTooLarge, TaskFailed
-from ..payload import quick_pickle
+from ..payload import DATA_PART_MIN as _PART_MIN
+from ..payload import small_buffers_in_band as _in_band
 from ..runtime import gc_untrack
 from ..security import SECRET_ENV, SECRET_FILE_ENV, load_keys
 from .channel_transport import ChannelTransport
@@ -33,6 +35,9 @@ from .map_tasks import run_map
 from .outbox import Outbox
 from .pipe_transport import PipeTransport
 from .socket_transport import SocketTransport
+
+_dumps = pickle.dumps
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 log = logging.getLogger(__package__)
 
@@ -234,9 +239,12 @@ class Client(concurrent.futures.Executor):
                 digest, fn_size = outbox.function_digest(fn)
             task_id = next(futures.task_ids)
             future = TaskFuture(futures, task_id, futures.condition)
-            payload = quick_pickle((args, kwargs))
+            try:  # payload.quick_pickle, inlined: this is a flood's path
+                payload = _dumps((args, kwargs), _PROTOCOL, buffer_callback=_in_band)
+            except Exception:
+                payload = None
             put = None
-            if payload is None:  # large, or cloudpickle's: see task_data
+            if payload is None or len(payload) >= _PART_MIN:  # large, or cloudpickle's: see task_data
                 payload, size, put = outbox.task_data.payload(task_id, (args, kwargs))
             else:
                 size = len(payload)

@@ -34,7 +34,6 @@ from .tasks import TaskRunner
 from .worker import WorkerWatch
 
 log = logging.getLogger("zsched.executor")  # also when run as __main__
-_REFERENCE = bytes((REF,))  # a task payload that refers to data (``payload``)
 
 
 class ExecutorBackend:
@@ -218,7 +217,7 @@ class ExecutorBackend:
         if self.wakeup.fd in events:
             self.wakeup.drain()
         self.send_status_updates()
-        if self.data.asking:  # task threads want data: ask the driver for it
+        if self.data.to_ask:  # task threads want data: ask the driver for it
             self.ask_for_data(self.data.take_asked())
         if self.tasks.kill_deadlines:
             self.reap_killed_tasks()
@@ -306,8 +305,8 @@ class ExecutorBackend:
         if self._decommissioning:  # launched before the driver knew: give them back
             self._give_back(tasks)
             return
-        # tasks whose data is fetched: asked for now, so it travels while others run
-        references = [task[3] for task in tasks if task[3][:1] == _REFERENCE]
+        # tasks whose payload refers to data (``payload``): asked for now, while others run
+        references = [task[3] for task in tasks if task[3][0] == REF]
         if references:
             self.ask_for_data(self.data.want(references))
         elif self.inline is not None:  # the loop's thread never waits for data

@@ -30,7 +30,7 @@ class ExecutorData:
         self._values = {}            # key -> a broadcast's value, or DataGone
         self._loading = set()        # broadcast keys a task thread is unpickling
         self._asked = set()          # keys asked of the driver, not arrived yet
-        self._to_ask = deque()       # keys task threads want asked
+        self.to_ask = deque()        # keys task threads want asked (the loop checks it each turn)
         self._broadcasts = set()     # keys known to be broadcasts
 
     # ------------------------------------------------------------ the loop
@@ -53,7 +53,7 @@ class ExecutorData:
     def take_asked(self):
         """The keys task threads asked for since the last call, not asked yet."""
         with self._ready:
-            keys = [self._to_ask.popleft() for _ in range(len(self._to_ask))]
+            keys = [self.to_ask.popleft() for _ in range(len(self.to_ask))]
             return self._new_keys(keys)
 
     def _new_keys(self, keys):
@@ -89,11 +89,6 @@ class ExecutorData:
                 self._values.pop(key, None)
                 self._parts.pop(key, None)
                 self._broadcasts.discard(key)
-
-    @property
-    def asking(self):
-        """Whether task threads asked for data since ``take_asked`` was last called."""
-        return bool(self._to_ask)
 
     def held(self):
         """How many data and broadcast values are held."""
@@ -154,7 +149,7 @@ class ExecutorData:
     def _ask(self, keys):
         """Have the loop ask the driver for these keys, if nobody has."""
         with self._ready:
-            self._to_ask.extend(keys)
+            self.to_ask.extend(keys)
         self._wake_loop()
 
     def _wait_for(self, key, keep=False):
@@ -162,7 +157,7 @@ class ExecutorData:
         with self._ready:
             parts = self._parts.get(key)
             if parts is None and key not in self._asked:
-                self._to_ask.append(key)
+                self.to_ask.append(key)
                 self._wake_loop()
             if not self._ready.wait_for(lambda: key in self._parts, self.timeout):
                 raise DataGone(f"data {key.hex()} did not arrive within {self.timeout:g} s")

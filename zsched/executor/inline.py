@@ -297,7 +297,7 @@ class InlinePath:
             liveness.heard(DRIVER, backend.clock())
         elif liveness.is_silent(DRIVER, backend.clock()):
             backend.driver_lost()
-        if backend.data.asking:  # the task wants a broadcast value: only this thread can ask
+        if backend.data.to_ask:  # the task wants a broadcast value: only this thread can ask
             backend.ask_for_data(backend.data.take_asked(), connection)
         backend.send_status_updates(connection)
         backend.reap_killed_tasks()

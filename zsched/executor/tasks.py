@@ -17,12 +17,15 @@ import cloudpickle
 
 from ..errors import MessageTooLarge
 from .. import payload as pl
-from ..payload import REF, quick_pickle
+from ..payload import REF
+from ..payload import small_buffers_in_band as _in_band
 from ..protocol import ResultData, TaskState
 from .failure import failure_payload
 
 _digest_of = itemgetter(2)  # of a LaunchTasks row
 _REFERENCE = bytes((REF,))
+_dumps = pickle.dumps
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
 class TaskKilled(BaseException):
@@ -255,7 +258,7 @@ class TaskRunner:
             function = function_entry[1]
             if function is None:  # unpickled once per executor, by the first task to need it
                 function = function_entry[1] = pickle.loads(function_entry[0])
-            if args[:1] == _REFERENCE:  # its data was fetched apart (``data``)
+            if args[0] == REF:  # its data was fetched apart (``data``)
                 call_args, call_kwargs = self.data.load(args)
             else:
                 call_args, call_kwargs = pickle.loads(args)
@@ -277,9 +280,12 @@ class TaskRunner:
         """``(payload, size)``: the row payload of a result, and its bytes in all. A result
         with large buffers travels apart: its ResultData is queued in ``data_out``, sent
         before the row (unless the result is over ``max_result_size``)."""
-        payload = quick_pickle(value)
-        if payload is not None:
-            return payload, len(payload)
+        try:  # payload.quick_pickle, inlined: once per task
+            payload = _dumps(value, _PROTOCOL, buffer_callback=_in_band)
+            if len(payload) < pl.DATA_PART_MIN:
+                return payload, len(payload)
+        except Exception:
+            pass
         data, buffers, _ = pl.dumps(value)
         size = len(data) + sum(buffer.nbytes for buffer in buffers)
         if size > self.max_result_size:
