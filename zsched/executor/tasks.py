@@ -26,6 +26,7 @@ _digest_of = itemgetter(2)  # of a LaunchTasks row
 _REFERENCE = bytes((REF,))
 _dumps = pickle.dumps
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
+_PART_MIN = pl.DATA_PART_MIN
 
 
 class TaskKilled(BaseException):
@@ -267,8 +268,14 @@ class TaskRunner:
             return TaskState.KILLED, b"killed while running"
         except BaseException as exc:  # SystemExit and MemoryError fail the task only
             return TaskState.FAILED, failure_payload(exc, self.max_result_size)
+        try:  # payload.quick_pickle, inlined: once per task
+            payload = _dumps(value, _PROTOCOL, buffer_callback=_in_band)
+            size = len(payload)
+        except Exception:
+            size = _PART_MIN
         try:
-            payload, size = self._result_payload(task_id, attempt, value)
+            if size >= _PART_MIN:  # large, or cloudpickle's
+                payload, size = self._result_payload(task_id, attempt, value)
         except Exception as exc:
             return TaskState.ERROR, f"the result of task {task_id} could not be pickled: {exc!r}".encode()
         if size > self.max_result_size:
@@ -277,15 +284,10 @@ class TaskRunner:
         return TaskState.FINISHED, payload
 
     def _result_payload(self, task_id, attempt, value):
-        """``(payload, size)``: the row payload of a result, and its bytes in all. A result
-        with large buffers travels apart: its ResultData is queued in ``data_out``, sent
-        before the row (unless the result is over ``max_result_size``)."""
-        try:  # payload.quick_pickle, inlined: once per task
-            payload = _dumps(value, _PROTOCOL, buffer_callback=_in_band)
-            if len(payload) < pl.DATA_PART_MIN:
-                return payload, len(payload)
-        except Exception:
-            pass
+        """``(payload, size)`` of a result that ``quick_pickle`` refused: the row payload,
+        and its bytes in all. A result with large buffers travels apart: its ResultData is
+        queued in ``data_out``, sent before the row (unless the result is over
+        ``max_result_size``)."""
         data, buffers, _ = pl.dumps(value)
         size = len(data) + sum(buffer.nbytes for buffer in buffers)
         if size > self.max_result_size:
