@@ -243,19 +243,19 @@ def test_a_function_released_while_a_task_of_it_is_being_submitted_is_sent_again
     from zsched.client import client as client_module
     from zsched.client import held_functions
     monkeypatch.setattr(held_functions, "MAX_BYTES", 2000)
-    dumps = client_module.quick_pickle
+    dumps = client_module._dumps
     missed = []  # submit would take a failed wait here for a value pickle refused
 
-    def slow_dumps(value):
+    def slow_dumps(value, protocol, **kwargs):
         if value == ((-1,), {}):
             try:  # meanwhile the I/O thread's turn takes the first task, with the function
                 wait_for(lambda: len(client._outbox.held_functions) == 1, timeout=30,
                          message="the first task to leave with its function")
             except AssertionError as exc:
                 missed.append(exc)
-        return dumps(value)
+        return dumps(value, protocol, **kwargs)
 
-    monkeypatch.setattr(client_module, "quick_pickle", slow_dumps)
+    monkeypatch.setattr(client_module, "_dumps", slow_dumps)
     with zsched.LocalCluster(n_executors=1, in_process=in_process) as cluster:
         client = cluster.client()
         big = functools.partial(scaled, bytes(5000))

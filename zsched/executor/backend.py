@@ -34,6 +34,7 @@ from .tasks import TaskRunner
 from .worker import WorkerWatch
 
 log = logging.getLogger("zsched.executor")  # also when run as __main__
+_REFERENCE = bytes((REF,))  # a task payload that refers to data (``payload``)
 
 
 class ExecutorBackend:
@@ -306,7 +307,7 @@ class ExecutorBackend:
             self._give_back(tasks)
             return
         # tasks whose payload refers to data (``payload``): asked for now, while others run
-        references = [task[3] for task in tasks if task[3][0] == REF]
+        references = [task[3] for task in tasks if task[3][:1] == _REFERENCE]
         if references:
             self.ask_for_data(self.data.want(references))
         elif self.inline is not None:  # the loop's thread never waits for data
