@@ -57,6 +57,12 @@ def test_settings_round_trip_for_the_wire():
     assert Config.from_mapping(config.to_settings()) == config
 
 
+@pytest.mark.parametrize("text, value", [("true", True), ("Yes", True), ("on", True), ("1", True),
+                                         ("false", False), ("NO", False), ("off", False), ("0", False)])
+def test_a_switch_takes_the_usual_words(text, value):
+    assert Config.from_conf_pairs([f"speculation={text}"]).speculation is value
+
+
 def test_bool_is_not_an_int():
     with pytest.raises(ConfigError):
         Config(max_failures=True)
@@ -93,6 +99,17 @@ BOUNDS = {
     "client_results_window": (1 << 16, 1 << 40),
     "client_results_backlog": (1 << 16, 1 << 40),
     "driver_data_limit": (0, 1 << 44),
+    "speculation": (False, True),
+    "speculation_interval": (0.01, 3600.0),
+    "speculation_multiplier": (1.0, 1000.0),
+    "speculation_quantile": (0.0, 1.0),
+    "speculation_min_runtime": (0.0, 604800.0),
+    "exclude_on_failure": (False, True),
+    "max_failed_tasks_per_executor": (1, 1_000_000),
+    "max_failed_executors_per_host": (1, 1_000_000),
+    "exclude_timeout": (0.001, 604800.0),
+    "exclude_kill": (False, True),
+    "locality_wait": (0.0, 86400.0),
 }
 HEARTBEATS = {"executor_heartbeat_interval": "executor_heartbeat_timeout",
               "zmq_heartbeat_interval": "zmq_heartbeat_timeout"}
@@ -108,6 +125,8 @@ def test_every_setting_has_its_bounds_listed_here():
 @pytest.mark.parametrize("value", BAD_VALUES, ids=repr)
 @pytest.mark.parametrize("name", SETTINGS)
 def test_every_setting_refuses_bad_infinite_negative_and_huge_values(name, value):
+    if value is True and BOUNDS[name] == (False, True):
+        return  # a switch takes True
     with pytest.raises(ConfigError, match=rf"^invalid value for setting {name}: .*\(expected .+\)$"):
         Config(**{name: value})
     with pytest.raises(ConfigError, match=f"setting {name}: "):
@@ -131,7 +150,7 @@ def test_every_setting_takes_its_bounds_and_refuses_beyond(name):
         assert getattr(Config(**{name: value}, **companions(name, value)), name) == value
         pairs = [f"{key}={text}" for key, text in {name: value, **companions(name, value)}.items()]
         assert getattr(Config.from_conf_pairs(pairs), name) == value
-    if isinstance(low, str):
+    if isinstance(low, (str, bool)):
         return
     expected = rf"\(expected .* {high if isinstance(high, int) else f'{high:g}'}"
     beyond = [high + 1, high * 1.01] + ([low - 1] if isinstance(low, int) else [low / 2] if low else [])

@@ -93,6 +93,14 @@ class SlotTable:
         self._held[index] -= n
         self._enqueue(index)
 
+    def take(self, index, n):
+        """The executor holds ``n`` more tasks, launched outside an offer (a copy of a
+        straggler). It may go past its window: those slots come back as the tasks end."""
+        self._check(index)
+        if n < 0:
+            raise ValueError("cannot take a negative number of tasks")
+        self._held[index] += n
+
     def resize(self, index, slots):
         """Give the executor a window of ``slots`` tasks. Tasks keep the slots they hold, so
         the free count goes below zero after a shrink until enough of them end. A window
@@ -399,10 +407,10 @@ def slots_per_core(task_seconds, prefetch_seconds, tasks_per_core):
 
 
 def window(executor, clamped, prefetch_seconds, tasks_per_core):
-    """The tasks ``executor`` may hold: none while it is decommissioned, its cores while
+    """The tasks ``executor`` may hold: none while it is decommissioned or excluded, its cores while
     ``clamped`` (suspects wait), while it runs suspects or while the length of its tasks is
     not known, else its cores times ``slots_per_core``."""
-    if executor.decommissioning:
+    if executor.decommissioning or executor.excluded:
         return 0
     task_seconds = executor.task_seconds
     if clamped or executor.suspect_losses or task_seconds is None:

@@ -118,6 +118,12 @@ cdef class SlotTable:
         self._held[index] -= n
         self._enqueue(index)
 
+    def take(self, Py_ssize_t index, long n):
+        self._check(index)
+        if n < 0:
+            raise ValueError("cannot take a negative number of tasks")
+        self._held[index] += n
+
     def resize(self, Py_ssize_t index, long slots):
         self._check(index)
         if slots < 0:
@@ -215,7 +221,7 @@ cpdef long slots_per_core(double task_seconds, double prefetch_seconds, long tas
 
 
 def window(executor, bint clamped, double prefetch_seconds, long tasks_per_core):
-    if executor.decommissioning:
+    if executor.decommissioning or executor.excluded:
         return 0
     task_seconds = executor.task_seconds
     if clamped or executor.suspect_losses or task_seconds is None:

@@ -56,6 +56,18 @@ def parse_int(value):
     return int(str(value).strip())
 
 
+def parse_bool(value):
+    """A bool, or its text: true/false, yes/no, on/off, 1/0 (any case)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(value)
+
+
 def parse_float(value):
     if isinstance(value, bool):
         raise ValueError(value)
@@ -194,6 +206,18 @@ _RULES = {
     "client_results_window": _size(1 << 16, 1 << 40),
     "client_results_backlog": _size(1 << 16, 1 << 40),
     "driver_data_limit": _size(0, 1 << 44),
+    # Spark's speculation, exclusion on failure and delay scheduling (see placement)
+    "speculation": (parse_bool, lambda v: True, "true or false"),
+    "speculation_interval": _duration(0.01, HOUR),
+    "speculation_multiplier": (parse_float, lambda v: 1.0 <= v <= 1000.0, "a number from 1 to 1000"),
+    "speculation_quantile": (parse_float, lambda v: 0.0 <= v <= 1.0, "a number from 0 to 1"),
+    "speculation_min_runtime": _duration(0.0, WEEK),
+    "exclude_on_failure": (parse_bool, lambda v: True, "true or false"),
+    "max_failed_tasks_per_executor": _integer(1, 1_000_000),
+    "max_failed_executors_per_host": _integer(1, 1_000_000),
+    "exclude_timeout": _duration(MIN_WAIT, WEEK),
+    "exclude_kill": (parse_bool, lambda v: True, "true or false"),
+    "locality_wait": _duration(0.0, DAY),
 }
 
 
@@ -223,6 +247,17 @@ class Config:
     client_results_window: int = 64 << 20      # results sent to a client and not yet taken, bytes
     client_results_backlog: int = 256 << 20    # held for a client before its tasks wait, bytes
     driver_data_limit: int = 4 << 30           # large arguments and broadcasts the driver holds, bytes
+    speculation: bool = False                  # a second attempt of a straggling task
+    speculation_interval: float = 0.1          # stragglers are looked for this often
+    speculation_multiplier: float = 1.5        # a straggler runs this many times its group's median
+    speculation_quantile: float = 0.75         # of its group's tasks finished before any is speculated
+    speculation_min_runtime: float = 0.1       # and runs at least this long
+    exclude_on_failure: bool = False           # offer failing executors and hosts no tasks
+    max_failed_tasks_per_executor: int = 2     # failed attempts that exclude an executor
+    max_failed_executors_per_host: int = 2     # excluded executors that exclude their host
+    exclude_timeout: float = 3600.0            # how long an exclusion (and a failure) counts
+    exclude_kill: bool = False                 # kill an excluded executor; it is replaced
+    locality_wait: float = 3.0                 # a task preferring hosts waits this long for them
 
     def __post_init__(self):
         for f in fields(self):

@@ -56,6 +56,8 @@ class MsgType(IntEnum):
     # client -> driver: data for its tasks or a broadcast; and what it no longer needs
     PUT_DATA = 29
     FORGET_DATA = 23
+    # client -> driver: the options of some tasks of its next SubmitTasks
+    TASK_PLACEMENT = 36
     # driver -> client
     CLIENT_WELCOME = 30
     TASK_RESULTS = 31

@@ -224,6 +224,25 @@ class SubmitTasks(Message):
     # retries: how many times the task is run again after it raises (0: never)
 
 
+# a task may prefer this many hosts at most, each a name of at most HOST_NAME_LIMIT characters
+MAX_PREFERRED_HOSTS = 256
+HOST_NAME_LIMIT = 255
+
+
+def _is_placement_row(row):
+    return (type(row) is list and len(row) == 3 and type(row[0]) is int
+            and type(row[1]) is list and len(row[1]) <= MAX_PREFERRED_HOSTS
+            and all(type(host) is str and 0 < len(host) <= HOST_NAME_LIMIT for host in row[1])
+            and type(row[2]) is bool)
+
+
+@_message(MsgType.TASK_PLACEMENT, list_of(_is_placement_row))
+class TaskPlacement(Message):
+    """The options of some tasks of the SubmitTasks that follows it: the driver keeps them
+    for that message alone. A task absent here has none."""
+    tasks: list  # [[client task id, [preferred host, ...], speculative], ...]
+
+
 @_message(MsgType.CANCEL_TASKS, list_of(is_int))
 class CancelTasks(Message):
     task_ids: list  # client task ids

@@ -32,6 +32,7 @@ from .channel_transport import ChannelTransport
 from .future import TaskFuture
 from .future_table import FutureTable
 from .map_tasks import run_map
+from .options import ClientOptions
 from .outbox import Outbox
 from .pipe_transport import PipeTransport
 from .socket_transport import SocketTransport
@@ -174,9 +175,14 @@ class Client(concurrent.futures.Executor):
         iterables only as needed. ``progress=True`` shows a live bar of the calls."""
         return self._map(self.retries, fn, iterables, timeout, chunksize, buffersize, progress)
 
-    def options(self, *, retries=None):
-        """A view of this client whose ``submit`` and ``map`` use these options."""
-        return ClientOptions(self, self.retries if retries is None else retries)
+    def options(self, *, retries=None, hosts=None, speculative=True):
+        """A view of this client whose ``submit`` and ``map`` use these options.
+
+        ``retries``: runs after a task raises. ``hosts``: names of the hosts whose
+        executors the tasks prefer; a task waits up to ``locality_wait`` for a core there,
+        then runs anywhere. ``speculative=False``: never a second attempt of these tasks,
+        whatever the ``speculation`` setting (for calls with side effects)."""
+        return ClientOptions(self, self.retries if retries is None else retries, hosts, speculative)
 
     def broadcast(self, value, timeout=None):
         """A ``Broadcast`` of ``value`` (Spark's ``sc.broadcast``): the driver keeps the
@@ -218,7 +224,7 @@ class Client(concurrent.futures.Executor):
         if self._futures.lost is not None:
             raise self._futures.lost
 
-    def _submit(self, retries, fn, args, kwargs):
+    def _submit(self, retries, fn, args, kwargs, placement=None):
         # a flood's hot path, without a lock: shutdown and a lost driver are checked again
         # once the future is registered, so one racing with them never stays pending
         futures = self._futures
@@ -254,6 +260,9 @@ class Client(concurrent.futures.Executor):
             if put is not None:
                 outbox.queue_data(future, put)
             row = [task_id, digest, payload, retries]
+            if placement is not None:
+                row.append(placement)
+                outbox.placed = True
             gc_untrack(row)  # ints and bytes: in no cycle
             outbox.rows.append(row)
         finally:
@@ -271,9 +280,12 @@ class Client(concurrent.futures.Executor):
                                              self._outbox.max_message_size))
         return future
 
-    def _map(self, retries, fn, iterables, timeout, chunksize, buffersize, progress):
+    def _map(self, retries, fn, iterables, timeout, chunksize, buffersize, progress,
+             placement=None):
+        if placement is not None:
+            self._outbox.placed = True
         return run_map(self._outbox, self._futures, self._check_open, self._total_cores,
-                       retries, fn, iterables, timeout, chunksize, buffersize, progress)
+                       retries, fn, iterables, timeout, chunksize, buffersize, progress, placement)
 
     def _submitted_while_closing(self, future):
         """``future`` was registered while the client shut down or lost its driver: the
@@ -460,19 +472,3 @@ class Client(concurrent.futures.Executor):
     def __exit__(self, *exc_info):
         self.shutdown(wait=True)
         return False
-
-
-class ClientOptions:
-    """``client.options(retries=N)``: ``submit`` and ``map`` of a client with other options."""
-
-    def __init__(self, client, retries):
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
-        self.client = client
-        self.retries = retries
-
-    def submit(self, fn, /, *args, **kwargs):
-        return self.client._submit(self.retries, fn, args, kwargs)
-
-    def map(self, fn, *iterables, timeout=None, chunksize=None, buffersize=None, progress=False):
-        return self.client._map(self.retries, fn, iterables, timeout, chunksize, buffersize, progress)

@@ -15,7 +15,7 @@ _NO_KWARGS = {}
 
 
 def run_map(outbox, futures, check_open, total_cores, retries, fn, iterables, timeout,
-            chunksize, buffersize, progress):
+            chunksize, buffersize, progress, placement=None):
     """``Client.map``: the iterator of its results (``MapResults``). The tasks go to
     ``outbox`` and their futures to ``futures``; ``total_cores()`` is the executors' cores,
     for an automatic chunk size."""
@@ -28,7 +28,7 @@ def run_map(outbox, futures, check_open, total_cores, retries, fn, iterables, ti
         wanted = calls if buffersize is None else buffersize
         chunksize = 1 if wanted < 2 * TASKS_PER_CORE else auto_chunk_size(wanted, total_cores())
     tasks = MapTasks(outbox, futures, check_open, fn, iterables, chunksize, retries,
-                     calls if progress else False)
+                     calls if progress else False, placement)
     if buffersize is None:
         try:
             submitted = deque()
@@ -57,11 +57,12 @@ class MapTasks:
     (``release_function``)."""
 
     def __init__(self, outbox, futures, check_open, fn, iterables, chunksize, retries,
-                 progress_total):
+                 progress_total, placement=None):
         self.outbox = outbox
         self.futures = futures
         self.check_open = check_open
         self.retries = retries
+        self.placement = placement  # [hosts, speculative] of each task, or None
         self.chunked = chunksize > 1
         if self.chunked:
             fn, self.groups = CallsRunner(fn), chunks(iterables, chunksize)
@@ -112,6 +113,8 @@ class MapTasks:
                 # a list: the row of SubmitTasks as the driver decodes it; ints and bytes,
                 # in no cycle: out of the GC
                 row = [future.task_id, self.digest, payload, self.retries]
+                if self.placement is not None:
+                    row.append(self.placement)
                 gc_untrack(row)
                 rows.append(row)
             if rows:

@@ -45,6 +45,7 @@ class Outbox:
         self.last_function = (None, None, 0)
         self.max_message_size = None  # the driver's, once it welcomed the client
         self.stopped = False  # True once nothing leaves for the driver any more
+        self.placed = False   # a row with options (a fifth item) was queued once
         self._futures = futures
         self._wake = wake
         self._blobs = {}             # digest -> cloudpickled function not yet sent
@@ -185,9 +186,20 @@ class Outbox:
             self._fail_unsendable([row])
             return ()
         if blob is None:
-            return [p.SubmitTasks({}, [row])]
+            return self._with_placement({}, [row], [])
         self.held_functions.add(digest, len(self._blobs.pop(digest)))
-        return [p.SubmitTasks({digest: blob}, [row])]
+        return self._with_placement({digest: blob}, [row], [])
+
+    def _with_placement(self, functions, rows, messages):
+        """Append to ``messages`` the SubmitTasks of ``rows``, after the TaskPlacement of
+        those rows that carry options (their fifth item, taken off); ``messages``."""
+        if self.placed:
+            placed = [[row[0], *row[4]] for row in rows if len(row) > 4]
+            if placed:
+                rows = [row[:4] for row in rows]
+                messages.append(p.TaskPlacement(placed))
+        messages.append(p.SubmitTasks(functions, rows))
+        return messages
 
     def _function_to_send(self, digest):
         """For tasks of ``digest`` leaving now: None when the driver holds the function,
@@ -223,7 +235,7 @@ class Outbox:
             else:
                 batches = p.batch_tasks(frame_tasks, 1, 2, blobs, used - new, limit)
             for functions, batch in batches:
-                messages.append(p.SubmitTasks(functions, batch))
+                self._with_placement(functions, batch, messages)
                 for digest, blob in functions.items():  # the driver holds it now
                     held.add(digest, len(blob))
                     blobs.pop(digest, None)

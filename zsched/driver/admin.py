@@ -101,6 +101,10 @@ class Admin:
         counts = dict(scheduler.counts)
         counts["queued"] = scheduler.n_pending
         counts["running"] = scheduler.running_count()
+        counts["waiting_for_hosts"] = len(scheduler.locality)
+        speculation, exclusion = scheduler.speculation, scheduler.exclusion
+        counts["speculated"] = 0 if speculation is None else speculation.speculated
+        counts["speculation_won"] = 0 if speculation is None else speculation.won
         now = self._clock()
         return {
             "app_id": self._app_id,
@@ -121,6 +125,8 @@ class Admin:
                 for e in (registry.get(i) for i in registry.ids())
             ],
             "tasks": counts,
+            "excluded": {"executors": [], "hosts": [], "suspended": False, "kill": False}
+            if exclusion is None else exclusion.status(now),
             "functions": len(self._functions),
             "data": self._data.status(),
             "allocation": self._allocation_status(),

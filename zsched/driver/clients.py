@@ -140,11 +140,19 @@ class ClientEndpoint:
         if msg.functions and self._sessions.add_functions(client, msg.functions):
             self._warnings.warn(rid, "a function sent under a digest that is not its "
                                      "BLAKE2b: refused (its tasks fail)")
-        refused = self._scheduler.submit(client, msg.tasks)  # tasks of a function not held fail
+        placement, client.placement = client.placement, None  # its TaskPlacement's, if any
+        refused = self._scheduler.submit(client, msg.tasks, placement)  # tasks of a function not held fail
         if refused:
             self._warnings.warn(rid, f"{refused} task(s) under the id of a task of the client's "
                                      "in flight: refused")
         self._ask_for_offers()
+
+    def on_task_placement(self, rid, msg):
+        """The options of some tasks of the client's next SubmitTasks."""
+        client = self.client_for(rid)
+        if client is not None:
+            client.placement = {client_task_id: (tuple(hosts), speculative)
+                                for client_task_id, hosts, speculative in msg.tasks}
 
     def on_cancel_tasks(self, rid, msg):
         client = self.client_for(rid)

@@ -46,6 +46,7 @@ _RECV_BATCH = 1024          # messages handled per wake-up before timers and sen
 _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
 _RECLAIM_INTERVAL = 0.1      # seconds between looks for tasks held behind long ones ...
 _RECLAIM_SILENCE = 0.1       # ... on an executor silent this long while cores idle elsewhere
+_LOCALITY_INTERVAL = 0.1     # seconds between offers while tasks wait for their hosts
 
 
 class Driver:
@@ -229,6 +230,9 @@ class Driver:
         loop.every(0.2, executors.check_exits)
         loop.every(0.1, self._probe_again)
         loop.every(_RECLAIM_INTERVAL, self._reclaim_hoarded_tasks)
+        loop.every(_LOCALITY_INTERVAL, self._locality_tick)
+        if self.scheduler.speculation is not None:
+            loop.every(self.config.speculation_interval, self._speculate)
         if self.dynamic_allocation is not None and self.allocator is not None:
             loop.every(0.25, self.admin.allocate_dynamically)
         if self.dashboard is not None:
@@ -258,6 +262,12 @@ class Driver:
         self.peers.receive_in_process()
 
     def _after_turn(self):
+        scheduler = self.scheduler
+        if scheduler.kills:
+            for executor, task, reason in scheduler.take_kills():
+                self.executor_endpoint.send_control(executor, p.KillTask(task.task_id, task.attempt, reason))
+        if scheduler.exclusion is not None and scheduler.exclusion.newly:
+            self._act_on_exclusions()
         if self.offers_needed:
             self._make_offers()
         if self.sessions.has_unused():
@@ -372,9 +382,44 @@ class Driver:
             return
         # tasks with data: it leaves just before their launch (none: the fused offer)
         push = self.data_store.push_for_launch if self.data_store.task_entries else None
-        for executor, frames in self.scheduler.offer_frames(push):
+        self._send_launches(self.scheduler.offer_frames(push))
+
+    def _send_launches(self, launches):
+        for executor, frames in launches:
             for frame in frames:
                 self.peers.send(executor.routing_id, p.Encoded(p.LaunchTasks, frame))
+
+    def _speculate(self):
+        """Copies of stragglers, launched on idle cores (``speculation``)."""
+        launches = self.scheduler.speculate()
+        if launches:
+            push = self.data_store.push_for_launch if self.data_store.task_entries else None
+            self._send_launches(self.scheduler.launch_frames(launches, push))
+
+    def _locality_tick(self):
+        """Tasks waiting for their hosts may run anywhere now; exclusions may be over."""
+        if self.scheduler.locality:
+            self.offers_needed = True
+        if self.scheduler.exclusion is not None and self.scheduler.exclusion.tracker.executors:
+            self.scheduler.refresh_exclusions()
+            if self.allocator is not None:
+                self.allocator.excluded_hosts = self.scheduler.exclusion.hosts()
+
+    def _act_on_exclusions(self):
+        """Newly excluded executors give back their unstarted tasks, or with
+        ``exclude_kill`` are killed (their cluster manager replaces them)."""
+        exclusion = self.scheduler.exclusion
+        if self.allocator is not None:
+            self.allocator.excluded_hosts = exclusion.hosts()
+        for executor in exclusion.take_newly():
+            if self.registry.by_id.get(executor.executor_id) is not executor:
+                continue  # gone already
+            if exclusion.kill:
+                self.executor_endpoint.remove_executor(
+                    executor.executor_id, "excluded for its failures (exclude_kill)",
+                    count_failure=False)
+            elif executor.running:
+                self.peers.send(executor.routing_id, p.ReturnTasks(len(executor.running)))
 
     def _peer_unreachable(self, rid, problem, msg):
         if (self.executor_endpoint.connection_lost(rid, problem)
@@ -464,6 +509,7 @@ def message_handlers(executors, clients, data):
         MsgType.ATTACH_RELIEF: (by_executors, executors.on_attach_relief),
         MsgType.CLIENT_HELLO: (by_clients, clients.on_hello),
         MsgType.SUBMIT_TASKS: (by_clients, clients.on_submit_tasks),
+        MsgType.TASK_PLACEMENT: (by_clients, clients.on_task_placement),
         MsgType.CANCEL_TASKS: (by_clients, clients.on_cancel_tasks),
         MsgType.CANCEL_QUEUED_TASKS: (by_clients, clients.on_cancel_queued_tasks),
         **dict.fromkeys(map(MsgType, AdminOp), (by_clients, clients.on_admin)),

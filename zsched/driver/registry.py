@@ -145,6 +145,8 @@ class ExecutorRegistry:
     def state(self, executor):
         if executor.decommissioning:
             return "decommissioning"
+        if executor.excluded:
+            return "excluded"
         return "late" if self.liveness.is_late(executor.executor_id) else "active"
 
     def heard_from(self, executor_id, now=None):

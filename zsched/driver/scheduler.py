@@ -9,6 +9,7 @@ tasks it takes and their functions. The wire writes them as LaunchTasks frames
 (``wire.launch_frames``). The driver asks for both steps at once (``offer_frames``), which
 the compiled core fuses in the common case.
 """
+import itertools
 import logging
 import math
 import time
@@ -16,9 +17,13 @@ from collections import deque
 
 from ..protocol import LaunchTasks, TaskState, frame_header
 from ..runtime import gc_untrack
-from ..scheduling import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, apply_status_updates,
-                         launch_tasks, offer_and_launch, queue_tasks, slots_per_core, window)
+from ..policies import LocalityQueue
+from ..scheduling import (ClientTasks, LatencyHistogram, RunningTasks, SlotTable, Task,
+                          apply_status_updates, launch_tasks, offer_and_launch, queue_tasks,
+                          slots_per_core, window)
 from ..wire import ResultRows, launch_frames
+from .exclusion import Exclusion
+from .speculation import Copies, Speculation
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +44,7 @@ class ClientData:
     on their way (see ``ClientEndpoint.send_results``)."""
 
     __slots__ = ("routing_id", "pid", "functions", "tasks", "results", "unsent", "unsent_size",
-                 "in_flight_rows", "in_flight_size", "held")
+                 "in_flight_rows", "in_flight_size", "held", "placement")
 
     def __init__(self, routing_id, pid):
         self.routing_id = routing_id
@@ -54,13 +59,15 @@ class ClientData:
         # task id -> Task of its queued tasks, none launched while it is behind on its
         # results (``hold_client``); None while it keeps up
         self.held = None
+        # client task id -> (hosts, speculative) of tasks in its next SubmitTasks (TaskPlacement)
+        self.placement = None
 
 
 class ExecutorData:
     """A registered executor as the driver sees it."""
 
     __slots__ = ("executor_id", "routing_id", "hostname", "cores", "pid", "slot", "slots",
-                 "task_seconds", "running", "suspect_losses", "decommissioning", "functions",
+                 "task_seconds", "running", "suspect_losses", "decommissioning", "excluded", "functions",
                  "registered_at", "metrics", "tasks_done", "tasks_failed",
                  "ended_at_check", "last_report", "last_reclaim")
 
@@ -76,6 +83,7 @@ class ExecutorData:
         self.running = RunningTasks()  # task id -> Task launched here and not yet reported, in launch order
         self.suspect_losses = {}  # loss id -> tasks running here that were lost together before
         self.decommissioning = False
+        self.excluded = False     # offered nothing for its failures (exclude_on_failure)
         self.functions = set()    # function digests this executor already holds
         self.registered_at = now
         self.metrics = {}
@@ -124,6 +132,11 @@ class TaskScheduler:
         self._prefetch_seconds = config.prefetch_seconds  # read at each status update
         self._tasks_per_core = config.tasks_per_core
         self.counts = {"submitted": 0, "finished": 0, "failed": 0, "cancelled": 0, "retried": 0}
+        self.locality = LocalityQueue()  # queued tasks that prefer hosts (delay scheduling)
+        self.failed_on = {}  # task id -> executor id where it just raised (exclude_on_failure)
+        self.speculation = Speculation(config) if config.speculation else None
+        self.exclusion = Exclusion(config) if config.exclude_on_failure else None
+        self.kills = []      # (executor, task, reason): attempts the driver must kill
 
     # -- executors
 
@@ -132,6 +145,8 @@ class TaskScheduler:
         slot = self.slots.add(cores, slots)
         executor = ExecutorData(executor_id, routing_id, hostname, cores, pid, slot, slots, now)
         self.executors_by_slot[slot] = executor
+        if self.exclusion is not None:  # a host may be excluded; or the last executor was
+            self.refresh_exclusions()
         return executor
 
     def slots_per_core(self, task_seconds):
@@ -232,10 +247,16 @@ class TaskScheduler:
         del self.executors_by_slot[executor.slot]
         if count_failure:
             self._losses += 1
+        speculation = self.speculation
         for task in reversed(list(executor.running.values())):
             task.executor = None
             if task.cancelled:
                 continue
+            if speculation is not None:
+                if type(task.client) is Copies:  # a copy lost: its original runs on
+                    speculation.copy_left(task)
+                    continue
+                speculation.lost(task)
             if count_failure:
                 task.failures += ((task.attempt, executor.executor_id, reason),)
                 task.loss = self._losses
@@ -248,8 +269,13 @@ class TaskScheduler:
             else:
                 self.counts["retried"] += 1
                 self._requeue(task)
+        if count_failure and self.exclusion is not None and executor.running:
+            self.exclusion.failed(executor, len(executor.running), f"lost: {reason}", self.clock())
         executor.running.clear()
         executor.suspect_losses.clear()
+        if self.exclusion is not None:
+            self.exclusion.forget(executor)
+            self.refresh_exclusions()
 
     def _requeue(self, task):
         task.queued_at = self.clock()
@@ -267,23 +293,49 @@ class TaskScheduler:
 
     # -- submissions
 
-    def submit(self, client, tasks):
+    def submit(self, client, tasks, placement=None):
         """Queue the rows ``[client task id, digest, args, retries]`` of a SubmitTasks from
         ``client`` (``tasks``, as ``protocol.decode`` read them). A task whose function the
-        driver does not hold ends at once in an ERROR result. Returns how many were refused
-        for an id of a task the client has in flight (see ``queue_tasks``)."""
+        driver does not hold ends at once in an ERROR result. ``placement`` maps client
+        task ids to the ``(hosts, speculative)`` they were submitted with. Returns how many
+        were refused for an id of a task the client has in flight (see ``queue_tasks``)."""
         first_id = self._next_task_id
         held = client.held
         queue = self.pending if held is None else deque()
         self._next_task_id, missing = queue_tasks(client, tasks, first_id, self.clock(),
                                                   queue, self._functions)
         queued = self._next_task_id - first_id
+        if queued and (placement or self.speculation is not None):
+            new = list(itertools.islice(reversed(queue), queued))[::-1]
+            if self.speculation is not None:
+                self.speculation.submitted(new)
+            if placement:
+                self._place(new, queue, placement)
         if held is None:
             self.n_pending += queued
         else:
             held.update((task.task_id, task) for task in queue)
         self.counts["submitted"] += queued
         return len(tasks) - queued - missing
+
+    def _place(self, new, queue, placement):
+        """Give the ``new`` tasks at the end of ``queue`` their options: a task that
+        prefers hosts moves to the locality queue, one not speculative is never copied."""
+        local = []
+        for task in new:
+            hosts, speculative = placement.get(task.client_task_id, ((), True))
+            if not speculative and self.speculation is not None:
+                self.speculation.opted_out.add(task.task_id)
+            if hosts:
+                local.append((task, hosts))
+        if not local or queue is not self.pending:
+            return  # a client behind on its results: its tasks wait in order, anywhere
+        for _ in new:
+            queue.pop()
+        moved = {task.task_id for task, _ in local}
+        queue.extend(task for task in new if task.task_id not in moved)
+        for task, hosts in local:
+            self.locality.add(task, hosts)
 
     def hold_client(self, client):
         """Launch none of ``client``'s queued tasks, nor those it submits from now on, until
@@ -315,22 +367,37 @@ class TaskScheduler:
         """Cancel tasks of ``client``; returns ``[(executor, task)]`` to be killed."""
         to_kill = []
         for client_task_id in client_task_ids:
-            task = client.tasks.pop(client_task_id, None)
+            task = client.tasks.get(client_task_id)
             if task is None or task.cancelled:
                 continue
-            task.cancelled = True
             self.counts["cancelled"] += 1
-            if task.executor is not None:
-                to_kill.append((task.executor, task))
-            elif client.held is None or client.held.pop(task.task_id, None) is None:
-                self.n_pending -= 1
-        if self.n_pending == 0 and (self.pending or self.suspects):
+            to_kill.extend(self._withdraw(task))
+        if self.n_pending == 0 and (self.pending or self.suspects or self.locality):
             # only cancelled tasks wait: no offer would take them out, and they hold their
             # arguments and functions
             self.pending.clear()
             self.suspects.clear()
+            self.locality = LocalityQueue()
             if self.clamped:
                 self._set_clamped(False)
+        return to_kill
+
+    def _withdraw(self, task):
+        """Take ``task`` out of flight for good: ``[(executor, attempt), ...]`` to kill, its
+        own and its copy's."""
+        client = task.client
+        client.tasks.pop(task.client_task_id, None)
+        task.cancelled = True
+        self.failed_on.pop(task.task_id, None)
+        to_kill = []
+        if task.executor is not None:
+            to_kill.append((task.executor, task))
+        elif client.held is None or client.held.pop(task.task_id, None) is None:
+            self.n_pending -= 1
+        if self.speculation is not None:
+            copy = self.speculation.withdrawn(task)
+            if copy is not None and copy.executor is not None:
+                to_kill.append((copy.executor, copy))
         return to_kill
 
     def cancel_queued(self, client):
@@ -342,7 +409,10 @@ class TaskScheduler:
 
     def drop_client(self, client):
         """A client left: its queued tasks are dropped, running ones killed."""
-        return self.cancel(client, list(client.tasks))
+        to_kill = self.cancel(client, list(client.tasks))
+        if self.speculation is not None:
+            self.speculation.drop_client(client)
+        return to_kill
 
     # -- offers
 
@@ -386,14 +456,18 @@ class TaskScheduler:
             self._set_clamped(True)
         now = self.clock()
         launches = []
+        choose = self.suspects or self.locality or self.failed_on
+        live_hosts = self._live_hosts() if self.locality else None
         for slot, count in self.slots.offer(self.n_pending):
             executor = self.executors_by_slot[slot]
-            tasks = self._choose_among_suspects(executor, count) if self.suspects else self.pending
+            tasks = self._choose(executor, count, now, live_hosts) if choose else self.pending
             rows, functions, launched = launch_tasks(tasks, count, executor, self.latency, now)
             self.n_pending -= launched
             if launched < count:
                 self.slots.release(slot, count - launched)
             if rows:
+                if self.speculation is not None:
+                    self.speculation.launched(executor, rows, now)
                 launches.append((executor, rows, functions))
         if self.clamped and not self.suspects:  # the last suspects ended: the windows open again
             self._set_clamped(False)
@@ -407,36 +481,80 @@ class TaskScheduler:
         ``before_launch(executor, rows)``, if given, sees each launch's rows first."""
         if self.n_pending == 0:
             return []
-        limit = self.config.max_message_size
-        if self.suspects or before_launch is not None:  # the decisions, then the frames
-            launches = []
-            for executor, rows, functions in self.resource_offers():
-                if before_launch is not None:
-                    before_launch(executor, rows)
-                launches.append((executor, launch_frames(_LAUNCH_HEADER, rows, functions,
-                                                         executor.functions, limit)))
-            return launches
+        if (self.suspects or before_launch is not None or self.locality or self.failed_on
+                or self.speculation is not None):  # the decisions, then the frames
+            return self.launch_frames(self.resource_offers(), before_launch)
         launches, launched = offer_and_launch(self.slots, self.executors_by_slot, self.pending,
-                                              self.n_pending, limit, self.latency, self.clock(),
-                                              _LAUNCH_HEADER)
+                                              self.n_pending, self.config.max_message_size,
+                                              self.latency, self.clock(), _LAUNCH_HEADER)
         self.n_pending -= launched
         if self.clamped:  # the last suspects ended: the windows open again
             self._set_clamped(False)
         return launches
 
-    def _choose_among_suspects(self, executor, count):
-        """Up to ``count`` tasks for ``executor`` while suspects wait, in a deque: no two
-        suspects of one loss together, nor with one of that loss it already runs."""
-        avoid = dict(executor.suspect_losses)
+    def launch_frames(self, launches, before_launch=None):
+        """The launch decisions ``[(executor, rows, functions), ...]`` written by the wire:
+        ``[(executor, [frame, ...]), ...]``. ``before_launch(executor, rows)``, if given,
+        sees each launch's rows first."""
+        limit = self.config.max_message_size
+        written = []
+        for executor, rows, functions in launches:
+            if before_launch is not None:
+                before_launch(executor, rows)
+            written.append((executor, launch_frames(_LAUNCH_HEADER, rows, functions,
+                                                    executor.functions, limit)))
+        return written
+
+    def _choose(self, executor, count, now, live_hosts):
+        """Up to ``count`` tasks for ``executor``, in a deque, while some queued task needs
+        a choice: first those that prefer its host, then the queue's, then those that
+        waited ``locality_wait`` for their hosts. No two suspects of one loss together, nor
+        with one of that loss it already runs; no task where it just raised while another
+        executor may take it."""
         chosen = deque()
+        if self.locality:
+            chosen.extend(self.locality.take_local(executor.hostname, count))
+        avoid = dict(executor.suspect_losses)
+        failed_on, skipped, others = self.failed_on, [], None
         while len(chosen) < count:
             task = self._next_queued(avoid)
             if task is None:
                 break
+            if failed_on and failed_on.get(task.task_id) == executor.executor_id:
+                if others is None:
+                    others = self._others_usable(executor)
+                if others:
+                    skipped.append(task)
+                    continue
+            failed_on.pop(task.task_id, None)
             if task.failures:
                 avoid[task.loss] = avoid.get(task.loss, 0) + 1
             chosen.append(task)
+        for task in reversed(skipped):  # back where they were, first in line
+            self._put_back(task)
+        if len(chosen) < count and self.locality:
+            chosen.extend(self.locality.take_any(count - len(chosen), now, self.config.locality_wait,
+                                                 live_hosts))
         return chosen
+
+    def _put_back(self, task):
+        if task.failures:
+            group = self.suspects.get(task.loss)
+            if group is None:
+                group = self.suspects[task.loss] = untracked(deque())
+            group.appendleft(task)
+        else:
+            self.pending.appendleft(task)
+
+    def _usable(self):
+        """Executors that may be offered tasks."""
+        return [e for e in self.executors_by_slot.values() if not (e.decommissioning or e.excluded)]
+
+    def _others_usable(self, executor):
+        return any(e is not executor for e in self._usable())
+
+    def _live_hosts(self):
+        return {e.hostname for e in self._usable()}
 
     # -- status updates
 
@@ -446,13 +564,22 @@ class TaskScheduler:
 
         Returns the number of updates that were stale (for an attempt no longer current)."""
         now = executor.last_report = self.clock()
+        speculation = self.speculation
+        copies_ended = speculation.before_status(executor, updates, now) if speculation else None
         stale, freed, ran, retried, returned = apply_status_updates(
             executor, updates, self.pending, now, self.counts)
         if retried:
             self.n_pending += retried
+            if self.exclusion is not None:
+                self._attempts_failed(executor, retried, now)
         if returned:
             for task in reversed(returned):  # first in the queue, in their order
-                self._requeue(task)
+                if speculation is not None and type(task.client) is Copies:
+                    speculation.copy_left(task)  # a copy given back unstarted: dropped
+                else:
+                    self._requeue(task)
+        if speculation is not None:
+            self._settle_copies(copies_ended)
         if freed:
             self.slots.release(executor.slot, freed)
             if ran and 0.0 <= busy < math.inf:  # the moving average of its tasks' run time
@@ -465,6 +592,89 @@ class TaskScheduler:
                 executor.slots = slots
                 self.slots.resize(executor.slot, slots)
         return stale
+
+    # -- speculation and exclusion
+
+    def _settle_copies(self, copies_ended):
+        """Pass on the results of copies that won (their originals withdrawn and killed),
+        drop those of copies that failed, and kill the copies whose original ended."""
+        won, failed = self.speculation.copy_results()
+        for original, payload in won:
+            for executor, task in self._withdraw(original):
+                self.kills.append((executor, task, "its speculative copy finished first"))
+            original.client.results.add(original.client_task_id, TaskState.FINISHED, payload)
+        self.counts["failed"] -= failed  # a copy's failure is not its task's
+        for copy in copies_ended:
+            if copy.executor is not None:
+                self.kills.append((copy.executor, copy, "the task it copied finished first"))
+
+    def speculate(self):
+        """Launch a copy of each straggler on an idle core of another executor:
+        ``[(executor, rows, functions), ...]``, as ``resource_offers`` returns them."""
+        now = self.clock()
+        launches = []
+        for original in self.speculation.stragglers(now):
+            executor = self._idle_executor_besides(original.executor)
+            if executor is None:
+                break
+            copies = self.speculation.copies_for(original.client)
+            copy = Task(self._next_task_id, copies, original.client_task_id, 0, original.function,
+                        original.args, now, original.function_blob)
+            self._next_task_id += 1
+            self.speculation.made_copy(original, copy)
+            self.slots.take(executor.slot, 1)
+            rows, functions, _ = launch_tasks(deque([copy]), 1, executor, self.latency, now)
+            log.info("speculating task %s (running %.3f s on executor %s): a copy on executor %s",
+                     original.client_task_id, now - self.speculation.launched_at(original),
+                     original.executor.executor_id, executor.executor_id)
+            launches.append((executor, rows, functions))
+        return launches
+
+    def _idle_executor_besides(self, executor):
+        """The usable executor with the most idle cores but ``executor``, one on another
+        host first; None if none has an idle core."""
+        best, best_key = None, None
+        for other in self._usable():
+            idle = other.cores - len(other.running)
+            if other is executor or idle <= 0:
+                continue
+            key = (executor is None or other.hostname != executor.hostname, idle)
+            if best_key is None or key > best_key:
+                best, best_key = other, key
+        return best
+
+    def _attempts_failed(self, executor, retried, now):
+        """``retried`` tasks raised on ``executor`` and wait first in the queue: none of them
+        runs there again while another executor may take it; the failures count against
+        the executor."""
+        for i in range(retried):
+            self.failed_on[self.pending[i].task_id] = executor.executor_id
+        self.exclusion.failed(executor, retried, "a task raised (retried)", now)
+        self.refresh_exclusions()
+
+    def refresh_exclusions(self):
+        """Apply the exclusions to the executors: ``[executor, ...]`` newly excluded. None is
+        applied while it would leave no executor to offer tasks to."""
+        exclusion = self.exclusion
+        exclusion.expire(self.clock())
+        executors = [e for e in self.executors_by_slot.values() if not e.decommissioning]
+        excluded = [e for e in executors if exclusion.is_excluded(e)]
+        exclusion.suspended = bool(executors) and len(excluded) == len(executors)
+        newly = []
+        for executor in executors:
+            flag = not exclusion.suspended and executor in excluded
+            if flag != executor.excluded:
+                executor.excluded = flag
+                self.apply_window(executor)
+                if flag:
+                    newly.append(executor)
+        exclusion.newly.extend(newly)
+        return newly
+
+    def take_kills(self):
+        """The attempts to kill, ``[(executor, task, reason), ...]``; none afterwards."""
+        kills, self.kills = self.kills, []
+        return kills
 
     def _finish(self, task, state, payload):
         client = task.client
