@@ -98,7 +98,8 @@ def run_once(n_executors, cores, n_tasks, batch):
     """Schedule ``n_tasks`` on ``n_executors`` simulated executors; figures of the run."""
     from zsched.config import Config
     from zsched.protocol import SubmitTasks, decode, encode
-    from zsched.driver.scheduler import ClientData, TaskScheduler
+    from zsched.driver.records import ClientData
+    from zsched.driver.scheduler import TaskScheduler
 
     scheduler = TaskScheduler(Config(), functions={b"digest": b"cloudpickled function"})
     client = ClientData(b"client", 1)

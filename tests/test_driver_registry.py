@@ -5,7 +5,7 @@ import pytest
 
 from zsched.driver.registry import ExecutorRegistry
 from zsched.liveness import HeartbeatMonitor
-from zsched.driver.scheduler import ExecutorData
+from zsched.driver.records import ExecutorData
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,9 @@ from zsched import protocol as p
 from zsched import wire
 from zsched.config import Config
 from zsched.protocol import TaskState
-from zsched.driver.scheduler import ClientData, ExecutorData, TaskScheduler
+from zsched.driver.reclaim import reclaim_hoarded_tasks
+from zsched.driver.records import ClientData, ExecutorData
+from zsched.driver.scheduler import TaskScheduler
 
 pytestmark = pytest.mark.unit
 
@@ -167,24 +169,24 @@ def deep_windows_then(n_tasks):
 def test_unstarted_tasks_behind_a_long_one_are_asked_back_while_cores_idle_elsewhere():
     scheduler, now, a, b, held = deep_windows_then(8)
     assert len(held[a]) == len(held[b]) == 4
-    assert scheduler.reclaim_hoarded_tasks(0.1) == []  # no core idle
+    assert reclaim_hoarded_tasks(scheduler, 0.1) == []  # no core idle
     now[0] = 0.3
     finish_all(scheduler, b, held[b], busy=0.3)       # b ran its four; a still runs its first
-    assert scheduler.reclaim_hoarded_tasks(0.1) == [(a, 3)]
+    assert reclaim_hoarded_tasks(scheduler, 0.1) == [(a, 3)]
     assert a.task_seconds is None and a.slots == 1    # its measure is stale: cores only
     now[0] = 0.35
-    assert scheduler.reclaim_hoarded_tasks(0.1) == []  # asked once per 0.1 s at most
+    assert reclaim_hoarded_tasks(scheduler, 0.1) == []  # asked once per 0.1 s at most
     finish_all(scheduler, a, held[a][1:], TaskState.RETURNED)
     assert [t.client_task_id for t in scheduler.pending] == [t.client_task_id for t in held[a][1:]]
     assert all(t.failures == () for t in held[a][1:])
     (executor, tasks), = offers(scheduler)            # they go to the idle core, not back
     assert executor is b and len(tasks) == b.slots
     now[0] = 1.0
-    assert scheduler.reclaim_hoarded_tasks(0.1) == []  # something still waits for a core
+    assert reclaim_hoarded_tasks(scheduler, 0.1) == []  # something still waits for a core
     scheduler.pending.clear()
     scheduler.n_pending = 0
     finish_all(scheduler, b, tasks)
-    assert scheduler.reclaim_hoarded_tasks(0.1) == []  # a holds only what its core runs
+    assert reclaim_hoarded_tasks(scheduler, 0.1) == []  # a holds only what its core runs
 
 
 def test_a_flood_of_long_tasks_batched_by_stale_windows_comes_back_one_per_idle_core():
@@ -200,7 +202,7 @@ def test_a_flood_of_long_tasks_batched_by_stale_windows_comes_back_one_per_idle_
     held = dict(offers(scheduler))
     assert sorted(map(len, held.values())) == [100, 100, 100]
     now[0] = 0.2  # they each run their first task, silent; five cores idle
-    assert sorted(count for _, count in scheduler.reclaim_hoarded_tasks(0.1)) == [99, 99, 99]
+    assert sorted(count for _, count in reclaim_hoarded_tasks(scheduler, 0.1)) == [99, 99, 99]
     # every measure taken on the no-op tasks is stale, the idle executors' too
     assert all(e.task_seconds is None and e.slots == 1 for e in executors)
     for executor, tasks in held.items():
@@ -219,10 +221,10 @@ def test_tasks_beyond_a_shrunk_window_are_asked_back_when_worth_moving():
     assert a.slots == 2 and len(a.running) == 7
     finish_all(scheduler, b, held[b], busy=0.01)  # b ran its ten short ones: idle
     now[0] = 0.35
-    assert scheduler.reclaim_hoarded_tasks(0.1) == [(a, 5)]  # not silent, but over its window
+    assert reclaim_hoarded_tasks(scheduler, 0.1) == [(a, 5)]  # not silent, but over its window
     assert a.task_seconds is not None and a.slots == 2
     now[0] = 0.4
-    assert scheduler.reclaim_hoarded_tasks(0.1) == []  # once per 0.1 s
+    assert reclaim_hoarded_tasks(scheduler, 0.1) == []  # once per 0.1 s
     report(scheduler, a, [[t.task_id, t.attempt, TaskState.RETURNED, b""] for t in held[a][2:]])
     assert len(a.running) == 2 and scheduler.n_pending == 5
     assert [(e, len(ts)) for e, ts in offers(scheduler)] == [(b, 5)]  # all to the idle one
@@ -236,7 +238,7 @@ def test_a_few_short_tasks_beyond_a_window_are_not_worth_asking_back():
     assert a.slots == 3 and len(a.running) == 9
     now[0] = 0.5
     # 6 beyond it, measured at about 1 ms each so far: not worth a round trip
-    assert scheduler.reclaim_hoarded_tasks(0.1) == []
+    assert reclaim_hoarded_tasks(scheduler, 0.1) == []
 
 
 def test_lost_executor_requeues_its_tasks_first_then_fails_them_after_max_failures():

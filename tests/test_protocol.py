@@ -27,6 +27,7 @@ SAMPLES = [
     p.ForgetFunctions([b"d" * 16, b"e" * 16]),
     p.ClientHello(42),
     p.SubmitTasks({b"k": b"fn"}, [[1, b"k", b"a", 0], [2, b"k", b"b", 3]]),
+    p.TaskPlacement([[1, ["node1", "node2"], True], [2, [], False]]),
     p.CancelTasks([1, 2, 3]),
     p.CancelQueuedTasks(13),
     p.ResultsTaken(512, 70_000),
@@ -122,6 +123,10 @@ def test_check_accepts_what_decode_accepts(msg):
     (p.SubmitTasks({}, [[1, b"d", b"a", 0], [2, b"d", b"a"]]), "tasks"),
     (p.SubmitTasks({"f": b"x"}, []), "functions"),
     (p.CancelTasks([1, "2"]), "task_ids"),
+    (p.TaskPlacement([[1, ["node1"], 1]]), "tasks"),
+    (p.TaskPlacement([[1, "node1", True]]), "tasks"),
+    (p.TaskPlacement([[1, [""], True]]), "tasks"),
+    (p.TaskPlacement([[1, ["n"] * 257, True]]), "tasks"),
     (p.AdminIsExecutorActive(1, 2), "executor_id"),
     (p.AdminDecommissionExecutors(1, "1"), "executor_ids"),   # a list, not a string
     (p.AdminDecommissionExecutors(1, [1]), "executor_ids"),

@@ -19,7 +19,7 @@ from zsched import (
 )
 from zsched import protocol as p
 from zsched._fastpath_py import NO_TASK_STATE
-from zsched.driver.scheduler import ClientData, ExecutorData
+from zsched.driver.records import ClientData, ExecutorData
 from zsched.task_state import TaskState
 
 pytestmark = pytest.mark.unit

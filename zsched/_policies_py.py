@@ -164,6 +164,11 @@ class LocalityQueue:
                 queue = self._by_host[host] = deque()
             queue.append(task)
 
+    def clear(self):
+        self._order.clear()
+        self._by_host.clear()
+        self._waiting.clear()
+
     def discard(self, task):
         """Take ``task`` out, if queued here: whether it was."""
         return self._waiting.pop(task.task_id, None) is not None

@@ -42,6 +42,26 @@ def rows_of(*types, read_as=None):
     return lambda value: type(value) is read_as or rows_have_types(value, types)
 
 
+DATA_KEY_SIZE = 16  # a data key: 8 random bytes of its client, then a count
+
+
+def is_data_key(value):
+    return type(value) is bytes and len(value) == DATA_KEY_SIZE
+
+
+# a task may prefer this many hosts at most, each a name of at most HOST_NAME_LIMIT characters
+MAX_PREFERRED_HOSTS = 256
+HOST_NAME_LIMIT = 255
+
+
+def is_placement_row(row):
+    """A TaskPlacement row: ``[client task id, [host, ...], speculative]``."""
+    return (type(row) is list and len(row) == 3 and type(row[0]) is int
+            and type(row[1]) is list and len(row[1]) <= MAX_PREFERRED_HOSTS
+            and all(type(host) is str and 0 < len(host) <= HOST_NAME_LIMIT for host in row[1])
+            and type(row[2]) is bool)
+
+
 def is_scalar(value):
     return value is None or isinstance(value, (int, float, str, bool))
 

@@ -26,9 +26,10 @@ from .task_state import TaskState  # noqa: F401 (part of the protocol; the wire'
 from ._wire_py import batch_tasks  # noqa: F401 (one splitter for LaunchTasks and SubmitTasks)
 from .data_frames import encode_head, is_parts, read as read_data
 from .msg_types import AdminOp, MsgType
-from .field_checks import (HEARTBEAT_METRICS, dict_of, heartbeat_metrics,  # noqa: F401 (part of the protocol)
-                           is_bool, is_bytes, is_int, is_number, is_scalar, is_settings, is_str,
-                           list_of, optional, rows_of)
+from .field_checks import (DATA_KEY_SIZE, HEARTBEAT_METRICS,  # noqa: F401 (part of the protocol)
+                           HOST_NAME_LIMIT, MAX_PREFERRED_HOSTS, dict_of, heartbeat_metrics,
+                           is_bool, is_bytes, is_data_key, is_int, is_number, is_placement_row,
+                           is_scalar, is_settings, is_str, list_of, optional, rows_of)
 from .wire import StatusRows, SubmitRows, read_status_updates, read_submit_tasks
 
 VERSION = 1
@@ -224,19 +225,7 @@ class SubmitTasks(Message):
     # retries: how many times the task is run again after it raises (0: never)
 
 
-# a task may prefer this many hosts at most, each a name of at most HOST_NAME_LIMIT characters
-MAX_PREFERRED_HOSTS = 256
-HOST_NAME_LIMIT = 255
-
-
-def _is_placement_row(row):
-    return (type(row) is list and len(row) == 3 and type(row[0]) is int
-            and type(row[1]) is list and len(row[1]) <= MAX_PREFERRED_HOSTS
-            and all(type(host) is str and 0 < len(host) <= HOST_NAME_LIMIT for host in row[1])
-            and type(row[2]) is bool)
-
-
-@_message(MsgType.TASK_PLACEMENT, list_of(_is_placement_row))
+@_message(MsgType.TASK_PLACEMENT, list_of(is_placement_row))
 class TaskPlacement(Message):
     """The options of some tasks of the SubmitTasks that follows it: the driver keeps them
     for that message alone. A task absent here has none."""
@@ -391,13 +380,6 @@ class AdminKillExecutorsOnHost(AdminMessage):
 # parts of their own (``data_frames``), never copied into a body; the driver keeps and
 # forwards them without reading them
 
-DATA_KEY_SIZE = 16  # a data key: 8 random bytes of its client, then a count
-
-
-def _is_key(value):
-    return type(value) is bytes and len(value) == DATA_KEY_SIZE
-
-
 def _data_message(msg_type, *checks):
     """A message type whose last field, ``parts``, is a list of buffers."""
     def wrap(cls):
@@ -410,7 +392,7 @@ def _data_message(msg_type, *checks):
 DATA_MESSAGES = set()
 
 
-@_data_message(MsgType.PUT_DATA, _is_key, is_int)
+@_data_message(MsgType.PUT_DATA, is_data_key, is_int)
 class PutData(Message):
     """Client -> driver: keep ``parts`` under ``key`` until a ForgetData. ``task_id`` is
     the client task whose arguments they are, or -1 for a broadcast value; a DataStored
@@ -420,7 +402,7 @@ class PutData(Message):
     parts: list
 
 
-@_message(MsgType.DATA_STORED, _is_key, is_int, is_str)
+@_message(MsgType.DATA_STORED, is_data_key, is_int, is_str)
 class DataStored(Message):
     """Driver -> client: what became of a PutData; ``error`` is empty when it is kept."""
     key: bytes
@@ -428,20 +410,20 @@ class DataStored(Message):
     error: str
 
 
-@_message(MsgType.FORGET_DATA, list_of(_is_key))
+@_message(MsgType.FORGET_DATA, list_of(is_data_key))
 class ForgetData(Message):
     """Client -> driver: drop this data of yours. Driver -> executor: drop these
     broadcast values, destroyed."""
     keys: list
 
 
-@_message(MsgType.GET_DATA, list_of(_is_key))
+@_message(MsgType.GET_DATA, list_of(is_data_key))
 class GetData(Message):
     """Executor -> driver: send the data under these keys (a Data each)."""
     keys: list
 
 
-@_data_message(MsgType.DATA, _is_key, is_str)
+@_data_message(MsgType.DATA, is_data_key, is_str)
 class Data(Message):
     """Driver -> executor: the data under ``key``, or ``error`` (and no parts) if the
     driver holds none."""
@@ -450,7 +432,7 @@ class Data(Message):
     parts: list
 
 
-@_data_message(MsgType.RESULT_DATA, is_int, is_int, _is_key, is_int)
+@_data_message(MsgType.RESULT_DATA, is_int, is_int, is_data_key, is_int)
 class ResultData(Message):
     """Executor -> driver: the parts of the result of this attempt, sent just before its
     status row; the driver passes them on to the task's client as a TaskData."""
@@ -461,7 +443,7 @@ class ResultData(Message):
     parts: list
 
 
-@_data_message(MsgType.TASK_DATA, is_int, _is_key)
+@_data_message(MsgType.TASK_DATA, is_int, is_data_key)
 class TaskData(Message):
     """Driver -> client: the parts of a result that follows, named by its key."""
     client_task_id: int

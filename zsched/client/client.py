@@ -22,8 +22,7 @@ from .. import protocol as p
 from ..config import Config, check_url
 from ..embedded import start_cluster
 from ..broadcast import Broadcast, made_here
-from ..data_frames import part_size
-from ..errors import ConfigError, DataRefused, DriverConnectionError, MessageTooLarge, TaskFailed
+from ..errors import ConfigError, DriverConnectionError, MessageTooLarge, TaskFailed
 from ..payload import DATA_PART_MIN as _PART_MIN
 from ..payload import small_buffers_in_band as _in_band
 from ..runtime import gc_untrack
@@ -34,6 +33,7 @@ from .future_table import FutureTable
 from .map_tasks import run_map
 from .options import ClientOptions
 from .outbox import Outbox
+from .task_data import stored_or_refused
 from .pipe_transport import PipeTransport
 from .socket_transport import SocketTransport
 
@@ -176,12 +176,8 @@ class Client(concurrent.futures.Executor):
         return self._map(self.retries, fn, iterables, timeout, chunksize, buffersize, progress)
 
     def options(self, *, retries=None, hosts=None, speculative=True):
-        """A view of this client whose ``submit`` and ``map`` use these options.
-
-        ``retries``: runs after a task raises. ``hosts``: names of the hosts whose
-        executors the tasks prefer; a task waits up to ``locality_wait`` for a core there,
-        then runs anywhere. ``speculative=False``: never a second attempt of these tasks,
-        whatever the ``speculation`` setting (for calls with side effects)."""
+        """A view of this client whose ``submit`` and ``map`` use these options (see
+        ``ClientOptions``)."""
         return ClientOptions(self, self.retries if retries is None else retries, hosts, speculative)
 
     def broadcast(self, value, timeout=None):
@@ -191,10 +187,7 @@ class Client(concurrent.futures.Executor):
         ``handle.value`` is the value. ``handle.destroy()`` frees it everywhere. Raises
         ``DataRefused`` past the driver's ``driver_data_limit``. A value larger than
         ``max_message_size`` travels in chunks."""
-        limit = self._outbox.max_message_size
-        puts, size = self._outbox.task_data.broadcast(value, limit)
-        if sum(map(part_size, puts[-1].parts)) > limit:  # its in-band pickle alone
-            raise MessageTooLarge("the broadcast value's pickle", size, limit)
+        puts, size = self._outbox.task_data.broadcast(value, self._outbox.max_message_size)
         keys = [put.key for put in puts]
         with self._outbox.lock:
             self._check_open()
@@ -202,16 +195,12 @@ class Client(concurrent.futures.Executor):
                       for key in keys]
             for put in puts:
                 self._outbox.queue_control(put)
-        wait = self.timeout if timeout is None else timeout
-        done, _ = concurrent.futures.wait(stored, wait)
-        errors = [future.result() for future in done if future.result()]
-        if errors or len(done) < len(stored):
+        refused = stored_or_refused(stored, self.timeout if timeout is None else timeout, size)
+        if refused is not None:
             for key in keys:
                 self._futures.broadcasts.pop(key, None)
             self._outbox.queue_control(p.ForgetData(keys))
-            if not errors:
-                raise TimeoutError(f"the driver did not take the broadcast value within {wait:g} s")
-            raise DataRefused(f"the broadcast value ({size} bytes) was refused: {errors[0]}")
+            raise refused
         return made_here(Broadcast(keys[-1], value, lambda key: self._destroy_broadcast(keys)))
 
     def _destroy_broadcast(self, keys):
@@ -280,10 +269,8 @@ class Client(concurrent.futures.Executor):
                                              self._outbox.max_message_size))
         return future
 
-    def _map(self, retries, fn, iterables, timeout, chunksize, buffersize, progress,
-             placement=None):
-        if placement is not None:
-            self._outbox.placed = True
+    def _map(self, retries, fn, iterables, timeout, chunksize, buffersize, progress, placement=None):
+        self._outbox.placed |= placement is not None
         return run_map(self._outbox, self._futures, self._check_open, self._total_cores,
                        retries, fn, iterables, timeout, chunksize, buffersize, progress, placement)
 

@@ -4,7 +4,13 @@ from .. import protocol as p
 
 
 class ClientOptions:
-    """``client.options(...)``: ``submit`` and ``map`` of a client with other options."""
+    """``client.options(...)``: ``submit`` and ``map`` of a client with other options.
+
+    - ``retries``: runs after a task raises.
+    - ``hosts``: names of the hosts whose executors the tasks prefer. A task waits up to
+      ``locality_wait`` for a core there, then runs anywhere.
+    - ``speculative=False``: never a second attempt of these tasks, whatever the
+      ``speculation`` setting (for calls with side effects)."""
 
     def __init__(self, client, retries, hosts=None, speculative=True):
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:

@@ -4,8 +4,12 @@ a PutData, which the driver keeps until the task ended.
 
 ``payload.quick_pickle`` is the path of tiny tasks; ``TaskData`` takes the others.
 """
+import concurrent.futures
+
 from .. import payload as pl
 from .. import protocol as p
+from ..data_frames import part_size
+from ..errors import DataRefused, MessageTooLarge
 
 _PART_MIN = pl.DATA_PART_MIN
 
@@ -32,7 +36,8 @@ class TaskData:
         """``(puts, size)``: the PutData of a broadcast value, its root last. The root's
         parts are the manifest (``payload.manifest``), the in-band pickle, then the
         buffers; a value of more than ``chunk`` bytes has its buffers cut into chunks,
-        each a PutData of its own, so that no message passes the size limit."""
+        each a PutData of its own, so that no message passes the size limit. Raises
+        ``MessageTooLarge`` when the in-band pickle alone passes it."""
         data, buffers, broadcasts = pl.dumps(value)
         if broadcasts:
             raise ValueError("a broadcast value cannot hold another broadcast")
@@ -49,4 +54,18 @@ class TaskData:
         else:
             manifest = pl.manifest([], [])
         puts.append(p.PutData(self.new_key(), -1, [manifest, data, *buffers]))
+        if sum(map(part_size, puts[-1].parts)) > chunk:
+            raise MessageTooLarge("the broadcast value's pickle", size, chunk)
         return puts, size
+
+
+def stored_or_refused(stored, wait, size):
+    """None once the driver took every part of a broadcast value (``stored``: a future of
+    each, done with "" or why it refused) within ``wait`` seconds; else the error to raise."""
+    done, _ = concurrent.futures.wait(stored, wait)
+    errors = [future.result() for future in done if future.result()]
+    if errors:
+        return DataRefused(f"the broadcast value ({size} bytes) was refused: {errors[0]}")
+    if len(done) < len(stored):
+        return TimeoutError(f"the driver did not take the broadcast value within {wait:g} s")
+    return None

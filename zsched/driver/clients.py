@@ -11,7 +11,7 @@ import weakref
 
 from .. import protocol as p
 from ..protocol import TaskState
-from .scheduler import ClientData
+from .records import ClientData
 
 log = logging.getLogger("zsched.driver")
 

@@ -127,7 +127,8 @@ class Driver:
         self.executor_endpoint = executors = ExecutorEndpoint(
             **known, **shared, clock=self.clock, peers=self.peers,
             cluster_manager=self.cluster_manager, allocator=self.allocator,
-            executor_keys=self.executor_keys, counters=self.counters, warnings=self.warnings, ask_for_offers=self.ask_for_offers)
+            executor_keys=self.executor_keys, counters=self.counters, warnings=self.warnings,
+            ask_for_offers=self.ask_for_offers, data_push=self._data_push)
         self.data_store = DataStore(self.config.driver_data_limit, self.peers.send,
                                     self.sessions.by_rid, self.registry.by_rid, self.peers.in_process)
         self.admin = Admin(
@@ -229,10 +230,10 @@ class Driver:
         loop.every(min(1.0, self.config.executor_heartbeat_timeout / 4), executors.check_heartbeats)
         loop.every(0.2, executors.check_exits)
         loop.every(0.1, self._probe_again)
-        loop.every(_RECLAIM_INTERVAL, self._reclaim_hoarded_tasks)
-        loop.every(_LOCALITY_INTERVAL, self._locality_tick)
+        loop.every(_RECLAIM_INTERVAL, lambda: executors.reclaim_hoarded_tasks(_RECLAIM_SILENCE))
+        loop.every(_LOCALITY_INTERVAL, executors.placement_tick)
         if self.scheduler.speculation is not None:
-            loop.every(self.config.speculation_interval, self._speculate)
+            loop.every(self.config.speculation_interval, executors.speculate)
         if self.dynamic_allocation is not None and self.allocator is not None:
             loop.every(0.25, self.admin.allocate_dynamically)
         if self.dashboard is not None:
@@ -263,11 +264,8 @@ class Driver:
 
     def _after_turn(self):
         scheduler = self.scheduler
-        if scheduler.kills:
-            for executor, task, reason in scheduler.take_kills():
-                self.executor_endpoint.send_control(executor, p.KillTask(task.task_id, task.attempt, reason))
-        if scheduler.exclusion is not None and scheduler.exclusion.newly:
-            self._act_on_exclusions()
+        if scheduler.kills or (scheduler.exclusion is not None and scheduler.exclusion.newly):
+            self.executor_endpoint.act_for_scheduler()
         if self.offers_needed:
             self._make_offers()
         if self.sessions.has_unused():
@@ -362,12 +360,6 @@ class Driver:
             return True
         return self.clock() - self.started_at >= self.config.max_registered_waiting_time
 
-    def _reclaim_hoarded_tasks(self):
-        for executor, count in self.scheduler.reclaim_hoarded_tasks(_RECLAIM_SILENCE):
-            log.debug("asking executor %s for up to %d unstarted tasks back (cores idle elsewhere)",
-                      executor.executor_id, count)
-            self.peers.send(executor.routing_id, p.ReturnTasks(count))
-
     def _revive_offers(self):
         self.scheduler.forget_idle_task_lengths()
         self.offers_needed = True
@@ -380,46 +372,11 @@ class Driver:
         self.offers_needed = False
         if self.scheduler.n_pending == 0 or not self.is_ready():
             return
-        # tasks with data: it leaves just before their launch (none: the fused offer)
-        push = self.data_store.push_for_launch if self.data_store.task_entries else None
-        self._send_launches(self.scheduler.offer_frames(push))
+        self.executor_endpoint.send_launches(self.scheduler.offer_frames(self._data_push()))
 
-    def _send_launches(self, launches):
-        for executor, frames in launches:
-            for frame in frames:
-                self.peers.send(executor.routing_id, p.Encoded(p.LaunchTasks, frame))
-
-    def _speculate(self):
-        """Copies of stragglers, launched on idle cores (``speculation``)."""
-        launches = self.scheduler.speculate()
-        if launches:
-            push = self.data_store.push_for_launch if self.data_store.task_entries else None
-            self._send_launches(self.scheduler.launch_frames(launches, push))
-
-    def _locality_tick(self):
-        """Tasks waiting for their hosts may run anywhere now; exclusions may be over."""
-        if self.scheduler.locality:
-            self.offers_needed = True
-        if self.scheduler.exclusion is not None and self.scheduler.exclusion.tracker.executors:
-            self.scheduler.refresh_exclusions()
-            if self.allocator is not None:
-                self.allocator.excluded_hosts = self.scheduler.exclusion.hosts()
-
-    def _act_on_exclusions(self):
-        """Newly excluded executors give back their unstarted tasks, or with
-        ``exclude_kill`` are killed (their cluster manager replaces them)."""
-        exclusion = self.scheduler.exclusion
-        if self.allocator is not None:
-            self.allocator.excluded_hosts = exclusion.hosts()
-        for executor in exclusion.take_newly():
-            if self.registry.by_id.get(executor.executor_id) is not executor:
-                continue  # gone already
-            if exclusion.kill:
-                self.executor_endpoint.remove_executor(
-                    executor.executor_id, "excluded for its failures (exclude_kill)",
-                    count_failure=False)
-            elif executor.running:
-                self.peers.send(executor.routing_id, p.ReturnTasks(len(executor.running)))
+    def _data_push(self):
+        """Tasks with data: it leaves just before their launch (None: the fused offer)."""
+        return self.data_store.push_for_launch if self.data_store.task_entries else None
 
     def _peer_unreachable(self, rid, problem, msg):
         if (self.executor_endpoint.connection_lost(rid, problem)

@@ -5,6 +5,7 @@ from collections import namedtuple
 
 from .. import protocol as p
 from ..config import name_problem
+from .reclaim import reclaim_hoarded_tasks
 
 log = logging.getLogger("zsched.driver")
 
@@ -32,7 +33,7 @@ class ExecutorEndpoint:
 
     def __init__(self, *, app_id, incarnation, config, clock, registry, scheduler, sessions,
                  peers, cluster_manager, allocator, executor_keys, counters, warnings,
-                 ask_for_offers):
+                 ask_for_offers, data_push=lambda: None):
         self._app_id, self._incarnation = app_id, incarnation
         self._config, self._clock = config, clock
         self._registry, self._scheduler, self._sessions = registry, scheduler, sessions
@@ -42,6 +43,7 @@ class ExecutorEndpoint:
         self._counters = counters
         self._warnings = warnings
         self._ask_for_offers = ask_for_offers
+        self._data_push = data_push  # () -> the driver's push of tasks' data before a launch, or None
         self._awaiting_exit = {}  # executor id -> _AwaitedExit
 
     def on_hello(self, rid, msg):
@@ -294,6 +296,61 @@ class ExecutorEndpoint:
             return False
         self.remove_executor(executor.executor_id, f"broke its link: {error}", notify=False)
         return True
+
+    # ------------------------------------------------------------ launches and placement
+
+    def send_launches(self, launches):
+        """Send each executor its LaunchTasks frames: ``[(executor, [frame, ...]), ...]``."""
+        for executor, frames in launches:
+            for frame in frames:
+                self._peers.send(executor.routing_id, p.Encoded(p.LaunchTasks, frame))
+
+    def speculate(self):
+        """Copies of stragglers, launched on idle cores (``speculation``)."""
+        launches = self._scheduler.placement.speculate()
+        if launches:
+            self.send_launches(self._scheduler.launch_frames(launches, self._data_push()))
+
+    def reclaim_hoarded_tasks(self, silent_for):
+        """Ask executors for unstarted tasks back while cores idle elsewhere
+        (``reclaim.reclaim_hoarded_tasks``)."""
+        for executor, count in reclaim_hoarded_tasks(self._scheduler, silent_for):
+            log.debug("asking executor %s for up to %d unstarted tasks back (cores idle elsewhere)",
+                      executor.executor_id, count)
+            self._peers.send(executor.routing_id, p.ReturnTasks(count))
+
+    def act_for_scheduler(self):
+        """Send the kills the scheduler decided (the loser of a speculative race). Newly
+        excluded executors give back their unstarted tasks, or with ``exclude_kill`` are
+        killed (the cluster manager replaces them)."""
+        scheduler = self._scheduler
+        for executor, task, reason in scheduler.placement.take_kills():
+            self.send_control(executor, p.KillTask(task.task_id, task.attempt, reason))
+        exclusion = scheduler.exclusion
+        if exclusion is None or not exclusion.newly:
+            return
+        if self._allocator is not None:
+            self._allocator.excluded_hosts = exclusion.hosts()
+        for executor in exclusion.take_newly():
+            if self._registry.by_id.get(executor.executor_id) is not executor:
+                continue  # gone already
+            if exclusion.kill:
+                self.remove_executor(executor.executor_id, "excluded for its failures (exclude_kill)",
+                                     count_failure=False)
+            elif executor.running:
+                self._peers.send(executor.routing_id, p.ReturnTasks(len(executor.running)))
+
+    def placement_tick(self):
+        """Tasks waiting for their hosts may run anywhere now; exclusions may be over."""
+        scheduler = self._scheduler
+        if scheduler.locality:
+            self._ask_for_offers()
+        exclusion = scheduler.exclusion
+        if exclusion is not None and (exclusion.tracker.executors or exclusion.tracker.hosts):
+            scheduler.placement.refresh_exclusions()
+            if self._allocator is not None:
+                self._allocator.excluded_hosts = exclusion.hosts()
+            self._ask_for_offers()
 
     def shut_down_all(self):
         """Tell every executor to shut down (the driver stops)."""
