@@ -20,14 +20,19 @@ class CallsRunner:
     """Runs one function over a chunk of calls given as columns of arguments.
 
     Returns ``(values, failures)``: ``values[i]`` is call i's result (None where it
-    raised), and ``failures`` maps each such i to its pickled exception, or is None."""
+    raised), and ``failures`` maps each such i to its pickled exception, or is None. With
+    ``retry`` (the map's tasks have retries) the first exception is raised instead: the
+    chunk fails, and runs again whole."""
 
-    __slots__ = ("fn",)
+    __slots__ = ("fn", "retry")
 
-    def __init__(self, fn):
+    def __init__(self, fn, retry=False):
         self.fn = fn
+        self.retry = retry
 
     def __call__(self, *columns):
+        if self.retry:
+            return list(map(self.fn, *columns)), None
         calls = map(self.fn, *columns)  # resumes after a call that raised
         values = []
         failures = None
@@ -42,7 +47,7 @@ class CallsRunner:
                 values.append(None)
 
     def __reduce__(self):
-        return CallsRunner, (self.fn,)
+        return CallsRunner, (self.fn, self.retry)
 
 
 class MapResults(itertools.chain):

@@ -65,7 +65,7 @@ class MapTasks:
         self.placement = placement  # [hosts, speculative] of each task, or None
         self.chunked = chunksize > 1
         if self.chunked:
-            fn, self.groups = CallsRunner(fn), chunks(iterables, chunksize)
+            fn, self.groups = CallsRunner(fn, retries > 0), chunks(iterables, chunksize)
         else:
             self.groups = ((args, 1) for args in zip(*iterables))
         with outbox.lock:

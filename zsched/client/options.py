@@ -6,7 +6,8 @@ from .. import protocol as p
 class ClientOptions:
     """``client.options(...)``: ``submit`` and ``map`` of a client with other options.
 
-    - ``retries``: runs after a task raises.
+    - ``retries``: runs after a task raises. A map's chunk of calls runs again whole;
+      when its last run raises, the map raises at the chunk's first call.
     - ``hosts``: names of the hosts whose executors the tasks prefer. A task waits up to
       ``locality_wait`` for a core there, then runs anywhere.
     - ``speculative=False``: never a second attempt of these tasks, whatever the
