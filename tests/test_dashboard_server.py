@@ -38,7 +38,7 @@ SNAPSHOT = {
          "tasks_failed": 0, "last_heartbeat_age": 0.1, "state": "active", "pid": 4323},
     ],
     "tasks": {"submitted": 5000, "finished": 4000, "failed": 3, "cancelled": 1, "retried": 7,
-              "queued": 900, "running": 97},
+              "queued": 900, "running": 97, "speculated": 5, "speculation_won": 2},
     "allocation": {"target": 4, "starting": 1, "capacity": None, "backoff": {}, "start_failures": 2,
                    "dynamic": False},
     "losses": [{"id": "3", "host": "10.0.0.6", "reason": "killed by signal SIGKILL", "time": 1789999990.0}],
@@ -120,12 +120,13 @@ def expected_samples(snapshot):
     """What /metrics must hold for a snapshot, worked out here from the snapshot alone."""
     tasks, counters, executors = snapshot["tasks"], snapshot["counters"], snapshot["executors"]
     expected = {}
-    for state in ("submitted", "finished", "failed", "cancelled", "retried"):
+    for state in ("submitted", "finished", "failed", "cancelled", "retried", "speculated",
+                  "speculation_won"):
         expected[("zsched_tasks_total", (("state", state),))] = tasks[state]
     for state in ("queued", "running"):
         expected[("zsched_tasks_active", (("state", state),))] = tasks[state]
     expected[("zsched_queue_depth", ())] = tasks["queued"]
-    for state in ("active", "late", "decommissioning"):
+    for state in ("active", "late", "decommissioning", "excluded"):
         expected[("zsched_executors", (("state", state),))] = sum(e["state"] == state for e in executors)
     expected[("zsched_executor_cores", ())] = sum(e["cores"] for e in executors)
     expected[("zsched_executors_lost_total", ())] = counters["executors_lost"]
@@ -207,7 +208,7 @@ def test_metrics_hold_exactly_the_snapshots_figures(server, source):
 def test_metrics_with_no_executors_and_no_losses(server, source):
     source.current = {**SNAPSHOT, "executors": [], "losses": []}
     samples = metric_samples(fetch(server, "/metrics")[2].decode())
-    for state in ("active", "late", "decommissioning"):
+    for state in ("active", "late", "decommissioning", "excluded"):
         assert samples[("zsched_executors", (("state", state),))] == 0
     assert samples[("zsched_executor_cores", ())] == 0
     assert not any(name.startswith(("zsched_executor_rss", "zsched_executor_cpu")) for name, _ in samples)

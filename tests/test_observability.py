@@ -62,7 +62,8 @@ def test_status_figures_match_a_known_workload(tmp_path):
                  message="heartbeat metrics")
         status = client.status()
         assert status["tasks"] == {"submitted": 60, "finished": 53, "failed": 7, "cancelled": 0,
-                                   "retried": 3, "queued": 0, "running": 0}
+                                   "retried": 3, "queued": 0, "running": 0,
+                                   "waiting_for_hosts": 0, "speculated": 0, "speculation_won": 0}
         executors = status["executors"]
         assert [e["id"] for e in executors] == ["1", "2"]
         assert sum(e["tasks_done"] for e in executors) == 53

@@ -8,9 +8,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-TASK_COUNTER_STATES = ("submitted", "finished", "failed", "cancelled", "retried")
+TASK_COUNTER_STATES = ("submitted", "finished", "failed", "cancelled", "retried", "speculated",
+                       "speculation_won")
 TASK_GAUGE_STATES = ("queued", "running")
-EXECUTOR_STATES = ("active", "late", "decommissioning")
+EXECUTOR_STATES = ("active", "late", "decommissioning", "excluded")
 TRAFFIC_COUNTERS = (  # metric name, snapshot counter, help
     ("zsched_received_bytes", "bytes_in", "Bytes of the messages the driver received."),
     ("zsched_sent_bytes", "bytes_out", "Bytes of the messages the driver sent."),
@@ -52,7 +53,7 @@ class SnapshotCollector:
                                 value=tasks.get("queued", 0))
 
         by_state = GaugeMetricFamily("zsched_executors", "Registered executors by state: active, late "
-                                     "(heartbeat overdue) or decommissioning.", labels=["state"])
+                                     "(heartbeat overdue), decommissioning or excluded.", labels=["state"])
         for state in EXECUTOR_STATES:
             by_state.add_metric([state], sum(1 for e in executors if e.get("state") == state))
         yield by_state

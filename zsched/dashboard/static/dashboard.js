@@ -67,6 +67,7 @@
     drawChart(byId("chart-throughput"), throughput, "tasks/s");
     drawChart(byId("chart-queue"), history.map((p) => [p[0], p[3]]), "queued");
     renderLosses(snapshot.losses || []);
+    renderExcluded(snapshot.excluded || {});
   }
 
   function describeAllocation(allocation) {
@@ -148,6 +149,30 @@
     });
     byId("losses").replaceChildren(...items);
     byId("losses-empty").hidden = items.length > 0;
+  }
+
+  let shownExcluded = "";
+
+  // executors and hosts excluded for their failures (exclude_on_failure), with why
+  function renderExcluded(excluded) {
+    const key = JSON.stringify(excluded);
+    if (key === shownExcluded) return;
+    shownExcluded = key;
+    const suspended = excluded.suspended ? " (not applied: it would leave no executor)" : "";
+    const line = (what, entry) => {
+      const item = document.createElement("li");
+      const reason = document.createElement("span");
+      reason.className = "reason";
+      reason.textContent = entry.reason;
+      item.append(what + ", " + decimal(entry.seconds_left) + " s left" + suspended + ": ", reason);
+      return item;
+    };
+    const items = [
+      ...(excluded.hosts || []).map((h) => line("host " + h.host, h)),
+      ...(excluded.executors || []).map((e) => line("executor " + e.executor_id + " on " + e.host, e)),
+    ];
+    byId("excluded").replaceChildren(...items);
+    byId("excluded-empty").hidden = items.length > 0;
   }
 
   // ---- charts ----
