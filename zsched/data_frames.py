@@ -24,6 +24,7 @@ import msgpack
 from .errors import ProtocolError
 
 REF = 0x5A  # the first byte of a task row's payload that refers to data ("Z"); a pickle's is 0x80
+REF_BYTE = bytes((REF,))  # the same, as a payload's first byte read as bytes
 
 # Most parts a data message may have: a pickle's out-of-band buffers, and its in-band part.
 MAX_PARTS = 64
@@ -101,7 +102,7 @@ def _read_head(cls, frame):
 def reference(key, broadcasts, data):
     """The row payload that refers to data under ``key`` (or carries the pickle ``data``
     itself, when ``key`` is None) and to these broadcast values."""
-    return bytes((REF,)) + msgpack.packb([key, broadcasts, data], use_bin_type=True)
+    return REF_BYTE + msgpack.packb([key, broadcasts, data], use_bin_type=True)
 
 
 def is_reference(payload):

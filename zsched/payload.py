@@ -21,7 +21,7 @@ from itertools import count
 import cloudpickle
 import msgpack
 
-from .data_frames import REF, is_reference, read_reference, reference  # noqa: F401 (the reference's)
+from .data_frames import REF, REF_BYTE, is_reference, read_reference, reference  # noqa: F401 (the reference's)
 
 # A buffer of this size or more travels as a part of its own.
 DATA_PART_MIN = 64 * 1024

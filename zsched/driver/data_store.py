@@ -11,10 +11,9 @@ the driver tells them (``ForgetData``).
 import logging
 
 from .. import protocol as p
-from ..data_frames import REF, part_size, read_reference
+from ..data_frames import REF_BYTE, part_size, read_reference
 
 log = logging.getLogger(__package__)
-_REFERENCE = bytes((REF,))
 
 
 class _Entry:
@@ -105,7 +104,7 @@ class DataStore:
         entries = self._entries
         for row in rows:
             payload = row[3]
-            if payload[:1] != _REFERENCE:
+            if payload[:1] != REF_BYTE:
                 continue
             try:
                 key = read_reference(payload)[0]

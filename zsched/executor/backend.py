@@ -25,7 +25,7 @@ from ..pipe_link import PipeLink
 from ..protocol import MsgType, TaskState
 from ..wakeup import WakeupPipe
 from ..broadcast import serve_values
-from ..payload import REF
+from ..payload import REF_BYTE
 from .connection import LOST, DriverConnection
 from .data import ExecutorData
 from .inline import InlinePath
@@ -34,7 +34,6 @@ from .tasks import TaskRunner
 from .worker import WorkerWatch
 
 log = logging.getLogger("zsched.executor")  # also when run as __main__
-_REFERENCE = bytes((REF,))  # a task payload that refers to data (``payload``)
 
 
 class ExecutorBackend:
@@ -307,7 +306,7 @@ class ExecutorBackend:
             self._give_back(tasks)
             return
         # tasks whose payload refers to data (``payload``): asked for now, while others run
-        references = [task[3] for task in tasks if task[3][:1] == _REFERENCE]
+        references = [task[3] for task in tasks if task[3][:1] == REF_BYTE]
         if references:
             self.ask_for_data(self.data.want(references))
         elif self.inline is not None:  # the loop's thread never waits for data

@@ -17,13 +17,12 @@ import cloudpickle
 
 from ..errors import MessageTooLarge
 from .. import payload as pl
-from ..payload import REF
+from ..payload import REF, REF_BYTE
 from ..payload import small_buffers_in_band as _in_band
 from ..protocol import ResultData, TaskState
 from .failure import failure_payload
 
 _digest_of = itemgetter(2)  # of a LaunchTasks row
-_REFERENCE = bytes((REF,))
 _dumps = pickle.dumps
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _PART_MIN = pl.DATA_PART_MIN
@@ -222,7 +221,7 @@ class TaskRunner:
         try:
             if self._killed and self._consume_kill(task_id, attempt):
                 state, payload = TaskState.KILLED, b"killed before it started"
-                if args[:1] == _REFERENCE:
+                if args[:1] == REF_BYTE:
                     self.data.discard([args])
             else:
                 state, payload = self._run_task(task_id, attempt, function_entry, args)
@@ -252,7 +251,7 @@ class TaskRunner:
         """Call the task's function (its function entry); (state, payload) of its status
         row. A TaskKilled after the call has returned reaches ``run_here``."""
         if function_entry is None:
-            if args[:1] == _REFERENCE:
+            if args[:1] == REF_BYTE:
                 self.data.discard([args])
             return TaskState.ERROR, b"the driver did not send the task's function to this executor"
         try:
