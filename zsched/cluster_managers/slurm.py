@@ -138,7 +138,7 @@ class SlurmClusterManager(ClusterManager):
 
     # -- what the driver asks (bookkeeping only; Slurm is called from the watcher thread)
 
-    def request_total(self, n, avoid_hosts=()):
+    def request_total(self, n, avoid_hosts=(), local_tasks=None, excluded_hosts=()):
         if None in avoid_hosts:
             return
         with self._lock:

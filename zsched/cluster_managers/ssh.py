@@ -165,7 +165,7 @@ class SSHClusterManager(ClusterManager):
 
     # -- starting
 
-    def request_total(self, n, avoid_hosts=()):
+    def request_total(self, n, avoid_hosts=(), local_tasks=None, excluded_hosts=()):
         """Have ``n`` executors, as far as the hosts have room; none on ``avoid_hosts``."""
         while len(self._running) < n:
             host = self._place(avoid_hosts)
