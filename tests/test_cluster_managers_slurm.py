@@ -6,6 +6,7 @@ import sys
 
 from zsched.cluster_managers.slurm import (SlurmClusterManager, SlurmJob, describe_ended_job, job_credentials,
                                           parse_scontrol)
+from zsched.cluster_managers.slurm_placement import NODELIST, PREFER, node_option
 
 
 def make(**kwargs):
@@ -84,3 +85,67 @@ def test_executors_of_a_job_are_pending_until_it_runs_and_killing_a_waiting_one_
     assert manager.launched_ids() == ["3", "4", "5"]
     assert manager.host_of("3") is None and manager.capacity() is None
     assert sys.executable == SlurmClusterManager().python
+
+
+def test_jobs_ask_for_the_nodes_most_tasks_want_in_proportion_and_not_excluded_ones():
+    manager = make(cores_per_executor=2)
+    manager.request_total(4, local_tasks={"n1": 3, "n2": 9, "n3": 1}, excluded_hosts={"n2", "n9"})
+    # n2 is excluded; n1's first job takes two of its three tasks, then n1 (1) and n3 (1)
+    # tie and n1 comes first; then no task is left
+    assert [job.wanted_node for job in manager._jobs] == ["n1", "n1", "n3", None]
+    assert {job.exclude for job in manager._jobs} == {("n2", "n9")}
+    manager.request_total(5)  # a request without them asks for nothing
+    assert (manager._jobs[-1].wanted_node, manager._jobs[-1].exclude) == (None, ())
+
+
+def test_the_sbatch_command_line_with_prefer_or_nodelist_and_exclude():
+    manager = make(slurm_options=["--time=60"])
+    job = SlurmJob(["1"])
+    job.wanted_node, job.exclude = "n3", ("n1", "n2")
+    plain = ["sbatch", "--parsable", "--job-name", "zsched-app-1", "--ntasks", "1",
+             "--cpus-per-task", "1", "--no-requeue"]
+    manager.node_option = PREFER
+    assert manager.sbatch_arguments(job) == [*plain, "--prefer=n3", "--exclude=n1,n2", "--time=60"]
+    manager.node_option = NODELIST
+    assert manager.sbatch_arguments(job) == [*plain, "--nodelist=n3", "--exclude=n1,n2", "--time=60"]
+    assert manager.sbatch_arguments(job, placed=False) == [*plain, "--time=60"]
+    job.wanted_node = None
+    assert manager.sbatch_arguments(job) == [*plain, "--exclude=n1,n2", "--time=60"]
+    assert node_option(lambda arguments: 0) == PREFER      # sbatch took --prefer
+    assert node_option(lambda arguments: 255) == NODELIST  # unrecognized option
+
+
+FAKE_SBATCH = """#!/bin/sh
+echo "$*" >> "$0.calls"
+case " $* " in *" --version "*) echo "slurm-wlm 22.05.8"; exit 0 ;; esac
+cat > /dev/null
+for word in "$@"; do
+    case "$word" in
+        --prefer=*) echo "sbatch: error: Batch job submission failed: Invalid preferred feature specification" >&2; exit 1 ;;
+        --nodelist=gone) echo "sbatch: error: Batch job submission failed: Invalid node name specified" >&2; exit 1 ;;
+    esac
+done
+echo 42
+"""
+
+
+def test_sbatch_refusing_prefer_turns_to_nodelist_and_a_refused_placement_is_dropped(tmp_path):
+    """Slurm 22.05's sbatch takes --prefer, but it names node features: a node name that is
+    no feature is refused, and the manager keeps to --nodelist from then on. A job refused
+    with its placement (a node Slurm does not know) is submitted again without it."""
+    sbatch = tmp_path / "sbatch"
+    sbatch.write_text(FAKE_SBATCH)
+    sbatch.chmod(0o755)
+    manager = make()
+    manager._environment = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    manager.request_total(3, local_tasks={"node7": 1, "gone": 1})
+    first, second, third = manager._jobs
+    assert (first.wanted_node, second.wanted_node, third.wanted_node) == ("node7", "gone", None)
+    assert manager._sbatch(first)[:2] == (0, "42\n")
+    assert manager.node_option == NODELIST and first.wanted_node == "node7"
+    assert manager._sbatch(second)[:2] == (0, "42\n")
+    assert second.wanted_node is None  # submitted without
+    calls = [line.split(" --no-requeue")[-1].strip() for line in
+             (tmp_path / "sbatch.calls").read_text().splitlines()]
+    assert calls == ["--prefer=zsched --version", "--prefer=node7", "--nodelist=node7",
+                     "--nodelist=gone", ""]

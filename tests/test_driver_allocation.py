@@ -28,7 +28,7 @@ class FakeManager(ClusterManager):
         self.live = []
         self.killed = []
 
-    def request_total(self, n, avoid_hosts=()):
+    def request_total(self, n, avoid_hosts=(), local_tasks=None, excluded_hosts=()):
         while len(self.live) < n:
             self.live.append(str(next(self.ids)))
 
@@ -49,7 +49,7 @@ class FakeHostsManager(FakeManager):
         super().__init__()
         self.capacity_of = capacity
 
-    def request_total(self, n, avoid_hosts=()):
+    def request_total(self, n, avoid_hosts=(), local_tasks=None, excluded_hosts=()):
         for host, room in self.capacity_of.items():
             while len(self.live) < n and host not in avoid_hosts and \
                     sum(i[0] == host for i in self.live) < room:
@@ -196,7 +196,7 @@ class FailingManager(FakeManager):
         self.error = error
         self.calls = 0
 
-    def request_total(self, n, avoid_hosts=()):
+    def request_total(self, n, avoid_hosts=(), local_tasks=None, excluded_hosts=()):
         self.calls += 1
         if self.error is not None:
             raise self.error
@@ -249,3 +249,58 @@ def test_failed_starts_are_all_counted_and_a_reason_logged_once_per_backoff():
     allocator.ended(executor_id, "could not start: OSError: [Errno 11] Resource temporarily unavailable")
     assert allocator.executor_start_failures == 5 and len(reports) == 2
     assert reports[1].endswith("(next start there in 8.0 s) (3 more like it not logged)")
+
+
+class PlacementManager(FakeHostsManager):
+    """Records what each round asked for besides the number."""
+
+    cores_per_executor = 2
+
+    def __init__(self, capacity):
+        super().__init__(capacity)
+        self.asked = []
+
+    def request_total(self, n, avoid_hosts=(), local_tasks=None, excluded_hosts=()):
+        self.asked.append((local_tasks, excluded_hosts))
+        super().request_total(n, avoid_hosts)
+
+
+def test_locality_and_excluded_hosts_reach_the_manager_at_each_round():
+    manager = PlacementManager({"a": 2, "b": 2})
+    allocator = ExecutorAllocator(manager, Config(allocation_batch_size=1), FakeClock(), 2)
+    allocator.set_locality(7, {"b": 5, "c": 0})
+    allocator.excluded_hosts = {"a"}
+    assert (allocator.locality_aware_tasks, allocator.host_to_local_task_count) == (7, {"b": 5})
+    allocator.round()
+    assert manager.asked == [({"b": 5}, frozenset({"a"}))]
+    # the executor starting on a (the fake's choice) takes none of b's tasks; one starting
+    # on b would lower b's count by its two cores
+    assert allocator.local_tasks_left() == {"b": 5}
+    allocator._starting["b9"] = (0.0, "b")
+    assert allocator.local_tasks_left() == {"b": 3}
+    allocator._starting["b10"] = (0.0, "b")
+    allocator._starting["b11"] = (0.0, "b")
+    assert allocator.local_tasks_left() is None      # b's tasks are all spoken for
+    allocator.set_locality(0, None)                  # cleared
+    allocator.excluded_hosts = set()
+    allocator.round()
+    assert manager.asked[-1] == (None, frozenset())
+
+
+@pytest.mark.parametrize("aware, counts, complaint", [
+    (-1, None, "locality_aware_tasks must be a count of tasks (an integer >= 0), got -1"),
+    (True, None, "locality_aware_tasks must be a count of tasks"),
+    (1.5, None, "locality_aware_tasks must be a count of tasks"),
+    (1, ["a"], "host_to_local_task_count must be a dict of host -> task count, got list"),
+    (1, {"a": -2}, "host_to_local_task_count['a'] must be a count of tasks (an integer >= 0), got -2"),
+    (1, {"a": "3"}, "host_to_local_task_count['a'] must be a count of tasks"),
+    (1, {3: 1}, "host_to_local_task_count: a host must be a name, got 3"),
+    (1, {"": 1}, "host_to_local_task_count: a host must be a name, got ''"),
+])
+def test_a_bad_locality_is_refused_and_the_last_one_kept(aware, counts, complaint):
+    allocator, _, _ = make()
+    allocator.set_locality(2, {"a": 2})
+    with pytest.raises(ValueError) as caught:
+        allocator.set_locality(aware, counts)
+    assert complaint in str(caught.value)
+    assert (allocator.locality_aware_tasks, allocator.host_to_local_task_count) == (2, {"a": 2})

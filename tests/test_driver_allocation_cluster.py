@@ -48,6 +48,26 @@ def test_request_total_grows_and_a_lower_total_kills_nothing():
         client.shutdown()
 
 
+def test_a_requests_locality_is_in_the_status_and_a_bad_one_is_refused():
+    """On one host, the locality changes nothing but what the status shows."""
+    with zsched.LocalCluster(1, allocation_batch_delay=BATCH_DELAY) as cluster:
+        client = cluster.client()
+        assert client.request_total_executors(2, 5, {"node-b": 4, "node-c": 1}) is True
+        wait_for(lambda: len(ids(client)) == 2, timeout=30, message="2 executors")
+        allocation = client.status()["allocation"]
+        assert allocation["locality_aware_tasks"] == 5
+        assert allocation["host_to_local_task_count"] == {"node-b": 4, "node-c": 1}
+        assert allocation["excluded_hosts"] == []
+        with pytest.raises(ValueError, match=r"host_to_local_task_count\['node-b'\] must be a count"):
+            client.request_total_executors(3, 1, {"node-b": -1})
+        allocation = client.status()["allocation"]
+        assert allocation["target"] == 2 and allocation["locality_aware_tasks"] == 5
+        assert client.request_total_executors(2) is True  # a request without locality clears it
+        allocation = client.status()["allocation"]
+        assert (allocation["locality_aware_tasks"], allocation["host_to_local_task_count"]) == (0, {})
+        client.shutdown()
+
+
 def test_request_executors_adds_to_the_target():
     with zsched.LocalCluster(1, allocation_batch_delay=BATCH_DELAY) as cluster:
         client = cluster.client()

@@ -6,10 +6,13 @@ Every manager has the same small interface:
   ``credential_for(executor_id)`` gives the credential of an executor about to start (None
   on an insecure bus): it hands it over on a pipe, never in a file, an argument or the
   executor's environment.
-- ``request_total(n, avoid_hosts)``: have ``n`` executors (starting new ones as needed,
-  never killing), none on ``avoid_hosts`` (hosts backing off after failed starts). An
-  executor that cannot start is reported by ``poll_exits`` ("could not start: ..."); an
-  error raised here is a failed start of the manager as a whole.
+- ``request_total(n, avoid_hosts, local_tasks, excluded_hosts)``: have ``n`` executors
+  (starting new ones as needed, never killing), none on ``avoid_hosts`` (hosts backing off
+  after failed starts). New ones go first to the hosts that ``local_tasks`` (``{host:
+  waiting tasks that prefer it}`` or None) names most; ``excluded_hosts`` (excluded for
+  failures) get one only when no other host has room. An executor that cannot start is
+  reported by ``poll_exits`` ("could not start: ..."); an error raised here is a failed
+  start of the manager as a whole.
 - ``host_of(executor_id)``: the host it runs on; ``capacity()``: the most it can run (or None);
   ``queued_ids()``: executors waiting in a batch system's queue (not timed out meanwhile).
 - ``kill(executor_ids)``: stop these executors, SIGKILL after ``KILL_GRACE`` if still

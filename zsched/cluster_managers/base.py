@@ -35,8 +35,10 @@ class ClusterManager:
             return b""
         return self.credential_for(executor_id) or b""
 
-    def request_total(self, n, avoid_hosts=()):
-        pass
+    def request_total(self, n, avoid_hosts=(), local_tasks=None, excluded_hosts=()):
+        """Have ``n`` executors, none on ``avoid_hosts``. New ones go first where
+        ``local_tasks`` (``{host: waiting tasks that prefer it}``, or None) names most tasks,
+        and on ``excluded_hosts`` only when no other host has room."""
 
     def host_of(self, executor_id):
         """The host an executor it started runs on (None: it has no hosts to choose from)."""

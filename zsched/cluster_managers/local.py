@@ -108,10 +108,10 @@ class LocalClusterManager(ClusterManager):
         self._leaving = set()  # executor ids killed and not yet reaped
         self._children = ChildProcesses("zsched-local-executors", _how_it_ended)
 
-    def request_total(self, n, avoid_hosts=()):
+    def request_total(self, n, avoid_hosts=(), local_tasks=None, excluded_hosts=()):
         """Have ``n`` executors: start the missing ones (never kills); none while this host
         is to be avoided (backing off after failed starts). An error preparing a start is
-        raised: a failed start."""
+        raised: a failed start. Locality and exclusion change nothing: one host."""
         while len(self._launched) < n and self.hostname not in avoid_hosts:
             self._start_one()
 

@@ -19,6 +19,9 @@ SIGKILL (``scancel --signal=KILL``), without waiting for Slurm's own KillWait; t
 ignores SIGTERM itself, so that its executors stay among the job's processes until then. The
 executors share the driver's fate on their own (they leave a driver that is gone or
 silent), so the jobs of a killed driver end too; a clean stop also cancels them.
+
+A job asks for the node its waiting tasks want, and not for the nodes excluded for
+failures (see ``slurm_placement``).
 """
 import itertools
 import logging
@@ -30,6 +33,8 @@ import time
 
 from .base import KILL_GRACE, ClusterManager
 from .local import environment_without_secrets, module_command
+from .slurm_placement import (NODELIST, PREFER, PREFER_REFUSED, node_option, placement_arguments,
+                              placement_words, wanted_node)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,8 @@ class SlurmJob:
         self.cancel = False         # to be cancelled (its executors are killed)
         self.kill_at = None         # once cancelled: when it gets SIGKILL if Slurm still lists it
         self.credentials = []       # its executors' credentials, in order (none: insecure)
+        self.wanted_node = None     # the node its waiting tasks want (None: any)
+        self.exclude = ()           # the nodes excluded for failures when it was asked for
 
     @property
     def waiting(self):
@@ -128,6 +135,7 @@ class SlurmClusterManager(ClusterManager):
         self._stopping = False
         self._thread = None
         self._environment = None
+        self.node_option = None      # PREFER or NODELIST, decided at the first job that wants a node
 
     def attach(self, driver_url, app_id, credential_for):
         super().attach(driver_url, app_id, credential_for)
@@ -138,14 +146,22 @@ class SlurmClusterManager(ClusterManager):
 
     # -- what the driver asks (bookkeeping only; Slurm is called from the watcher thread)
 
-    def request_total(self, n, avoid_hosts=()):
+    def request_total(self, n, avoid_hosts=(), local_tasks=None, excluded_hosts=()):
+        """Have ``n`` executors: new jobs for the missing ones. Each job asks for the node
+        with the most waiting tasks that prefer it (``local_tasks``), which it lowers by the
+        tasks it can take, and not for ``excluded_hosts``."""
         if None in avoid_hosts:
             return
+        wanted = dict(local_tasks or {})
         with self._lock:
             missing = n - self._count_launched()
             while missing > 0:
                 size = min(missing, self.executors_per_job)
                 job = SlurmJob([str(next(self._ids)) for _ in range(size)])
+                job.exclude = tuple(sorted(excluded_hosts))
+                job.wanted_node = wanted_node(wanted, excluded_hosts)
+                if job.wanted_node is not None:
+                    wanted[job.wanted_node] -= self.cores_per_executor * size
                 job.credentials = [self.credential(executor_id) for executor_id in job.executor_ids]
                 if not all(job.credentials):
                     job.credentials = []
@@ -273,13 +289,44 @@ class SlurmClusterManager(ClusterManager):
                   "exit $status"]
         return "\n".join(lines) + "\n"
 
-    def sbatch_arguments(self, job):
+    def sbatch_arguments(self, job, placed=True):
+        """sbatch's command line for ``job``; with ``placed``, the node it wants and those
+        it must avoid."""
         arguments = ["sbatch", "--parsable", "--job-name", self.job_name, "--ntasks", "1",
                      "--cpus-per-task", str(self.cores_per_executor * len(job.executor_ids)),
                      "--no-requeue"]
         if self.partition:
             arguments += ["--partition", self.partition]
+        if placed:
+            arguments += self.placement_arguments(job)
         return arguments + self.slurm_options  # the user's last: they win
+
+    def placement_arguments(self, job):
+        if job.wanted_node is not None and self.node_option is None:
+            self.node_option = node_option(
+                lambda arguments: run_command(["sbatch", *arguments], env=self._environment)[0])
+            log.info("Slurm jobs ask for the nodes their tasks want with %s", self.node_option)
+        return placement_arguments(self.node_option, job.wanted_node, job.exclude)
+
+    def _sbatch(self, job):
+        """Submit ``job``: (exit status, stdout, stderr). A job that sbatch refuses with its
+        placement is submitted again without it."""
+        environment = {**self._environment, **job_credentials(job)}
+        script = self.job_script(job)
+        status, out, err = run_command(self.sbatch_arguments(job), script, environment)
+        if status != 0 and job.wanted_node is not None and self.node_option == PREFER \
+                and PREFER_REFUSED in err:
+            self.node_option = NODELIST
+            log.info("sbatch: %s (%s names node features, and %s is none): %s from now on",
+                     _last_line(err), PREFER, job.wanted_node, NODELIST)
+            status, out, err = run_command(self.sbatch_arguments(job), script, environment)
+        placement = self.placement_arguments(job)
+        if status != 0 and placement:
+            log.info("sbatch refused a job with %s (%s): submitted without", " ".join(placement),
+                     _last_line(err))
+            job.wanted_node, job.exclude = None, ()
+            status, out, err = run_command(self.sbatch_arguments(job, placed=False), script, environment)
+        return status, out, err
 
     def _submit_new_jobs(self):
         with self._lock:
@@ -289,15 +336,15 @@ class SlurmClusterManager(ClusterManager):
                 if job.state == "SUBMITTING" and job.cancel and job.ended_as is None:
                     self._end(job, "cancelled before it was submitted")
         for job in new:
-            status, out, err = run_command(self.sbatch_arguments(job), self.job_script(job),
-                                           {**self._environment, **job_credentials(job)})
+            status, out, err = self._sbatch(job)
             with self._lock:
                 if status != 0:
                     self._end(job, f"sbatch failed: {_last_line(err) or f'exit status {status}'}")
                     continue
                 job.job_id = out.strip().split(";")[0]
                 job.state = "PENDING"
-            log.info("submitted Slurm job %s for executor(s) %s", job.job_id, ", ".join(job.executor_ids))
+            log.info("submitted Slurm job %s for executor(s) %s%s", job.job_id, ", ".join(job.executor_ids),
+                     placement_words(job.wanted_node, job.exclude))
 
     def _cancel_jobs(self):
         with self._lock:

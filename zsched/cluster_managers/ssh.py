@@ -165,20 +165,42 @@ class SSHClusterManager(ClusterManager):
 
     # -- starting
 
-    def request_total(self, n, avoid_hosts=()):
-        """Have ``n`` executors, as far as the hosts have room; none on ``avoid_hosts``."""
+    def request_total(self, n, avoid_hosts=(), local_tasks=None, excluded_hosts=()):
+        """Have ``n`` executors, as far as the hosts have room; none on ``avoid_hosts``.
+        Each goes to the host with the most waiting tasks that prefer it (``local_tasks``),
+        which it lowers by the tasks it can take, then to the one with the most room;
+        ``excluded_hosts`` get one only when no other host has room."""
+        wanted = dict(local_tasks or {})
         while len(self._running) < n:
-            host = self._place(avoid_hosts)
+            host, why = self._place(avoid_hosts, wanted, excluded_hosts)
             if host is None:
                 return
-            self._start_one(host)
+            if host.name in wanted:
+                wanted[host.name] -= self.cores_per_executor
+            executor_id = self._start_one(host)
+            if why:
+                log.info("executor %s goes to %s: %s", executor_id, host.name, why)
 
-    def _place(self, avoid_hosts):
-        """The host with the most room left (executors still leaving take room), or None."""
+    def _place(self, avoid_hosts, wanted, excluded_hosts):
+        """(host, why): the host with the most ``wanted`` tasks, then the most room left
+        (executors still leaving take room), off ``excluded_hosts`` unless only they have
+        room; ``why`` says what locality or exclusion decided (None: room alone)."""
         load = Counter(r.host for r in itertools.chain(self._running.values(), self._leaving.values()))
         room = {host: host.executors - load[host] for host in self.hosts
                 if host.name not in avoid_hosts and load[host] < host.executors}
-        return max(room, key=room.get) if room else None
+        if not room:
+            return None, None
+        allowed = [host for host in room if host.name not in excluded_hosts]
+        skipped = sorted(host.name for host in room if host.name in excluded_hosts)
+        host = max(allowed or room, key=lambda h: (max(wanted.get(h.name, 0), 0), room[h]))
+        if not allowed:
+            return host, "excluded for failures, but no other host has room"
+        reasons = []
+        if wanted.get(host.name, 0) > 0:
+            reasons.append(f"{wanted[host.name]} waiting task(s) prefer it")
+        if skipped:
+            reasons.append(f"not on {', '.join(skipped)}, excluded for failures")
+        return host, "; ".join(reasons) or None
 
     def driver_url_for(self, host):
         """The driver's URL as seen from ``host``: when the driver listens on every address,
@@ -220,6 +242,7 @@ class SSHClusterManager(ClusterManager):
         remote = RemoteExecutor(executor_id, host)
         self._children.start(executor_id, lambda: _spawn(remote, arguments, first_words), remote)
         self._running[executor_id] = remote
+        return executor_id
 
     # -- what runs
 

@@ -172,7 +172,10 @@ class Admin:
                 "queued": len(manager.queued_ids()),
                 "backoff": {str(h): s for h, s in allocator.backoff().items()},
                 "start_failures": allocator.executor_start_failures,
-                "dynamic": self._dynamic_allocation is not None}
+                "dynamic": self._dynamic_allocation is not None,
+                "locality_aware_tasks": allocator.locality_aware_tasks,
+                "host_to_local_task_count": dict(allocator.host_to_local_task_count),
+                "excluded_hosts": sorted(allocator.excluded_hosts)}
 
     # ------------------------------------------------------------ decommissioning
 
@@ -207,10 +210,13 @@ class Admin:
         return self._allocator
 
     def request_total_executors(self, n, locality_aware_tasks=0, host_to_local_task_count=None):
-        """Have ``n`` executors: a later request overrides this one; never kills by itself."""
+        """Have ``n`` executors: a later request overrides this one; never kills by itself.
+        New executors go first to the hosts that ``host_to_local_task_count`` names most."""
         if n < 0:
             raise ValueError(f"cannot request a negative number of executors ({n})")
-        self._allocator_or_refuse().set_target(n, "requested total")
+        allocator = self._allocator_or_refuse()
+        allocator.set_locality(locality_aware_tasks, host_to_local_task_count)
+        allocator.set_target(n, "requested total")
         return True
 
     def request_executors(self, n):

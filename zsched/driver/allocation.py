@@ -16,6 +16,11 @@ threads) is a failed start of the manager as a whole: it backs off the same way,
 driver serves on. Each failed start is counted (``executor_start_failures``); a reason
 is logged once per host and backoff, not once per executor. A target beyond the
 manager's ``capacity()`` is reported once; the rest wait for room.
+
+Each round also hands the manager where new executors are wanted: the waiting tasks that
+prefer each host (``set_locality``, as the last allocation request gave them), lowered
+by the cores of the executors still starting there, and the hosts the driver excluded
+for failures (``excluded_hosts``), which the manager uses only when no other has room.
 """
 import logging
 from collections import deque
@@ -44,6 +49,9 @@ class ExecutorAllocator:
         self._unlogged = {}          # (host, reason) -> failed starts not logged meanwhile
         self.executor_start_failures = 0  # starts that failed, or ended or timed out unregistered
         self.events = deque(maxlen=200)  # (time, what happened and why)
+        self.locality_aware_tasks = 0     # waiting tasks with a preferred host, as last requested
+        self.host_to_local_task_count = {}  # host -> waiting tasks that prefer it, as last requested
+        self.excluded_hosts = set()       # set by the driver: hosts excluded for failures
 
     def _event(self, text, level=logging.INFO, quiet=False):
         """Record what happened; log it (and report a warning) unless ``quiet``."""
@@ -63,6 +71,33 @@ class ExecutorAllocator:
             self._event(f"target {self.target} -> {n}: {why}")
             self.target = n
             self._next_round = 0.0  # act at the next tick, not after the batch delay
+
+    def set_locality(self, locality_aware_tasks, host_to_local_task_count):
+        """Where the waiting tasks want executors, kept until the next call: how many tasks
+        prefer some host, and ``{host: how many prefer it}`` (None or {} clears it)."""
+        counts = {} if host_to_local_task_count is None else host_to_local_task_count
+        _check_count("locality_aware_tasks", locality_aware_tasks)
+        if not isinstance(counts, dict):
+            raise ValueError(f"host_to_local_task_count must be a dict of host -> task count, "
+                             f"got {type(counts).__name__}")
+        for host, count in counts.items():
+            if not isinstance(host, str) or not host:
+                raise ValueError(f"host_to_local_task_count: a host must be a name, got {host!r}")
+            _check_count(f"host_to_local_task_count[{host!r}]", count)
+        self.locality_aware_tasks = locality_aware_tasks
+        self.host_to_local_task_count = {host: count for host, count in counts.items() if count}
+
+    def local_tasks_left(self):
+        """``{host: waiting tasks that prefer it}`` less the cores of the executors still
+        starting there (they will take those tasks); None when no task prefers a host."""
+        left = dict(self.host_to_local_task_count)
+        if not left:
+            return None
+        cores = self.manager.cores_per_executor
+        for _, host in self._starting.values():
+            if host in left:
+                left[host] -= cores
+        return {host: count for host, count in left.items() if count > 0} or None
 
     # -- what the driver sees
 
@@ -142,7 +177,9 @@ class ExecutorAllocator:
         n = min(missing, self.config.allocation_batch_size)
         before = set(self.manager.launched_ids())
         try:
-            self.manager.request_total(existing + n, avoid_hosts=avoid_hosts)
+            self.manager.request_total(existing + n, avoid_hosts=avoid_hosts,
+                                       local_tasks=self.local_tasks_left(),
+                                       excluded_hosts=frozenset(self.excluded_hosts))
         except Exception as exc:  # out of descriptors, memory, threads...: never the driver's end
             reason = f"{type(exc).__name__}: {exc}"
             self._start_failed(None, f"could not start executors: {reason}", reason)
@@ -164,3 +201,9 @@ class ExecutorAllocator:
             self._event(f"target {self.target} is beyond the capacity of the hosts "
                         f"({capacity} executors): {self.target - capacity} wait for room",
                         logging.WARNING)
+
+
+def _check_count(name, value):
+    """A count of tasks: an int from 0 (bool is not one), else ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a count of tasks (an integer >= 0), got {value!r}")
