@@ -149,6 +149,7 @@ class LocalityQueue:
         self._order = deque()  # tasks in the order they joined
         self._by_host = {}     # host -> deque of the tasks that prefer it
         self._waiting = {}     # task id -> the hosts of a task still queued
+        self._counts = {}      # host -> tasks still queued that prefer it
 
     def __len__(self):
         return len(self._waiting)
@@ -156,7 +157,11 @@ class LocalityQueue:
     def add(self, task, hosts):
         """Queue ``task``, which prefers ``hosts`` (names); it joined at ``task.queued_at``."""
         hosts = tuple(hosts)
+        if task.task_id in self._waiting:
+            raise ValueError(f"task {task.task_id} is queued already")
         self._waiting[task.task_id] = hosts
+        for host in hosts:
+            self._counts[host] = self._counts.get(host, 0) + 1
         self._order.append(task)
         for host in hosts:
             queue = self._by_host.get(host)
@@ -168,10 +173,11 @@ class LocalityQueue:
         self._order.clear()
         self._by_host.clear()
         self._waiting.clear()
+        self._counts.clear()
 
     def discard(self, task):
         """Take ``task`` out, if queued here: whether it was."""
-        return self._waiting.pop(task.task_id, None) is not None
+        return self._forget(task.task_id) is not None
 
     def take_local(self, host, count):
         """Up to ``count`` tasks that prefer ``host``, oldest first."""
@@ -194,7 +200,7 @@ class LocalityQueue:
             task = order[0]
             if task.task_id not in self._waiting or task.cancelled:
                 order.popleft()
-                self._waiting.pop(task.task_id, None)
+                self._forget(task.task_id)
             elif now - task.queued_at >= wait:
                 order.popleft()
                 self._take(task)
@@ -220,17 +226,27 @@ class LocalityQueue:
 
     def _take(self, task):
         """Take ``task`` out if it still waits and is not cancelled: whether it did wait."""
-        if self._waiting.pop(task.task_id, None) is None:
+        if self._forget(task.task_id) is None:
             return False
         return not task.cancelled
 
+    def _forget(self, task_id):
+        """Take the task ``task_id`` out of the queued ones: its hosts, or None if it was
+        not queued."""
+        hosts = self._waiting.pop(task_id, None)
+        if hosts is not None:
+            counts = self._counts
+            for host in hosts:
+                left = counts[host] - 1
+                if left:
+                    counts[host] = left
+                else:
+                    del counts[host]
+        return hosts
+
     def waiting_by_host(self):
         """``{host: tasks still queued that prefer it}``."""
-        counts = {}
-        for hosts in self._waiting.values():
-            for host in hosts:
-                counts[host] = counts.get(host, 0) + 1
-        return counts
+        return dict(self._counts)
 
     def oldest_wait(self, now):
         """How long the oldest queued task has waited (0.0 if none)."""

@@ -283,3 +283,5 @@ class Admin:
         if decision.decommission:
             self.decommission_executors(decision.decommission, adjust_target=False)
         allocator.set_target(decision.target, "dynamic allocation")
+        if scheduler.locality or allocator.host_to_local_task_count:  # Spark's locality-aware request
+            allocator.set_locality(len(scheduler.locality), scheduler.locality.waiting_by_host())

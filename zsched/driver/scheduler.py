@@ -257,6 +257,8 @@ class TaskScheduler:
             to_kill.append((task.executor, task))
         elif client.held is None or client.held.pop(task.task_id, None) is None:
             self.n_pending -= 1
+            if self.locality:
+                self.locality.discard(task)
         if self.speculation is not None:
             copy = self.speculation.withdrawn(task)
             if copy is not None and copy.executor is not None:
