@@ -249,3 +249,23 @@ def test_a_chunk_with_retries_runs_again_whole(tmp_path):
         assert client.status()["tasks"]["retried"] == 10
         with pytest.raises(RuntimeError, match="call 60: first run"):
             list(client.map(fails_first_time, range(60, 66), folder[:6], [1] * 6, chunksize=3))
+
+
+def large_after_first_attempt(i, slow, folder, seconds, data):
+    """``first_attempt_sleeps`` with large data both ways: the argument back, doubled."""
+    kind = first_attempt_sleeps(i, slow, folder, seconds)[1]
+    return kind, data * 2
+
+
+def test_a_speculated_task_with_large_data_both_ways(tmp_path):
+    numpy = pytest.importorskip("numpy")
+    data = numpy.arange(1 << 17, dtype=numpy.float64)  # 1 MiB: it travels apart
+    with zsched.LocalCluster(2, 2, speculation=True) as cluster:
+        client = cluster.client()
+        n = 12
+        results = list(client.map(large_after_first_attempt, range(n), [5] * n, [str(tmp_path)] * n,
+                                  [60] * n, [data] * n))
+        assert [kind for kind, _ in results].count("quick") == n
+        assert all(numpy.array_equal(array, data * 2) for _, array in results)
+        assert client.status()["tasks"]["speculation_won"] == 1
+        wait_for(lambda: client.status()["tasks"]["running"] == 0, 30, message="the loser killed")

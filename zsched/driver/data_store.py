@@ -12,6 +12,7 @@ import logging
 
 from .. import protocol as p
 from ..data_frames import REF_BYTE, part_size, read_reference
+from .speculation import Copies
 
 log = logging.getLogger(__package__)
 
@@ -90,9 +91,11 @@ class DataStore:
         no longer the task's (then its status row is stale too)."""
         executor = self._executors.get(rid)
         task = executor.running.get(msg.task_id) if executor is not None else None
-        if task is None or task.attempt != msg.attempt:
+        if task is None or task.attempt != msg.attempt or task.cancelled:
             return
         client = task.client
+        if type(client) is Copies:  # a speculative copy's result: for its task's client
+            client = client.client
         if self._send(client.routing_id, p.TaskData(task.client_task_id, msg.key, msg.parts),
                       quiet=True) and not self._in_process(client.routing_id):
             client.in_flight_size += msg.size  # in its results window, until it says it took it
