@@ -3,7 +3,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 EXTENSIONS = ("_wire", "_fastpath", "_slot_table", "_runtime", "_socket_state", "_pipe_link",
-              "_arena_cache")  # as zsched.fastpath
+              "_arena_cache", "_policies")  # as zsched.fastpath
 
 setup(
     ext_modules=cythonize(

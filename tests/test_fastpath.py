@@ -21,6 +21,7 @@ CHOOSERS = {
     "zsched.socket_state": (("_socket_state",), "_socket_state_py"),
     "zsched.pipe_link": (("_pipe_link",), "_pipe_link_py"),
     "zsched.driver.arena_cache": (("_arena_cache",), "_arena_cache_py"),
+    "zsched.policies": (("_policies",), "_policies_py"),
 }
 
 

@@ -37,8 +37,9 @@ class Runtimes:
 
     def finish(self, seconds):
         """A task of the group finished, after running ``seconds``."""
+        seconds = float(seconds)
         self.finished += 1
-        self._recent.append(float(seconds))
+        self._recent.append(seconds)
         self._median = -1.0
 
     def median(self):
@@ -80,10 +81,13 @@ class HealthTracker:
         self._failures = {}   # executor id -> deque of the times its attempts failed
         self.executors = {}   # executor id -> (until, host, reason): excluded
         self.hosts = {}       # host -> (until, reason): excluded
+        self._lifted = []     # (kind, name): lifted, for expire to report
 
     def task_failed(self, executor_id, host, now, reason):
         """An attempt failed on ``executor_id`` (on ``host``) at ``now`` for ``reason``:
-        the exclusions it makes, ``[(kind, name, why), ...]``, kind "executor" or "host"."""
+        the exclusions it makes, ``[(kind, name, why), ...]``, kind "executor" or "host".
+        The exclusions over at ``now`` are lifted first (``expire`` reports them)."""
+        self._lift(now)
         times = self._failures.get(executor_id)
         if times is None:
             times = self._failures[executor_id] = deque()
@@ -106,11 +110,19 @@ class HealthTracker:
         return made
 
     def is_excluded(self, executor_id, host):
+        """Whether ``executor_id`` or its ``host`` is excluded, as of the last ``expire``
+        or ``task_failed``."""
         return executor_id in self.executors or host in self.hosts
 
     def expire(self, now):
-        """Lift the exclusions whose time is up: ``[(kind, name), ...]``."""
-        lifted = []
+        """Lift the exclusions whose time is up: ``[(kind, name), ...]``, with those that
+        ``task_failed`` lifted since the last call, in the order they were lifted."""
+        self._lift(now)
+        lifted, self._lifted = self._lifted, []
+        return lifted
+
+    def _lift(self, now):
+        lifted = self._lifted
         for executor_id, (until, _, _) in list(self.executors.items()):
             if until <= now:
                 del self.executors[executor_id]
@@ -120,7 +132,6 @@ class HealthTracker:
             if until <= now:
                 del self.hosts[host]
                 lifted.append(("host", host))
-        return lifted
 
     def forget_executor(self, executor_id):
         """``executor_id`` is gone: its failures go; an exclusion of it stays, counted
@@ -155,7 +166,8 @@ class LocalityQueue:
         return len(self._waiting)
 
     def add(self, task, hosts):
-        """Queue ``task``, which prefers ``hosts`` (names); it joined at ``task.queued_at``."""
+        """Queue ``task``, which prefers ``hosts`` (names); it joined at ``task.queued_at``.
+        A task joins once."""
         hosts = tuple(hosts)
         if task.task_id in self._waiting:
             raise ValueError(f"task {task.task_id} is queued already")

@@ -4,8 +4,8 @@ their pure-Python twins. ``COMPILED`` and ``IMPLEMENTATION`` say which.
 Each compiled module has one chooser, which imports the same names from the compiled module
 or from its twin by ``COMPILED``, in plain ``from ... import`` lines: ``wire``,
 ``scheduling`` (the fast path, ``_fastpath`` and ``_slot_table``), ``runtime``,
-``socket_state``, ``pipe_link`` and ``driver.arena_cache``. Importing this module fails
-with the install command where the compiled modules are missing."""
+``socket_state``, ``pipe_link``, ``driver.arena_cache`` and ``policies``. Importing this
+module fails with the install command where the compiled modules are missing."""
 import importlib.util
 import os
 
@@ -13,7 +13,7 @@ import os
 # whose twin is _fastpath_py. All sit at the top of the package, _arena_cache too: finding
 # one here must not import the package its chooser lives in.
 EXTENSIONS = ("_wire", "_fastpath", "_slot_table", "_runtime", "_socket_state",
-              "_pipe_link", "_arena_cache")
+              "_pipe_link", "_arena_cache", "_policies")
 
 COMPILED = os.environ.get("ZSCHED_PUREPYTHON", "") in ("", "0")
 IMPLEMENTATION = "compiled (Cython)" if COMPILED else "pure-Python reference (ZSCHED_PUREPYTHON is set)"

@@ -4,7 +4,7 @@ import the same names, those of ``__all__``."""
 from .fastpath import COMPILED
 
 if COMPILED:
-    from ._policies_py import RUNTIMES_KEPT, HealthTracker, LocalityQueue, Runtimes, stragglers
+    from ._policies import RUNTIMES_KEPT, HealthTracker, LocalityQueue, Runtimes, stragglers
 else:
     from ._policies_py import RUNTIMES_KEPT, HealthTracker, LocalityQueue, Runtimes, stragglers
 
