@@ -239,10 +239,12 @@ _TIERS_BY_PATH = {"fault": "tests/fault/", "ssh": "tests/ssh/", "slurm": "tests/
 
 
 # tiers whose tests share one server or set of hosts (sshd namespaces, a Slurm controller,
-# one Chromium): under pytest-xdist each runs on one worker, in order (``--dist loadgroup``)
-_ONE_WORKER_TIERS = ("ssh", "slurm", "browser")
+# one Chromium), and the fault tier, whose kills must not crowd each other: under
+# pytest-xdist each runs on one worker, in order (``--dist loadgroup``)
+_ONE_WORKER_TIERS = ("ssh", "slurm", "browser", "fault")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
     """Mark each test with its tier (``-m`` selects them), and the tiers that share a server
     with their xdist group. Ship the test modules' functions by value: executors that other

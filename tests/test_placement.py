@@ -76,8 +76,10 @@ def test_a_speculated_task_cancelled_kills_both_attempts(tmp_path):
 
 def fails_on(i, bad_pid):
     import os
+    import time
     if os.getpid() == bad_pid:
         raise RuntimeError(f"call {i}: this executor is broken")
+    time.sleep(0.05)  # the broken executor, quick to fail, is offered task after task
     return os.getpid()
 
 

@@ -218,11 +218,13 @@ cdef class LocalityQueue:
     cdef object _order    # a deque of the tasks in the order they joined
     cdef dict _by_host    # host -> deque of the tasks that prefer it
     cdef dict _waiting    # task id -> the hosts of a task still queued
+    cdef dict _counts     # host -> tasks still queued that prefer it
 
     def __init__(self):
         self._order = deque()
         self._by_host = {}
         self._waiting = {}
+        self._counts = {}
 
     def __len__(self):
         return len(self._waiting)
@@ -231,7 +233,11 @@ cdef class LocalityQueue:
         """Queue ``task``, which prefers ``hosts`` (names); it joined at ``task.queued_at``.
         A task joins once."""
         hosts = tuple(hosts)
+        if task.task_id in self._waiting:
+            raise ValueError(f"task {task.task_id} is queued already")
         self._waiting[task.task_id] = hosts
+        for host in hosts:
+            self._counts[host] = self._counts.get(host, 0) + 1
         self._order.append(task)
         for host in hosts:
             queue = self._by_host.get(host)
@@ -243,10 +249,11 @@ cdef class LocalityQueue:
         self._order.clear()
         self._by_host.clear()
         self._waiting.clear()
+        self._counts.clear()
 
     def discard(self, task):
         """Take ``task`` out, if queued here: whether it was."""
-        return self._waiting.pop(task.task_id, None) is not None
+        return self._forget(task.task_id) is not None
 
     def take_local(self, host, Py_ssize_t count):
         """Up to ``count`` tasks that prefer ``host``, oldest first."""
@@ -270,7 +277,7 @@ cdef class LocalityQueue:
             task = order[0]
             if task.task_id not in self._waiting or task.cancelled:
                 order.popleft()
-                self._waiting.pop(task.task_id, None)
+                self._forget(task.task_id)
                 continue
             queued_at = task.queued_at
             if not now - queued_at >= wait:
@@ -303,17 +310,25 @@ cdef class LocalityQueue:
 
     cdef bint _take(self, task) except -1:
         """Take ``task`` out if it still waits and is not cancelled: whether it did wait."""
-        if self._waiting.pop(task.task_id, None) is None:
+        if self._forget(task.task_id) is None:
             return False
         return not task.cancelled
 
+    cdef object _forget(self, task_id):
+        """Take the task ``task_id`` out of the queued ones: its hosts, or None."""
+        hosts = self._waiting.pop(task_id, None)
+        if hosts is not None:
+            for host in hosts:
+                left = self._counts[host] - 1
+                if left:
+                    self._counts[host] = left
+                else:
+                    del self._counts[host]
+        return hosts
+
     def waiting_by_host(self):
         """``{host: tasks still queued that prefer it}``."""
-        cdef dict counts = {}
-        for hosts in self._waiting.values():
-            for host in hosts:
-                counts[host] = counts.get(host, 0) + 1
-        return counts
+        return dict(self._counts)
 
     def oldest_wait(self, double now):
         """How long the oldest queued task has waited (0.0 if none)."""

@@ -178,8 +178,11 @@ def test_the_jobs_of_a_stopped_or_killed_driver_end(slurm, tmp_path, how):
     wait_for(lambda: not our_jobs(slurm, driver), 90, message="every job of the driver ended")
     if how == "SIGKILL":
         driver.stop()
-    assert not [p for p in psutil.process_iter(["cmdline"])
-                if driver.app_id in " ".join(p.info["cmdline"] or []) and "zsched.executor" in " ".join(p.info["cmdline"] or [])]
+    def executors_left():
+        return [p for p in psutil.process_iter(["cmdline"])
+                if driver.app_id in " ".join(p.info["cmdline"] or [])
+                and "zsched.executor" in " ".join(p.info["cmdline"] or [])]
+    wait_for(lambda: not executors_left(), 15, message="the jobs' executors gone")  # ending
 
 
 def test_python_api(slurm, tmp_path):
