@@ -1,6 +1,5 @@
 """Speculation, exclusion of failing executors and locality, with real drivers and
 executors on loopback (the decisions alone: tests/test_placement_decisions.py)."""
-import time
 
 import pytest
 

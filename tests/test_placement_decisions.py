@@ -143,7 +143,7 @@ def test_no_copy_without_an_idle_core_on_another_executor():
 def test_tasks_that_opted_out_are_never_copied():
     scheduler, client, clock = make(speculation=True, speculation_quantile=0.5,
                                     speculation_min_runtime=0.1)
-    a = scheduler.add_executor("a", b"ra", "h1", 1, 10, clock())
+    scheduler.add_executor("a", b"ra", "h1", 1, 10, clock())
     b = scheduler.add_executor("b", b"rb", "h2", 1, 11, clock())
     submit(scheduler, client, [1, 2], placement={1: ((), False)})
     launched(scheduler)
@@ -156,7 +156,7 @@ def test_tasks_that_opted_out_are_never_copied():
 def test_groups_are_per_function():
     scheduler, client, clock = make(speculation=True, speculation_quantile=0.5,
                                     speculation_min_runtime=0.1)
-    a = scheduler.add_executor("a", b"ra", "h1", 1, 10, clock())
+    scheduler.add_executor("a", b"ra", "h1", 1, 10, clock())
     b = scheduler.add_executor("b", b"rb", "h2", 1, 11, clock())
     submit(scheduler, client, [1], function=b"g")
     submit(scheduler, client, [2])
@@ -271,7 +271,7 @@ def placed(scheduler, client, ids, hosts):
 
 def test_tasks_that_prefer_a_host_wait_for_it_then_run_anywhere():
     scheduler, client, clock = make(locality_wait=3.0)
-    a = scheduler.add_executor("a", b"ra", "alpha", 1, 10, clock())
+    scheduler.add_executor("a", b"ra", "alpha", 1, 10, clock())
     b = scheduler.add_executor("b", b"rb", "beta", 1, 11, clock())
     placed(scheduler, client, [1, 2, 3], ["beta"])
     assert scheduler.n_pending == 3 and len(scheduler.locality) == 3
