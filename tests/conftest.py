@@ -238,17 +238,9 @@ _TIERS_BY_PATH = {"fault": "tests/fault/", "ssh": "tests/ssh/", "slurm": "tests/
                   "browser": "tests/test_dashboard_browser.py"}
 
 
-# tiers whose tests share one server or set of hosts (sshd namespaces, a Slurm controller,
-# one Chromium), and the fault tier, whose kills must not crowd each other: under
-# pytest-xdist each runs on one worker, in order (``--dist loadgroup``)
-_ONE_WORKER_TIERS = ("ssh", "slurm", "browser", "fault")
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
-    """Mark each test with its tier (``-m`` selects them), and the tiers that share a server
-    with their xdist group. Ship the test modules' functions by value: executors that other
-    processes start cannot import them."""
+    """Mark each test with its tier (``-m`` selects them). Ship the test modules' functions
+    by value: executors that other processes start cannot import them."""
     import cloudpickle
     for item in items:
         path = os.path.relpath(str(item.fspath), REPO)
@@ -257,7 +249,5 @@ def pytest_collection_modifyitems(items):
             tiers = ["integration"]
         for tier in tiers:
             item.add_marker(tier)
-            if tier in _ONE_WORKER_TIERS:
-                item.add_marker(pytest.mark.xdist_group(tier))
     for module in {item.module for item in items if getattr(item, "module", None)}:
         cloudpickle.register_pickle_by_value(module)
