@@ -277,7 +277,10 @@ def executor_driver_urls(driver_pid, app_id):
     import psutil
     urls = []
     for child in psutil.Process(driver_pid).children(recursive=True):
-        cmdline = child.cmdline()
+        try:
+            cmdline = child.cmdline()
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue  # another test's child, ended and not yet reaped (a driver thread's)
         if "--driver-url" in cmdline and cmdline[cmdline.index("--app-id") + 1] == app_id:
             urls.append(cmdline[cmdline.index("--driver-url") + 1])
     return urls
