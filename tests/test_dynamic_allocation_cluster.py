@@ -36,7 +36,8 @@ def test_scales_from_zero_to_max_under_backlog_and_back_to_min_when_idle():
             sampler.join()
         assert max(counts) == 3  # and back to 0 (wait_for above)
         reasons = [loss["reason"] for loss in client.status()["losses"]]
-        assert reasons and all(r == "decommissioned" for r in reasons), reasons
+        # a decommissioned executor leaves cleanly: its goodbye, or its exit seen first
+        assert reasons and all(r in ("decommissioned", "exited with code 0") for r in reasons), reasons
         client.shutdown()
 
 
