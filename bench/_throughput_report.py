@@ -1,5 +1,5 @@
-"""The tables of bench/throughput.py: every system's medians, the peers over zsched, and
-zsched's map over Pool.map's."""
+"""The tables of bench/throughput.py: every system's medians, its efficiency on calls of
+1 ms and 10 ms, the peers over zsched, and zsched's map over Pool.map's."""
 import os
 
 from _common import fmt
@@ -13,16 +13,22 @@ FIGURES = [
     ("map_large_per_s", "map M/s", "{:,.0f}"),
     ("latency_p50_us", "p50 us", "{:,.0f}"),
     ("latency_p99_us", "p99 us", "{:,.0f}"),
-    ("efficiency_10ms", "eff 10ms", "{:.2f}"),
     ("startup_s", "start s", "{:.2f}"),
     ("shutdown_s", "stop s", "{:.2f}"),
 ]
+EFFICIENCY = [
+    ("efficiency_1ms", "submit 1ms", "{:.3f}"),
+    ("efficiency_10ms", "submit 10ms", "{:.3f}"),
+    ("map_efficiency_1ms", "map 1ms", "{:.3f}"),
+    ("map_efficiency_10ms", "map 10ms", "{:.3f}"),
+]
+ALL_FIGURES = FIGURES + EFFICIENCY
 
 
-def print_table(order, labels, status, medians, per_round, args, n_eff):
+def print_table(order, labels, status, medians, per_round, args):
     print(f"zsched throughput: {args.executors} executor(s) x 1 core, {args.tasks} no-op tasks, "
-          f"{args.latency_samples} latency samples, {n_eff} x 10 ms tasks; median of "
-          f"{args.rounds} round(s); {os.cpu_count()} CPUs")
+          f"{args.latency_samples} latency samples; median of {args.rounds} round(s); "
+          f"{os.cpu_count()} CPUs")
     width = max(len(labels[n]) for n in order) + 2
     header = "system".ljust(width) + "".join(h.rjust(CELL) for _, h, _ in FIGURES)
     print(header)
@@ -37,8 +43,8 @@ def print_table(order, labels, status, medians, per_round, args, n_eff):
     print("submit/s: N x submit(), then wait for all.  map/s: list(map(fn, range(N))) (Pool: map_async")
     print("  chunksize=1, Pool.map: its own chunks; Dask: client.map + gather; Ray: f.remote + ray.get).")
     print(f"  map M/s: the same with M = {args.large_map:,} calls, for the systems that chunk a map.  p50/p99: submit one,")
-    print("  wait for it, repeat.  eff 10ms: ideal / measured time of the 10 ms tasks (1.00 = perfect).")
-    print("  start s: construct until workers registered and a first task returned.  stop s: shutdown.")
+    print("  wait for it, repeat.  start s: construct until workers registered and a first task")
+    print("  returned.  stop s: shutdown.")
     for name in order:
         counts = sorted({f["tasks"] for f in per_round[name] if "tasks" in f})
         if counts and counts[0] < args.tasks:
@@ -46,26 +52,45 @@ def print_table(order, labels, status, medians, per_round, args, n_eff):
                   f"{args.tasks:,} (slow: capped to about {args.phase_budget:g} s by --phase-budget)")
 
 
+def print_efficiency(order, labels, status, medians, n_eff):
+    """Each system's fraction of the ideal time on calls of 1 ms and 10 ms, through
+    ``submit`` and through its own map."""
+    print()
+    print(f"efficiency: ideal / measured time (1.000 = perfect) of {10 * n_eff} calls of 1 ms and "
+          f"{n_eff} of 10 ms (time.sleep)")
+    width = max(len(labels[n]) for n in order) + 2
+    header = "system".ljust(width) + "".join(h.rjust(CELL) for _, h, _ in EFFICIENCY)
+    print(header)
+    print("-" * len(header))
+    for name in order:
+        if status[name] == "ok":
+            print(labels[name].ljust(width)
+                  + "".join(fmt(medians[name].get(k), f).rjust(CELL) for k, _, f in EFFICIENCY))
+    print("submit: one task per call, then wait for all.  map: the system's own, as in map/s (zsched:")
+    print("  client.map, chunked by itself; ProcessPoolExecutor: Executor.map; multiprocessing.Pool:")
+    print("  map_async chunksize=1, Pool.map: its own chunks; Dask: client.map; Ray: f.remote each).")
+
+
 def print_ratios(order, labels, status, medians):
+    """The peers' figures over zsched's, the main table's printed; every figure's returned."""
     peers = [n for n in order if n not in ("zsched", "zsched_embedded") and status[n] == "ok"]
     if not peers or status.get("zsched") != "ok":
         return {}
     base = medians["zsched"]
-    ratios = {}
+    ratios = {name: {} for name in peers}
+    for name in peers:
+        for key, _, _ in ALL_FIGURES:
+            a, b = medians[name].get(key), base.get(key)
+            ratios[name][key] = a / b if a is not None and b else None
     print()
-    print("peer / zsched  (tasks/s, eff: below 1 = zsched better;  us, s: above 1 = zsched better)")
+    print("peer / zsched  (tasks/s: below 1 = zsched better;  us, s: above 1 = zsched better)")
     width = max(len(labels[n]) for n in order) + 2
     header = "system".ljust(width) + "".join(h.rjust(CELL) for _, h, _ in FIGURES)
     print(header)
     print("-" * len(header))
     for name in peers:
-        ratios[name] = {}
-        cells = []
-        for key, _, _ in FIGURES:
-            a, b = medians[name].get(key), base.get(key)
-            r = a / b if a is not None and b else None
-            ratios[name][key] = r
-            cells.append(("-" if r is None else f"{r:.2f}x").rjust(CELL))
+        cells = [("-" if ratios[name][key] is None else f"{ratios[name][key]:.2f}x").rjust(CELL)
+                 for key, _, _ in FIGURES]
         print(labels[name].ljust(width) + "".join(cells))
     return ratios
 

@@ -23,7 +23,8 @@ import traceback
 from _common import (about_machine, about_zsched, check_results, kill_pids, live_children, median,
                      new_log_file, output_to_log, percentile, print_json, report_log, require_positive)
 from _throughput_peers import PEER_SYSTEMS, NotInstalled
-from _throughput_report import FIGURES, print_map_against_pool, print_ratios, print_table
+from _throughput_report import (ALL_FIGURES, print_efficiency, print_map_against_pool, print_ratios,
+                                print_table)
 from _throughput_zsched import ZSCHED_SYSTEMS, measure_detection
 
 
@@ -35,9 +36,18 @@ def noop(x):
     return x
 
 
+def sleep_1ms(x):
+    time.sleep(0.001)
+    return x
+
+
 def sleep_10ms(x):
     time.sleep(0.01)
     return x
+
+
+# the calls of the efficiency phases: (function, its seconds, the figures' suffix)
+TIMED_CALLS = ((sleep_1ms, 0.001, "1ms"), (sleep_10ms, 0.01, "10ms"))
 
 
 def phase_timeout(n_tasks):
@@ -58,7 +68,7 @@ def run_round(cls, args, n_eff, log, stray):
         submit_phase(system, xs, timeout, figures, log)
         map_phases(system, args, xs, timeout, figures, log)
         latency_phase(system, args.latency_samples, figures, log)
-        efficiency_phase(system, n_eff, figures, log)
+        efficiency_phases(system, n_eff, figures, log)
         return figures
     finally:
         t0 = time.perf_counter()
@@ -149,16 +159,25 @@ def latency_phase(system, n_samples, figures, log):
     figures["latency_p99_us"] = percentile(samples, 99) * 1e6
 
 
-def efficiency_phase(system, n_eff, figures, log):
-    """``n_eff`` tasks of 10 ms: ideal time over measured time."""
-    gc.collect()
-    log(f"    {n_eff} x 10 ms")
-    ys = list(range(n_eff))
-    t0 = time.perf_counter()
-    results = system.wait_all([system.submit(sleep_10ms, y) for y in ys], phase_timeout(n_eff))
-    elapsed = time.perf_counter() - t0
-    check_results(list(results), ys, "10 ms tasks")
-    figures["efficiency_10ms"] = (n_eff * 0.01 / system.workers) / elapsed
+def efficiency_phases(system, n_eff, figures, log):
+    """``n_eff`` calls of 10 ms, and as many seconds of calls of 1 ms, each through
+    ``submit`` (one task per call), then through the system's own ``map``: ideal time
+    (calls x seconds / workers) over measured time."""
+    for fn, seconds, suffix in TIMED_CALLS:
+        ys = list(range(round(n_eff * 0.01 / seconds)))
+        ideal = len(ys) * seconds / system.workers
+        for way in ("submit", "map"):
+            gc.collect()
+            log(f"    {way} {len(ys)} x {suffix}")
+            timeout = phase_timeout(len(ys))
+            t0 = time.perf_counter()
+            if way == "submit":
+                results = system.wait_all([system.submit(fn, y) for y in ys], timeout)
+            else:
+                results = system.map(fn, ys, timeout)
+            elapsed = time.perf_counter() - t0
+            check_results(list(results), ys, f"{suffix} calls through {way}")
+            figures[f"{'map_' if way == 'map' else ''}efficiency_{suffix}"] = ideal / elapsed
 
 
 def parse_args(argv=None):
@@ -283,9 +302,10 @@ def run_one(cls, args, runs, r, n_eff, log):
 def report(args, runs, n_eff, log_path, started):
     """Print the tables, the errors and the JSON line; the exit status."""
     order, labels, status, per_round = runs.order, runs.labels, runs.status, runs.per_round
-    medians = {name: {key: median(rounds, key) for key, _, _ in FIGURES}
+    medians = {name: {key: median(rounds, key) for key, _, _ in ALL_FIGURES}
                for name, rounds in per_round.items()}
-    print_table(order, labels, status, medians, per_round, args, n_eff)
+    print_table(order, labels, status, medians, per_round, args)
+    print_efficiency(order, labels, status, medians, n_eff)
     ratios = print_ratios(order, labels, status, medians) if args.compare else {}
     map_ratios = print_map_against_pool(labels, status, medians) if args.compare else {}
     n_notable, log_path = print_problems(runs, log_path)
@@ -296,7 +316,8 @@ def report(args, runs, n_eff, log_path, started):
         "params": {"tasks": args.tasks, "large_map": args.large_map,
                    "latency_samples": args.latency_samples,
                    "rounds": args.rounds, "executors": args.executors,
-                   "efficiency_tasks": n_eff, "phase_budget_s": args.phase_budget,
+                   "efficiency_tasks": n_eff, "efficiency_tasks_1ms": 10 * n_eff,
+                   "phase_budget_s": args.phase_budget,
                    "compare": args.compare, "quick": args.quick},
         "systems": {
             name: {"label": labels[name], "status": status[name],

@@ -17,6 +17,7 @@ from zsched.client.future import FuturesCondition
 from zsched.client.map_calls import TASKS_PER_CORE, auto_chunk_size
 
 from conftest import wait_for
+from test_client_map_calls import planned_sizes
 
 
 # the cluster and client fixtures are conftest's, with this setting
@@ -137,7 +138,7 @@ def test_a_large_map_makes_chunks_itself_and_raises_each_calls_exception_at_its_
     assert list(client.map(abs, xs)) == xs
     tasks = client.status()["tasks"]["submitted"] - before
     per_task = auto_chunk_size(20_000, cores)   # from the calls and the cores, as Pool.map
-    assert 1 < per_task < 20_000 and tasks == -(-20_000 // per_task)
+    assert 1 < per_task < 20_000 and tasks == len(planned_sizes(20_000, cores))
     results = client.map(fail_on_7, range(10_000))
     assert [next(results) for _ in range(7)] == list(range(7))
     with pytest.raises(ValueError, match="no 7") as raised:

@@ -169,8 +169,9 @@ class Client(concurrent.futures.Executor):
     def map(self, fn, *iterables, timeout=None, chunksize=None, buffersize=None, progress=False):
         """Like ``Executor.map``: results in order, each call's exception raised at its place.
 
-        ``chunksize`` runs that many calls per task. By default a large map chooses it from
-        the number of calls and the executors' cores. ``buffersize`` (as in Python 3.14)
+        ``chunksize`` runs that many calls per task. By default a large map chooses the
+        calls per task from the number of calls and the executors' cores, fewer towards its
+        end so that the cores finish together. ``buffersize`` (as in Python 3.14)
         keeps at most that many calls submitted ahead of the caller, and reads the
         iterables only as needed. ``progress=True`` shows a live bar of the calls."""
         return self._map(self.retries, fn, iterables, timeout, chunksize, buffersize, progress)

@@ -7,6 +7,7 @@ whatever the chunk size. Executors import this module to run chunks: it stays sm
 """
 import itertools
 import time
+from collections.abc import Iterator
 
 from ..errors import exception_payload, load_exception
 
@@ -14,6 +15,11 @@ from ..errors import exception_payload, load_exception
 # each of at most MAX_AUTO_CHUNK calls (bounded memory and latency per task)
 TASKS_PER_CORE = 8
 MAX_AUTO_CHUNK = 4096
+# Near its end such a map's tasks shrink to the calls left / (TAIL_TASKS_PER_CORE x cores):
+# each core holds a running task and a queued one. None is below 1 / MIN_CHUNK_SHARE of a
+# core's share of the calls, so the tail of a map of tiny calls stays a few tasks.
+TAIL_TASKS_PER_CORE = 2
+MIN_CHUNK_SHARE = 64
 
 
 class CallsRunner:
@@ -72,9 +78,30 @@ class MapResults(itertools.chain):
 
 
 def auto_chunk_size(calls, cores):
-    """Calls per task for ``calls`` calls on ``cores`` cores, when the caller gave none."""
+    """Calls per task for ``calls`` calls on ``cores`` cores when the caller gave no
+    chunksize: every task's with a buffersize, else the largest's (``guided_sizes``)."""
     per_task = calls // (TASKS_PER_CORE * max(1, cores))
     return max(1, min(MAX_AUTO_CHUNK, per_task))
+
+
+def guided_sizes(calls, cores):
+    """Calls per task, task after task, for ``calls`` calls on ``cores`` cores when the
+    caller gave no chunksize (guided self-scheduling, as OpenMP's ``schedule(guided)``).
+
+    Tasks hold ``auto_chunk_size`` calls while more than 2 x cores such tasks are left,
+    then the calls left / (2 x cores), down to the smallest size: 1 / 64 of a core's share
+    of the calls, one call at least. Every core then ends within about one task of that
+    size of the others. After the calls it goes on with the smallest size."""
+    cores = max(1, cores)
+    largest = auto_chunk_size(calls, cores)
+    smallest = max(1, min(largest, calls // (MIN_CHUNK_SHARE * cores)))
+    remaining = calls
+    while True:
+        size = min(largest, max(smallest, -(-remaining // (TAIL_TASKS_PER_CORE * cores))))
+        if 0 < remaining < size:
+            size = remaining
+        yield size
+        remaining -= size
 
 
 def check_chunk_arguments(chunksize, buffersize):
@@ -88,25 +115,33 @@ def check_chunk_arguments(chunksize, buffersize):
             raise ValueError("buffersize must be None or > 0")
 
 
-def chunks(iterables, size):
-    """``(columns, calls)`` for each group of ``size`` calls: one column per iterable, a
-    slice of it where it is a range, a list or a tuple (a range's slice pickles small),
-    else a list of its items."""
+def chunks(iterables, sizes):
+    """``(columns, calls)`` for each group of calls, of ``sizes`` calls (an iterator of
+    each group's, which must not end before the calls, else every group's): one column
+    per iterable, a slice of it where it is a range, a list or a tuple (a range's slice
+    pickles small), else a list of its items."""
+    if not isinstance(sizes, Iterator):
+        sizes = itertools.repeat(sizes)
     if len(iterables) == 1 and type(iterables[0]) in (range, list, tuple):
         whole = iterables[0]
-        for start in range(0, len(whole), size):
+        start, end = 0, len(whole)
+        for size in sizes:
+            if start >= end:
+                return
             column = whole[start:start + size]
+            start += size
             yield (column,), len(column)
         return
     if len(iterables) == 1:
         source = iter(iterables[0])
-        while True:
+        for size in sizes:
             column = list(itertools.islice(source, size))
             if not column:
                 return
             yield (column,), len(column)
+        return
     rows = zip(*iterables)
-    while True:
+    for size in sizes:
         group = list(itertools.islice(rows, size))
         if not group:
             return

@@ -2,12 +2,13 @@
 import itertools
 import time
 from collections import deque
+from collections.abc import Iterator
 
 from ..errors import MessageTooLarge
 from ..payload import quick_pickle
 from ..runtime import gc_untrack
 from .map_calls import (TASKS_PER_CORE, CallsRunner, MapResults, auto_chunk_size,
-                        check_chunk_arguments, chunks, count_calls, tasks_ahead)
+                        check_chunk_arguments, chunks, count_calls, guided_sizes, tasks_ahead)
 from .progress_bar import ProgressBar
 
 _MAP_BATCH = 4096  # map hands tasks to the sending thread in groups of this many
@@ -18,16 +19,22 @@ def run_map(outbox, futures, check_open, total_cores, retries, fn, iterables, ti
             chunksize, buffersize, progress, placement=None):
     """``Client.map``: the iterator of its results (``MapResults``). The tasks go to
     ``outbox`` and their futures to ``futures``; ``total_cores()`` is the executors' cores,
-    for an automatic chunk size."""
+    for automatic chunks."""
     check_chunk_arguments(chunksize, buffersize)
     end_time = None if timeout is None else timeout + time.monotonic()
     calls = None  # unknown with a buffersize: the iterables may not end
     if buffersize is None and (chunksize is None or progress):
         iterables, calls = counted(iterables)
+    sizes = chunksize  # calls per task: every task's, or an iterator of each task's
     if chunksize is None:
         wanted = calls if buffersize is None else buffersize
-        chunksize = 1 if wanted < 2 * TASKS_PER_CORE else auto_chunk_size(wanted, total_cores())
-    tasks = MapTasks(outbox, futures, check_open, fn, iterables, chunksize, retries,
+        sizes = chunksize = 1
+        if wanted >= 2 * TASKS_PER_CORE:
+            cores = total_cores()
+            sizes = chunksize = auto_chunk_size(wanted, cores)  # the largest
+            if buffersize is None and chunksize > 1:  # tasks that shrink as the map nears its end
+                sizes = guided_sizes(calls, cores)
+    tasks = MapTasks(outbox, futures, check_open, fn, iterables, sizes, retries,
                      calls if progress else False, placement)
     if buffersize is None:
         try:
@@ -49,23 +56,24 @@ def run_map(outbox, futures, check_open, total_cores, retries, fn, iterables, ti
 
 
 class MapTasks:
-    """The tasks of one ``map``: its calls grouped into tasks, submitted on demand.
+    """The tasks of one ``map``: its calls grouped into tasks of ``sizes`` calls (see
+    ``chunks``), submitted on demand.
 
     It queues rows in the client's ``outbox`` and registers their futures in its
     ``futures`` table; ``check_open()`` raises once the client takes no more tasks.
     The map's function is pickled once, and held at the driver until the map ends
     (``release_function``)."""
 
-    def __init__(self, outbox, futures, check_open, fn, iterables, chunksize, retries,
+    def __init__(self, outbox, futures, check_open, fn, iterables, sizes, retries,
                  progress_total, placement=None):
         self.outbox = outbox
         self.futures = futures
         self.check_open = check_open
         self.retries = retries
         self.placement = placement  # [hosts, speculative] of each task, or None
-        self.chunked = chunksize > 1
+        self.chunked = isinstance(sizes, Iterator) or sizes > 1
         if self.chunked:
-            fn, self.groups = CallsRunner(fn, retries > 0), chunks(iterables, chunksize)
+            fn, self.groups = CallsRunner(fn, retries > 0), chunks(iterables, sizes)
         else:
             self.groups = ((args, 1) for args in zip(*iterables))
         with outbox.lock:
