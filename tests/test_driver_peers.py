@@ -13,7 +13,8 @@ from zsched.channel import Channel, Endpoint
 from zsched.config import Config
 from zsched.errors import ProtocolError
 from zsched.driver.loop import Loop
-from zsched.driver.peers import GONE, InProcessPeer, Peers, Role, open_router, role_of_user
+from zsched.driver.peers import (GONE, InProcessPeer, Peers, Role, lost_descriptors, open_router,
+                                 role_of_user)
 from zsched.pipe_link import PipeLink, pipe_pair
 
 MAX_FRAME = p.frame_limit(Config().max_message_size)
@@ -158,6 +159,25 @@ def test_a_probe_finds_the_router_peers_that_left(harness):
     assert stays.poll(5000)  # a probe reached the one that stays
     assert harness.peers.get(b"leaves") is None  # its role went with its connection
     assert harness.peers.get(b"stays") is not None
+
+
+def test_a_lost_connections_descriptor_names_the_peer_to_probe(harness):
+    """The ROUTER's monitor names a lost connection's descriptor: the peers of that one are
+    probed, not every peer (the others hear no probe)."""
+    stays = harness.dealer(b"stays")
+    leaves = harness.dealer(b"leaves")
+    harness.dealers.remove(leaves)
+    leaves.close(0)
+    fds = harness.until(lambda: lost_descriptors(harness.monitor))
+    assert None not in fds
+    harness.until(lambda: (harness.peers.probe(fds), harness.lost)[1])
+    assert harness.lost == [(b"leaves", "connection lost")]
+    assert harness.peers.get(b"leaves") is None
+    assert not stays.poll(200)                    # no probe for the one that stays
+    assert harness.peers.probe(set()) is None     # nothing lost: nothing probed
+    assert not stays.poll(200) and harness.peers.get(b"stays") is not None
+    harness.peers.probe()                         # every peer: the one that stays hears one
+    assert stays.poll(5000)
 
 
 def test_a_forgotten_router_peer_keeps_its_role_while_connected(harness):

@@ -34,9 +34,10 @@ from .client_pipes import ClientPipes
 from .clients import ClientEndpoint, ClientSessions
 from .data_store import DataStore
 from .executors import ExecutorEndpoint
+from .heartbeats import HeartbeatPace, driver_pings
 from .loop import Loop
 from .peer_warnings import PeerWarnings
-from .peers import Peers, Role, open_router
+from .peers import Peers, Role, lost_descriptors, open_router
 from .registry import ExecutorRegistry
 from .scheduler import TaskScheduler
 
@@ -95,12 +96,14 @@ class Driver:
         self.dashboard_host = options.dashboard_host
         self.dashboard = None
         self._probe_at = None         # when to probe the peers again after a disconnect
+        self._probe_fds = set()       # and the descriptors of the connections lost (None: any)
         self.allocator = None
         if cluster_manager is not None:
             # report: given the text of each allocation warning (bin/driver prints them)
             self.allocator = ExecutorAllocator(cluster_manager, self.config, clock,
                                                options.initial_executors, report=options.report)
         self.dynamic_allocation = options.dynamic_allocation  # a DynamicAllocationPolicy, or None
+        self.pings = driver_pings(cluster_manager, options.initial_executors, self.dynamic_allocation)
         self._build()
 
     def _build(self):
@@ -126,6 +129,7 @@ class Driver:
         shared = dict(scheduler=self.scheduler, registry=self.registry, sessions=self.sessions)
         self.executor_endpoint = executors = ExecutorEndpoint(
             **known, **shared, clock=self.clock, peers=self.peers,
+            pace=HeartbeatPace(self.config, self.clock),
             cluster_manager=self.cluster_manager, allocator=self.allocator,
             executor_keys=self.executor_keys, counters=self.counters, warnings=self.warnings,
             ask_for_offers=self.ask_for_offers, data_push=self._data_push)
@@ -153,7 +157,8 @@ class Driver:
             self.ipc_url = f"ipc://{self.ipc_path}"
         extra_urls = [url for url in (self.inproc_url, self.ipc_url) if url is not None]
         self.router, self._router_state, self.zap, self.monitor, port = open_router(
-            self.context, self.config, self.keys, self.executor_keys, self.host, self.port, extra_urls)
+            self.context, self.config, self.keys, self.executor_keys, self.host, self.port, extra_urls,
+            pings=self.pings)
         self.port = port
         advertised = self.host
         if advertised in ("0.0.0.0", "*", ""):
@@ -388,14 +393,11 @@ class Driver:
     # ------------------------------------------------------------ timers
 
     def _on_disconnects(self):
-        """A connection was lost: find whose by probing every peer now, and again shortly
+        """Connections were lost: probe the peers of their descriptors now, and again shortly
         (the event can arrive before the ROUTER has dropped the connection)."""
-        while True:
-            try:
-                self.monitor.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-        self._probe_peers()
+        fds = lost_descriptors(self.monitor)
+        self._probe_peers(fds)
+        self._probe_fds |= fds
         self._probe_at = self.clock() + 0.3
 
     def _drain(self, rounds=8):
@@ -409,11 +411,12 @@ class Driver:
     def _probe_again(self):
         if self._probe_at is not None and self.clock() >= self._probe_at:
             self._probe_at = None
-            self._probe_peers()
+            fds, self._probe_fds = self._probe_fds, set()
+            self._probe_peers(fds)
 
-    def _probe_peers(self):
+    def _probe_peers(self, fds):
         self._drain()
-        self.peers.probe()
+        self.peers.probe(None if None in fds else fds)
 
     # ------------------------------------------------------------ stopping
 

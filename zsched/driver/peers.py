@@ -14,6 +14,7 @@ import enum
 import itertools
 import logging
 import os
+import struct
 
 import zmq
 
@@ -255,18 +256,21 @@ class InProcessPeer(Peer):
             log.exception("error telling a client in this process that the driver stopped")
 
 
-def open_router(context, config, keys, executor_keys, host, port, extra_urls=()):
+def open_router(context, config, keys, executor_keys, host, port, extra_urls=(), pings=True):
     """The driver's ROUTER socket, bound at ``host``:``port`` (0: a free one) and at
     ``extra_urls``, with the ZAP handler of ``keys`` and ``executor_keys`` (None: insecure)
     and a monitor of lost connections: (router, its SocketState, zap handler or None,
-    monitor, port)."""
+    monitor, port). With ``pings`` it sends ZMTP pings; it answers its peers' pings
+    either way."""
     router = context.socket(zmq.ROUTER)
     router.router_mandatory = 1
     router.linger = 1000
     router.sndhwm = 100_000
     router.rcvhwm = 100_000
     router.maxmsgsize = p.frame_limit(config.max_message_size)
-    set_heartbeats(router, config)
+    router.backlog = 4096  # executors started together connect together (the kernel's limit applies)
+    if pings:
+        set_heartbeats(router, config)
     zap = None
     if keys is not None:
         zap = ZapHandler(context, keys, executor_keys)
@@ -285,6 +289,21 @@ def open_router(context, config, keys, executor_keys, host, port, extra_urls=())
     monitor = router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     # SocketState: its ZMQ_EVENTS and ZMQ_RCVMORE, read cheaply
     return router, SocketState(router), zap, monitor, port
+
+
+def lost_descriptors(monitor):
+    """The descriptors of the connections whose loss ``monitor`` (the ROUTER's) reported
+    since it was last read; None among them for an event it cannot read."""
+    fds = set()
+    while True:
+        try:
+            event = monitor.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return fds
+        try:
+            fds.add(struct.unpack("=hi", event[0])[1])  # the event's value: the descriptor
+        except (struct.error, IndexError):
+            fds.add(None)
 
 
 class Peers:
@@ -309,6 +328,11 @@ class Peers:
         self._lost, self._broke = lost, broke
         self._peers = {}
         self._in_process = {}     # key (their routing id here) -> InProcessPeer
+        # ROUTER peers by their connection's descriptor, which a lost connection's event
+        # names; those whose descriptor is unknown are probed at every loss
+        self._by_fd = {}          # descriptor -> routing ids (a descriptor is reused)
+        self._fd_of = {}          # routing id -> descriptor
+        self._unmapped = set()
         self._link_keys = itertools.count(1)
 
     def get(self, rid):
@@ -340,6 +364,15 @@ class Peers:
         if role is None:
             return None
         peer = self._peers[rid] = RouterPeer(rid, self.counters, self.router, *role)
+        try:
+            fd = frame.get(zmq.SRCFD)
+        except zmq.ZMQError:
+            fd = -1
+        if fd >= 0:
+            self._by_fd.setdefault(fd, set()).add(rid)
+            self._fd_of[rid] = fd
+        else:
+            self._unmapped.add(rid)
         return peer
 
     # ------------------------------------------------------------ sending
@@ -357,13 +390,28 @@ class Peers:
             self.link_lost(rid, problem, msg)
         return False
 
-    def probe(self):
-        """Probe the ROUTER's peers; those gone are reported to ``lost``. Piped peers need
-        no probe: a pipe's end of file says at once that one is gone."""
-        for peer in [peer for peer in self._peers.values() if type(peer) is RouterPeer]:
-            if not peer.probe():
-                self._lost(peer.rid, "connection lost", None)
-                self._peers.pop(peer.rid, None)  # its role goes with its connection
+    def probe(self, fds=None):
+        """Probe the ROUTER's peers (with ``fds``: those of these connections' descriptors,
+        and those of no known descriptor); those gone are reported to ``lost``. Piped peers
+        need no probe: a pipe's end of file says at once that one is gone."""
+        if fds is None:
+            rids = [rid for rid, peer in self._peers.items() if type(peer) is RouterPeer]
+        else:
+            rids = list(self._unmapped)
+            for fd in fds:
+                rids.extend(self._by_fd.get(fd, ()))
+        for rid in rids:
+            peer = self._peers.get(rid)
+            if type(peer) is RouterPeer and not peer.probe():
+                self._lost(rid, "connection lost", None)
+                self._peers.pop(rid, None)  # its role goes with its connection
+                self._unmapped.discard(rid)
+                fd = self._fd_of.pop(rid, None)
+                if fd is not None:
+                    on_fd = self._by_fd[fd]
+                    on_fd.discard(rid)
+                    if not on_fd:
+                        del self._by_fd[fd]
 
     # ------------------------------------------------------------ receiving
 
