@@ -95,8 +95,8 @@ class Driver:
         self.dashboard_port = options.dashboard_port  # None: no dashboard
         self.dashboard_host = options.dashboard_host
         self.dashboard = None
-        self._probe_at = None         # when to probe the peers again after a disconnect
-        self._probe_fds = set()       # and the descriptors of the connections lost (None: any)
+        # descriptors of connections lost (None: any), and how many more times to probe them
+        self._probe_fds = {}
         self.allocator = None
         if cluster_manager is not None:
             # report: given the text of each allocation warning (bin/driver prints them)
@@ -397,8 +397,7 @@ class Driver:
         (the event can arrive before the ROUTER has dropped the connection)."""
         fds = lost_descriptors(self.monitor)
         self._probe_peers(fds)
-        self._probe_fds |= fds
-        self._probe_at = self.clock() + 0.3
+        self._probe_fds.update(dict.fromkeys(fds, 3))
 
     def _drain(self, rounds=8):
         """Read what waits before a peer is declared gone: the ROUTER still holds the last
@@ -409,10 +408,9 @@ class Driver:
                 return
 
     def _probe_again(self):
-        if self._probe_at is not None and self.clock() >= self._probe_at:
-            self._probe_at = None
-            fds, self._probe_fds = self._probe_fds, set()
-            self._probe_peers(fds)
+        if self._probe_fds:  # on the next three ticks of its timer
+            self._probe_peers(set(self._probe_fds))
+            self._probe_fds = {fd: left - 1 for fd, left in self._probe_fds.items() if left > 1}
 
     def _probe_peers(self, fds):
         self._drain()
