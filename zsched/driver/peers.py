@@ -291,14 +291,22 @@ def open_router(context, config, keys, executor_keys, host, port, extra_urls=(),
     return router, SocketState(router), zap, monitor, port
 
 
+# a monitor queues at most 1,000 events (its high-water mark) and drops the others: past
+# this many at once, some may be lost, and every peer is probed
+_EVENTS_MAYBE_DROPPED = 500
+
+
 def lost_descriptors(monitor):
     """The descriptors of the connections whose loss ``monitor`` (the ROUTER's) reported
-    since it was last read; None among them for an event it cannot read."""
+    since it was last read; None among them for an event it cannot read, or when it may
+    have dropped some."""
     fds = set()
-    while True:
+    for count in itertools.count():
         try:
             event = monitor.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
+            if count >= _EVENTS_MAYBE_DROPPED:
+                fds.add(None)
             return fds
         try:
             fds.add(struct.unpack("=hi", event[0])[1])  # the event's value: the descriptor
