@@ -3,6 +3,7 @@ ROUTER socket, one over a pair of pipes and one in the driver's own process. Eac
 role and owns its send queue; ``send`` never blocks and says when a peer is gone or not
 reading; ``Peers`` holds them by routing id, with one way to send to any of them and one way
 in for what they send. Real transports: a ROUTER and DEALERs on loopback, real pipe pairs."""
+import struct
 import time
 
 import pytest
@@ -323,3 +324,23 @@ def test_stopping_tells_every_client_in_this_process(harness):
             harness.peers.receive_in_process()
     harness.peers.stop_in_process()
     assert sorted(stopped) == ["never-taken", "taken"]
+
+
+class QueuedEvents:
+    """A stand-in for the ROUTER's monitor holding ``n`` disconnection events."""
+
+    def __init__(self, n):
+        self.events = [[struct.pack("=hi", zmq.EVENT_DISCONNECTED, 100 + i), b"tcp://x"]
+                       for i in range(n)]
+
+    def recv_multipart(self, flags=0):
+        if not self.events:
+            raise zmq.Again()
+        return self.events.pop(0)
+
+
+def test_when_the_monitor_may_have_dropped_losses_every_peer_is_probed():
+    assert lost_descriptors(QueuedEvents(3)) == {100, 101, 102}
+    many = lost_descriptors(QueuedEvents(600))   # its queue holds 1,000: some may be lost
+    assert None in many and 699 in many
+    assert lost_descriptors(QueuedEvents(0)) == set()
