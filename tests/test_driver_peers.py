@@ -3,7 +3,6 @@ ROUTER socket, one over a pair of pipes and one in the driver's own process. Eac
 role and owns its send queue; ``send`` never blocks and says when a peer is gone or not
 reading; ``Peers`` holds them by routing id, with one way to send to any of them and one way
 in for what they send. Real transports: a ROUTER and DEALERs on loopback, real pipe pairs."""
-import struct
 import time
 
 import pytest
@@ -14,8 +13,7 @@ from zsched.channel import Channel, Endpoint
 from zsched.config import Config
 from zsched.errors import ProtocolError
 from zsched.driver.loop import Loop
-from zsched.driver.peers import (GONE, InProcessPeer, Peers, Role, lost_descriptors, open_router,
-                                 role_of_user)
+from zsched.driver.peers import GONE, InProcessPeer, Peers, Role, open_router, role_of_user
 from zsched.pipe_link import PipeLink, pipe_pair
 
 MAX_FRAME = p.frame_limit(Config().max_message_size)
@@ -162,25 +160,6 @@ def test_a_probe_finds_the_router_peers_that_left(harness):
     assert harness.peers.get(b"stays") is not None
 
 
-def test_a_lost_connections_descriptor_names_the_peer_to_probe(harness):
-    """The ROUTER's monitor names a lost connection's descriptor: the peers of that one are
-    probed, not every peer (the others hear no probe)."""
-    stays = harness.dealer(b"stays")
-    leaves = harness.dealer(b"leaves")
-    harness.dealers.remove(leaves)
-    leaves.close(0)
-    fds = harness.until(lambda: lost_descriptors(harness.monitor))
-    assert None not in fds
-    harness.until(lambda: (harness.peers.probe(fds), harness.lost)[1])
-    assert harness.lost == [(b"leaves", "connection lost")]
-    assert harness.peers.get(b"leaves") is None
-    assert not stays.poll(200)                    # no probe for the one that stays
-    assert harness.peers.probe(set()) is None     # nothing lost: nothing probed
-    assert not stays.poll(200) and harness.peers.get(b"stays") is not None
-    harness.peers.probe()                         # every peer: the one that stays hears one
-    assert stays.poll(5000)
-
-
 def test_a_forgotten_router_peer_keeps_its_role_while_connected(harness):
     harness.dealer(b"client-1")
     peer = harness.peers.get(b"client-1")
@@ -324,23 +303,3 @@ def test_stopping_tells_every_client_in_this_process(harness):
             harness.peers.receive_in_process()
     harness.peers.stop_in_process()
     assert sorted(stopped) == ["never-taken", "taken"]
-
-
-class QueuedEvents:
-    """A stand-in for the ROUTER's monitor holding ``n`` disconnection events."""
-
-    def __init__(self, n):
-        self.events = [[struct.pack("=hi", zmq.EVENT_DISCONNECTED, 100 + i), b"tcp://x"]
-                       for i in range(n)]
-
-    def recv_multipart(self, flags=0):
-        if not self.events:
-            raise zmq.Again()
-        return self.events.pop(0)
-
-
-def test_when_the_monitor_may_have_dropped_losses_every_peer_is_probed():
-    assert lost_descriptors(QueuedEvents(3)) == {100, 101, 102}
-    many = lost_descriptors(QueuedEvents(600))   # its queue holds 1,000: some may be lost
-    assert None in many and 699 in many
-    assert lost_descriptors(QueuedEvents(0)) == set()

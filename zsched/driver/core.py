@@ -37,7 +37,7 @@ from .executors import ExecutorEndpoint
 from .heartbeats import HeartbeatPace, driver_pings
 from .loop import Loop
 from .peer_warnings import PeerWarnings
-from .peers import Peers, Role, lost_descriptors, open_router
+from .peers import Peers, Role, open_router
 from .registry import ExecutorRegistry
 from .scheduler import TaskScheduler
 
@@ -95,8 +95,7 @@ class Driver:
         self.dashboard_port = options.dashboard_port  # None: no dashboard
         self.dashboard_host = options.dashboard_host
         self.dashboard = None
-        # descriptors of connections lost (None: any), and how many more times to probe them
-        self._probe_fds = {}
+        self._probe_at = None         # when to probe the peers again after a disconnect
         self.allocator = None
         if cluster_manager is not None:
             # report: given the text of each allocation warning (bin/driver prints them)
@@ -157,8 +156,7 @@ class Driver:
             self.ipc_url = f"ipc://{self.ipc_path}"
         extra_urls = [url for url in (self.inproc_url, self.ipc_url) if url is not None]
         self.router, self._router_state, self.zap, self.monitor, port = open_router(
-            self.context, self.config, self.keys, self.executor_keys, self.host, self.port, extra_urls,
-            pings=self.pings)
+            self.context, self.config, self.keys, self.executor_keys, self.host, self.port, extra_urls, self.pings)
         self.port = port
         advertised = self.host
         if advertised in ("0.0.0.0", "*", ""):
@@ -393,11 +391,15 @@ class Driver:
     # ------------------------------------------------------------ timers
 
     def _on_disconnects(self):
-        """Connections were lost: probe the peers of their descriptors now, and again shortly
+        """A connection was lost: find whose by probing every peer now, and again shortly
         (the event can arrive before the ROUTER has dropped the connection)."""
-        fds = lost_descriptors(self.monitor)
-        self._probe_peers(fds)
-        self._probe_fds.update(dict.fromkeys(fds, 3))
+        while True:
+            try:
+                self.monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        self._probe_peers()
+        self._probe_at = self.clock() + 0.3
 
     def _drain(self, rounds=8):
         """Read what waits before a peer is declared gone: the ROUTER still holds the last
@@ -408,13 +410,13 @@ class Driver:
                 return
 
     def _probe_again(self):
-        if self._probe_fds:  # on the next three ticks of its timer
-            self._probe_peers(set(self._probe_fds))
-            self._probe_fds = {fd: left - 1 for fd, left in self._probe_fds.items() if left > 1}
+        if self._probe_at is not None and self.clock() >= self._probe_at:
+            self._probe_at = None
+            self._probe_peers()
 
-    def _probe_peers(self, fds):
+    def _probe_peers(self):
         self._drain()
-        self.peers.probe(None if None in fds else fds)
+        self.peers.probe()
 
     # ------------------------------------------------------------ stopping
 

@@ -14,7 +14,6 @@ import enum
 import itertools
 import logging
 import os
-import struct
 
 import zmq
 
@@ -291,29 +290,6 @@ def open_router(context, config, keys, executor_keys, host, port, extra_urls=(),
     return router, SocketState(router), zap, monitor, port
 
 
-# a monitor queues at most 1,000 events (its high-water mark) and drops the others: past
-# this many at once, some may be lost, and every peer is probed
-_EVENTS_MAYBE_DROPPED = 500
-
-
-def lost_descriptors(monitor):
-    """The descriptors of the connections whose loss ``monitor`` (the ROUTER's) reported
-    since it was last read; None among them for an event it cannot read, or when it may
-    have dropped some."""
-    fds = set()
-    for count in itertools.count():
-        try:
-            event = monitor.recv_multipart(zmq.NOBLOCK)
-        except zmq.Again:
-            if count >= _EVENTS_MAYBE_DROPPED:
-                fds.add(None)
-            return fds
-        try:
-            fds.add(struct.unpack("=hi", event[0])[1])  # the event's value: the descriptor
-        except (struct.error, IndexError):
-            fds.add(None)
-
-
 class Peers:
     """Every peer of the driver by routing id, whatever carries it, with one way to send to
     any of them (``send``) and one way in for what they send.
@@ -336,11 +312,6 @@ class Peers:
         self._lost, self._broke = lost, broke
         self._peers = {}
         self._in_process = {}     # key (their routing id here) -> InProcessPeer
-        # ROUTER peers by their connection's descriptor, which a lost connection's event
-        # names; those whose descriptor is unknown are probed at every loss
-        self._by_fd = {}          # descriptor -> routing ids (a descriptor is reused)
-        self._fd_of = {}          # routing id -> descriptor
-        self._unmapped = set()
         self._link_keys = itertools.count(1)
 
     def get(self, rid):
@@ -372,15 +343,6 @@ class Peers:
         if role is None:
             return None
         peer = self._peers[rid] = RouterPeer(rid, self.counters, self.router, *role)
-        try:
-            fd = frame.get(zmq.SRCFD)
-        except zmq.ZMQError:
-            fd = -1
-        if fd >= 0:
-            self._by_fd.setdefault(fd, set()).add(rid)
-            self._fd_of[rid] = fd
-        else:
-            self._unmapped.add(rid)
         return peer
 
     # ------------------------------------------------------------ sending
@@ -398,28 +360,13 @@ class Peers:
             self.link_lost(rid, problem, msg)
         return False
 
-    def probe(self, fds=None):
-        """Probe the ROUTER's peers (with ``fds``: those of these connections' descriptors,
-        and those of no known descriptor); those gone are reported to ``lost``. Piped peers
-        need no probe: a pipe's end of file says at once that one is gone."""
-        if fds is None:
-            rids = [rid for rid, peer in self._peers.items() if type(peer) is RouterPeer]
-        else:
-            rids = list(self._unmapped)
-            for fd in fds:
-                rids.extend(self._by_fd.get(fd, ()))
-        for rid in rids:
-            peer = self._peers.get(rid)
-            if type(peer) is RouterPeer and not peer.probe():
-                self._lost(rid, "connection lost", None)
-                self._peers.pop(rid, None)  # its role goes with its connection
-                self._unmapped.discard(rid)
-                fd = self._fd_of.pop(rid, None)
-                if fd is not None:
-                    on_fd = self._by_fd[fd]
-                    on_fd.discard(rid)
-                    if not on_fd:
-                        del self._by_fd[fd]
+    def probe(self):
+        """Probe the ROUTER's peers; those gone are reported to ``lost``. Piped peers need
+        no probe: a pipe's end of file says at once that one is gone."""
+        for peer in [peer for peer in self._peers.values() if type(peer) is RouterPeer]:
+            if not peer.probe():
+                self._lost(peer.rid, "connection lost", None)
+                self._peers.pop(peer.rid, None)  # its role goes with its connection
 
     # ------------------------------------------------------------ receiving
 
