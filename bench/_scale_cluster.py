@@ -183,7 +183,8 @@ class Cluster:
         return self.client
 
     def start_executors(self, n, processes, cores):
-        """Start the executor processes and wait until they are ready (imports done)."""
+        """Start the executor processes and wait until they are ready (imports done, the
+        driver's settings fetched for each executor)."""
         first = 1
         for index, count in enumerate(split(n, processes)):
             command = [sys.executable, SIMULATED_EXECUTORS,
@@ -195,7 +196,7 @@ class Cluster:
             self.sims.append(Child(f"executor process {index}", command, self.env))
             first += count
         for sim in self.sims:
-            sim.expect("ready", 120)
+            sim.expect("ready", 120 + n / 20)
 
     def register(self, n):
         """Have every simulated executor register; seconds until all hold RegisteredExecutor."""

@@ -6,8 +6,10 @@
 Each is built of the executor's own parts (``zsched.executor``): its DEALER
 (``executor_socket``), its connection to the driver (``DriverConnection``: frames made by
 ``protocol.encode``, read while ZMQ_EVENTS says more wait), ``protocol.decode``, and a
-handler per message type as ``ExecutorBackend`` has. It registers (RegisterExecutor: id,
-host, cores, app id, pid), sends Heartbeats at the interval the driver's settings give,
+handler per message type as ``ExecutorBackend`` has. As a real executor, each first asks
+the driver's settings over a connection of its own (ExecutorHello), and makes its lasting
+connection with their ZMTP heartbeats. It registers (RegisterExecutor: id, host, cores,
+app id, pid), sends Heartbeats at the interval its registration's settings give,
 and for every task of a LaunchTasks does the real work of an executor's task thread
 (unpickle the function once per process and the arguments, call, pickle the result),
 reported in one StatusUpdates per batch with the seconds spent running them (the driver
@@ -15,13 +17,14 @@ sizes each executor's window from that). It ignores Probe, KillTask (its tasks e
 as they arrive), ReturnTasks and ForgetFunctions; it stops on StopExecutor, Shutdown or a
 foreign incarnation, leaves on DecommissionExecutor, and gives up on a driver silent past
 the heartbeat timeout. What it leaves out: the task threads (tasks run one after another
-in the polling thread), fetching the driver's settings before registering, and the
-monitor socket for a lost connection (it shares the fate of the script instead).
+in the polling thread), the relief thread's connection, and the monitor socket for a lost
+connection (it shares the fate of the script instead).
 
 One thread waits on all the sockets of the process with epoll, so that a wake-up costs
 what the sockets that have something to read cost, as a real executor's does.
 
-The process prints "ready", waits for "go" on its standard input, registers every executor,
+The process asks the driver's settings for every executor, prints "ready", waits for "go"
+on its standard input, registers every executor,
 prints "registered <count> <seconds>" and serves until its input closes; "stats" prints its
 message counts, "vanish" closes every connection without a word (as if the executors were
 killed).
@@ -48,12 +51,18 @@ from zsched.protocol import MsgType, TaskState
 from zsched.security import load_keys
 
 
+# executors of a process that connect at once: more would overflow the driver's queue of
+# connections to accept (a kernel's SYN backlog), and their connects would back off for seconds
+WAVE = 256
+
+
 class SimExecutor:
     """One simulated executor: its connection to the driver and what it knows of it. Its
     ``host`` is the SimProcess that polls it and runs its tasks."""
 
     __slots__ = ("host", "executor_id", "index", "connection", "fd", "incarnation",
-                 "heartbeat_interval", "last_heard", "alive", "rows", "busy", "_stopped")
+                 "heartbeat_interval", "next_heartbeat", "last_heard", "alive", "rows", "busy",
+                 "_stopped")
 
     def __init__(self, host, index, executor_id, connection):
         self.host = host
@@ -63,6 +72,7 @@ class SimExecutor:
         self.fd = connection.socket.getsockopt(zmq.FD)
         self.incarnation = None        # set by RegisteredExecutor
         self.heartbeat_interval = None
+        self.next_heartbeat = None     # when its next heartbeat is due
         self.last_heard = time.monotonic()
         self.alive = True
         self.rows = []                 # status rows of the tasks run in this read
@@ -120,6 +130,8 @@ class SimExecutor:
     def _on_heartbeat_ack(self, msg):
         if msg.incarnation != self.incarnation:
             self.stop()  # the driver restarted
+        elif msg.next_in > 0:  # the driver's pace
+            self.host.heartbeat_at(self, time.monotonic() + msg.next_in)
 
     def _on_stop(self, msg):
         self.stop()
@@ -168,6 +180,7 @@ class SimProcess:
         self.functions = {}                # digest -> function, unpickled once per process
         self.counts = {"launches": 0, "tasks": 0, "updates": 0, "heartbeats": 0}
         self.unregistered = args.count
+        self.welcomes = []                 # the driver's settings for each executor's connection
         self.started = None
         self._closing = []                 # (executor, linger) to close after this turn's reads
         self._process = psutil.Process()
@@ -180,16 +193,39 @@ class SimProcess:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
+    def ask_settings(self):
+        """Ask the driver's settings for every executor, each over a connection of its own
+        made with the defaults, as a real executor does before it registers; ``WAVE`` at a
+        time."""
+        for first in range(0, self.args.count, WAVE):
+            sockets = []
+            for _ in range(min(WAVE, self.args.count - first)):
+                sock = executor_socket(self.context, self.config, self.keys)
+                sock.connect(self.args.driver_url)
+                sock.send(p.encode(p.ExecutorHello(os.getpid())))
+                sockets.append(sock)
+            for sock in sockets:
+                if not sock.poll(600_000):
+                    raise RuntimeError("no answer to an ExecutorHello within 600 s")
+                self.welcomes.append(Config.from_mapping(p.decode(sock.recv()).settings))
+            for sock in sockets:
+                sock.close(linger=0)
+
     def start(self):
-        """Connect every executor and send its RegisterExecutor."""
+        """Start connecting the executors, each sending its RegisterExecutor."""
         # epoll on each socket's ZMQ_FD: zmq.Poller asks every socket at each call, which a
         # real executor (one socket) does not pay
         os.set_blocking(self.stdin_fd, False)
         self.poller.register(self.stdin_fd, select.EPOLLIN)
-        args, pid = self.args, os.getpid()
         self.started = time.monotonic()
-        for i in range(args.count):
-            sock = executor_socket(self.context, self.config, self.keys)  # a real executor's options
+        self._connect_more()
+
+    def _connect_more(self):
+        """Connect executors while fewer than ``WAVE`` wait for their registration's answer."""
+        args, pid = self.args, os.getpid()
+        while len(self.sims) < args.count and len(self.sims) - (args.count - self.unregistered) < WAVE:
+            i = len(self.sims)
+            sock = executor_socket(self.context, self.welcomes[i], self.keys)  # a real executor's options
             sock.connect(args.driver_url)
             sim = SimExecutor(self, i, str(args.first_id + i), DriverConnection(socket=sock))
             sim.send(p.RegisterExecutor(sim.executor_id, args.hostname, args.cores, args.app_id, pid))
@@ -201,8 +237,7 @@ class SimProcess:
         """``sim`` holds RegisteredExecutor with the driver's ``settings``."""
         self.config = Config.from_mapping(settings)
         sim.heartbeat_interval = self.config.executor_heartbeat_interval
-        # an executor's loop sends its first heartbeat at once
-        heapq.heappush(self.heartbeats, (time.monotonic(), sim.index))
+        self.heartbeat_at(sim, time.monotonic())  # an executor's loop sends its first at once
         self.unregistered -= 1
         if self.unregistered == 0:
             self.say(f"registered {self.args.count} {time.monotonic() - self.started:.6f}")
@@ -238,6 +273,8 @@ class SimProcess:
                 sim = by_fd[fd]
                 if sim.alive:
                     sim.read()
+            if len(self.sims) < self.args.count:
+                self._connect_more()
             self._close_pending()
             now = time.monotonic()
             if self.heartbeats and self.heartbeats[0][0] <= now:
@@ -279,6 +316,11 @@ class SimProcess:
             self.say("vanished")
         return True
 
+    def heartbeat_at(self, sim, when):
+        """``sim``'s next heartbeat is due at ``when`` (an earlier entry is skipped)."""
+        sim.next_heartbeat = when
+        heapq.heappush(self.heartbeats, (when, sim.index))
+
     def _send_heartbeats(self, now):
         if now - self._metrics_at >= 1.0:
             with self._process.oneshot():
@@ -287,12 +329,12 @@ class SimProcess:
             self._metrics_at = now
         heartbeats = self.heartbeats
         while heartbeats and heartbeats[0][0] <= now:
-            _, index = heapq.heappop(heartbeats)
+            when, index = heapq.heappop(heartbeats)
             sim = self.sims[index]
-            if sim.alive:
+            if sim.alive and when == sim.next_heartbeat:
                 self.counts["heartbeats"] += 1
                 sim.send(p.Heartbeat(sim.incarnation, sim.executor_id, self._metrics))
-                heapq.heappush(heartbeats, (now + sim.heartbeat_interval, index))
+                self.heartbeat_at(sim, now + sim.heartbeat_interval)
 
     def _check_silence(self, now):
         limit = self.config.executor_heartbeat_timeout
@@ -340,8 +382,9 @@ def main(argv=None):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the script stops us (stdin), not Ctrl-C
     keys = load_keys(args.secret_file, use_environment=False) if args.secret_file else None
     context = zmq.Context()
-    context.max_sockets = args.count + 64
+    context.max_sockets = 2 * args.count + 64  # the settings' connections, then the lasting ones
     sims = SimProcess(args, context, keys)
+    sims.ask_settings()
     sims.say("ready")
     if sys.stdin.readline().strip() != "go":
         return 0

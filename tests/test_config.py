@@ -84,6 +84,7 @@ BOUNDS = {
     "registration_timeout": (0.001, 86400.0),
     "executor_heartbeat_interval": (0.001, 3600.0),
     "executor_heartbeat_timeout": (0.01, 86400.0),
+    "executor_heartbeat_rate": (0.01, 1_000_000),
     "zmq_heartbeat_interval": (0.001, 600.0),
     "zmq_heartbeat_timeout": (0.01, 3600.0),
     "tasks_per_core": (1, 1 << 20),

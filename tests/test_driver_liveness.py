@@ -15,15 +15,18 @@ reported (status "late" and one warning), not killed; any message from it clears
 What an executor sent before its connection closed counts (its last results, why it
 left). A heartbeat timeout not longer than the interval is refused at start-up. Finally a
 real task holding the GIL in C for 3.5 s on a cluster with a 6 s timeout succeeds and its
-executor is not lost (only reported late).
+executor is not lost (only reported late); and with heartbeats paced for a large cluster
+(``executor_heartbeat_rate``), a real stopped executor is still lost after the timeout.
 """
 import ctypes
 import ctypes.util
 import logging
 import os
+import signal
 import threading
 import time
 
+import psutil
 import pytest
 import zmq
 
@@ -313,4 +316,33 @@ def test_a_task_holding_the_gil_does_not_lose_its_executor():
         # seen late while it held the GIL (reported, not lost)
         assert "late" in states, states
         # and it keeps working
+        assert client.submit(pow, 2, 10).result(timeout=20) == 1024
+
+
+def test_paced_heartbeats_still_find_a_stopped_executor_within_the_timeout():
+    """At most 0.5 heartbeats a second from 2 executors: each sends one every 1.5 s (half
+    the timeout), not every 0.5 s; a SIGSTOPped one is still lost for a silence of 3 s,
+    found by the check that runs every 0.75 s (a quarter of the timeout)."""
+    timeout, check_period = 3.0, 0.75
+    with zsched.LocalCluster(2, executor_heartbeat_interval=0.5, executor_heartbeat_timeout=timeout,
+                             executor_heartbeat_rate=0.5) as cluster:
+        client = cluster.client(timeout=20)
+        status = client.status()
+        assert status["heartbeat_interval"] == timeout / 2
+        victim = status["executors"][0]
+        os.kill(victim["pid"], signal.SIGSTOP)
+        stopped_at = time.time()
+        try:
+            deadline = time.monotonic() + 60
+            while not [loss for loss in client.status()["losses"] if loss["id"] == victim["id"]]:
+                assert time.monotonic() < deadline, "the stopped executor was not declared lost"
+                time.sleep(0.05)
+            (loss,) = client.status()["losses"]
+            assert loss["reason"] == "heartbeat timeout (no message for 3 s)"
+            # the bound: the timeout after its last heartbeat, then the check's period (and
+            # room for a loaded machine); not a silence paced beyond the timeout
+            assert loss["time"] - stopped_at < timeout + check_period + 5
+        finally:
+            os.kill(victim["pid"], signal.SIGCONT)
+        psutil.Process(victim["pid"]).wait(60)  # woken, it learns it was lost, and leaves
         assert client.submit(pow, 2, 10).result(timeout=20) == 1024

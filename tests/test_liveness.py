@@ -118,3 +118,46 @@ def test_now_defaults_to_the_clock():
 def test_a_timeout_not_longer_than_a_positive_interval_is_refused(interval, timeout):
     with pytest.raises(ValueError, match="longer than its interval"):
         HeartbeatMonitor(interval, timeout)
+
+
+def test_a_paced_monitor_sends_its_next_heartbeat_at_the_new_interval():
+    m = HeartbeatMonitor(5, 30)
+    assert m.due_to_send(T0)
+    m.pace(12)
+    assert not m.due_to_send(T0 + 11.9)
+    assert m.due_to_send(T0 + 12)
+    assert m.until_send(T0 + 12) == 12
+
+
+def test_a_paced_monitor_reports_late_later_but_before_the_timeout():
+    m = HeartbeatMonitor(5, 30)
+    assert m.late_after == 10
+    m.pace(15)
+    assert m.late_after == 22.5            # (15 + 30) / 2: not 2 * 15, the timeout itself
+    m.heard("x1", T0)
+    assert m.late(T0 + 22) == []
+    assert m.late(T0 + 23) == ["x1"]
+    m.pace(5)
+    assert m.late_after == 10              # the first interval again: as first set
+    given = HeartbeatMonitor(5, 30, late_after=7)
+    given.pace(15)
+    assert given.late_after == 7
+
+
+@pytest.mark.parametrize("interval", [0, -1, 30, 31])
+def test_a_pace_not_shorter_than_the_timeout_is_refused(interval):
+    with pytest.raises(ValueError, match="heartbeat interval"):
+        HeartbeatMonitor(5, 30).pace(interval)
+
+
+def test_the_next_heartbeat_is_due_when_told():
+    m = HeartbeatMonitor(5, 30)
+    assert m.due_to_send(T0)
+    m.send_in(9.75, T0 + 1)
+    assert not m.due_to_send(T0 + 10.7)
+    assert m.due_to_send(T0 + 10.75)
+    assert not m.due_to_send(T0 + 15.7)    # then at its own interval again
+    assert m.due_to_send(T0 + 15.75)
+    m.send_in(0, T0 + 16)                  # no word: nothing changes
+    m.send_in(100, T0 + 16)                # never later than half the timeout
+    assert m.until_send(T0 + 16) == 15

@@ -187,6 +187,8 @@ _RULES = {
     # each timeout must also exceed its interval (checked below)
     "executor_heartbeat_interval": _duration(MIN_WAIT, HOUR),
     "executor_heartbeat_timeout": _duration(0.01, DAY),
+    "executor_heartbeat_rate": (parse_float, lambda v: 0.01 <= v <= 1_000_000,
+                                "a number from 0.01 to 1000000"),
     "zmq_heartbeat_interval": _duration(MIN_WAIT, 600.0),
     # ZMTP sends the timeout (ZMQ_HEARTBEAT_TTL) in deciseconds in 16 bits: 6553 s at most
     "zmq_heartbeat_timeout": _duration(0.01, HOUR),
@@ -232,6 +234,7 @@ class Config:
     registration_timeout: float = 30.0         # executors and clients give up after this long
     executor_heartbeat_interval: float = 5.0   # executor -> driver application heartbeats
     executor_heartbeat_timeout: float = 30.0   # silence after which a peer is lost
+    executor_heartbeat_rate: float = 100.0     # most heartbeats a second the driver asks for
     zmq_heartbeat_interval: float = 1.0        # ZMTP heartbeats on every connection
     zmq_heartbeat_timeout: float = 10.0
     tasks_per_core: int = 256                  # most tasks an executor holds per core (running + queued)

@@ -11,14 +11,26 @@ import time
 DRIVER = "driver"  # the one peer an executor's or a client's monitor watches
 
 
+def paced_interval(interval, timeout, peers, rate):
+    """The heartbeat interval of each of ``peers`` peers watched together: ``interval``, or
+    longer so that together they send at most ``rate`` heartbeats a second, but never
+    longer than half the ``timeout``: two heartbeats still fit in it."""
+    return max(interval, min(peers / rate, timeout / 2))
+
+
+def _late_after(interval, timeout):
+    return max(timeout / 3, 2 * interval)
+
+
 class HeartbeatMonitor:
     """Heartbeats to send every ``interval`` seconds, and peers watched for silence.
 
     A watched peer is *silent* once not heard from for longer than ``timeout``, and *late*
     (reported, not yet lost) once not heard from for longer than ``late_after``, by default
-    a third of the timeout or two intervals, whichever is longer. With ``send_when_quiet``
-    a heartbeat is due only ``interval`` after the last one sent *or* the last word heard
-    (a ping to a quiet peer); otherwise one is due every ``interval``, starting at once.
+    a third of the timeout or two intervals, whichever is longer (``pace`` changes the
+    interval). With ``send_when_quiet`` a heartbeat is due only ``interval`` after the last
+    one sent *or* the last word heard (a ping to a quiet peer); otherwise one is due every
+    ``interval``, starting at once.
     """
 
     def __init__(self, interval, timeout, *, late_after=None, send_when_quiet=False,
@@ -28,7 +40,9 @@ class HeartbeatMonitor:
                              f"interval ({interval!r} s), which must be positive")
         self.interval = interval
         self.timeout = timeout
-        self.late_after = max(timeout / 3, 2 * interval) if late_after is None else late_after
+        self._first_interval = interval
+        self._late_given = late_after is not None
+        self.late_after = _late_after(interval, timeout) if late_after is None else late_after
         self.clock = clock
         self._send_when_quiet = send_when_quiet
         self._next_send = None   # when the next heartbeat is due; None: at once
@@ -44,6 +58,28 @@ class HeartbeatMonitor:
             return False
         self._next_send = now + self.interval
         return True
+
+    def pace(self, interval):
+        """Heartbeats every ``interval`` seconds from now on (a driver's pace): the next is
+        due ``interval`` after the last one sent. Unless ``late_after`` was given, a peer is
+        late later too, but before the timeout."""
+        if not 0 < interval < self.timeout:
+            raise ValueError(f"heartbeat interval {interval!r} s: not positive, or not shorter "
+                             f"than the timeout ({self.timeout!r} s)")
+        if self._next_send is not None:
+            self._next_send += interval - self.interval
+        self.interval = interval
+        if not self._late_given:
+            late_after = _late_after(interval, self.timeout)
+            if interval > self._first_interval:
+                late_after = min(late_after, (interval + self.timeout) / 2)
+            self.late_after = late_after
+
+    def send_in(self, seconds, now=None):
+        """The next heartbeat is due ``seconds`` after ``now`` (the driver's word), but
+        within half the timeout; 0 changes nothing."""
+        if seconds > 0:
+            self._next_send = (self.clock() if now is None else now) + min(seconds, self.timeout / 2)
 
     def until_send(self, now=None):
         """Seconds from ``now`` until the next heartbeat is due (0 when it is due)."""

@@ -178,9 +178,10 @@ class Shutdown(Message):
     pass
 
 
-@_message(MsgType.HEARTBEAT_ACK, is_int)
+@_message(MsgType.HEARTBEAT_ACK, is_int, is_number)
 class HeartbeatAck(Message):
     incarnation: int
+    next_in: float = 0.0  # seconds until the executor's next heartbeat; 0: at its own interval
 
 
 @_message(MsgType.DECOMMISSION_EXECUTOR, is_str)

@@ -125,6 +125,7 @@ class Admin:
                 for e in (registry.get(i) for i in registry.ids())
             ],
             "tasks": counts,
+            "heartbeat_interval": registry.liveness.interval,  # the longest an executor was given
             "excluded": {"executors": [], "hosts": [], "suspended": False, "kill": False}
             if exclusion is None else exclusion.status(now),
             "functions": len(self._functions),

@@ -34,6 +34,7 @@ from .client_pipes import ClientPipes
 from .clients import ClientEndpoint, ClientSessions
 from .data_store import DataStore
 from .executors import ExecutorEndpoint
+from .heartbeats import HeartbeatPace, driver_pings
 from .loop import Loop
 from .peer_warnings import PeerWarnings
 from .peers import Peers, Role, open_router
@@ -101,6 +102,7 @@ class Driver:
             self.allocator = ExecutorAllocator(cluster_manager, self.config, clock,
                                                options.initial_executors, report=options.report)
         self.dynamic_allocation = options.dynamic_allocation  # a DynamicAllocationPolicy, or None
+        self.pings = driver_pings(cluster_manager, options.initial_executors, self.dynamic_allocation)
         self._build()
 
     def _build(self):
@@ -126,6 +128,7 @@ class Driver:
         shared = dict(scheduler=self.scheduler, registry=self.registry, sessions=self.sessions)
         self.executor_endpoint = executors = ExecutorEndpoint(
             **known, **shared, clock=self.clock, peers=self.peers,
+            pace=HeartbeatPace(self.config, self.clock),
             cluster_manager=self.cluster_manager, allocator=self.allocator,
             executor_keys=self.executor_keys, counters=self.counters, warnings=self.warnings,
             ask_for_offers=self.ask_for_offers, data_push=self._data_push)
@@ -153,7 +156,7 @@ class Driver:
             self.ipc_url = f"ipc://{self.ipc_path}"
         extra_urls = [url for url in (self.inproc_url, self.ipc_url) if url is not None]
         self.router, self._router_state, self.zap, self.monitor, port = open_router(
-            self.context, self.config, self.keys, self.executor_keys, self.host, self.port, extra_urls)
+            self.context, self.config, self.keys, self.executor_keys, self.host, self.port, extra_urls, self.pings)
         self.port = port
         advertised = self.host
         if advertised in ("0.0.0.0", "*", ""):

@@ -28,12 +28,12 @@ class ExecutorEndpoint:
     forget a peer; the ``cluster_manager`` and ``allocator`` (None without a cluster
     manager); the ``executor_keys`` it revokes (None on an insecure bus); the traffic
     ``counters`` (it counts executors lost); the driver's ``warnings`` (a
-    ``PeerWarnings``); and ``ask_for_offers()``, called when cores or tasks may have freed
-    up."""
+    ``PeerWarnings``); ``ask_for_offers()``, called when cores or tasks may have freed
+    up; and the ``pace`` (a ``HeartbeatPace``) that gives each executor its settings."""
 
     def __init__(self, *, app_id, incarnation, config, clock, registry, scheduler, sessions,
                  peers, cluster_manager, allocator, executor_keys, counters, warnings,
-                 ask_for_offers, data_push=lambda: None):
+                 ask_for_offers, pace, data_push=lambda: None):
         self._app_id, self._incarnation = app_id, incarnation
         self._config, self._clock = config, clock
         self._registry, self._scheduler, self._sessions = registry, scheduler, sessions
@@ -43,12 +43,14 @@ class ExecutorEndpoint:
         self._counters = counters
         self._warnings = warnings
         self._ask_for_offers = ask_for_offers
+        self._pace = pace
         self._data_push = data_push  # () -> the driver's push of tasks' data before a launch, or None
         self._awaiting_exit = {}  # executor id -> _AwaitedExit
 
     def on_hello(self, rid, msg):
         """An executor asks the settings it registers with."""
-        self._peers.send(rid, p.ClientWelcome(self._incarnation, self._app_id, self._config.to_settings()))
+        settings = self._pace.welcome(len(self._registry))
+        self._peers.send(rid, p.ClientWelcome(self._incarnation, self._app_id, settings))
 
     def on_register(self, rid, msg):
         registry, peers, clock = self._registry, self._peers, self._clock
@@ -67,7 +69,10 @@ class ExecutorEndpoint:
         if self._cluster_manager is not None:
             self._allocator.registered(executor_id)
             self._cluster_manager.registered(executor_id)
-        peers.send(rid, p.RegisteredExecutor(self._incarnation, self._config.to_settings(),
+        settings = self._pace.registration(len(registry))
+        if self._pace.interval > registry.liveness.interval:
+            registry.liveness.pace(self._pace.interval)  # late only past the longest interval
+        peers.send(rid, p.RegisteredExecutor(self._incarnation, settings,
                                              registry.relief_tokens[executor_id]))
         self._ask_for_offers()
 
@@ -138,9 +143,11 @@ class ExecutorEndpoint:
         if executor is None:
             return
         executor.metrics = p.heartbeat_metrics(msg.metrics)  # what the dashboard can serve
-        if rid == self._registry.reliefs.get(executor.executor_id):
-            self._registry.cover(executor)  # its loop runs a long task: the relief reads
-        self._peers.send(rid, p.HeartbeatAck(self._incarnation))
+        registry = self._registry
+        if rid == registry.reliefs.get(executor.executor_id):
+            registry.cover(executor)  # its loop runs a long task: the relief reads
+        self._peers.send(rid, p.HeartbeatAck(self._incarnation,
+                                             self._pace.next_in(len(registry), self._clock())))
 
     def on_attach_relief(self, rid, msg):
         """An executor's relief thread connected: it gets a copy of each kill and stop."""

@@ -255,18 +255,21 @@ class InProcessPeer(Peer):
             log.exception("error telling a client in this process that the driver stopped")
 
 
-def open_router(context, config, keys, executor_keys, host, port, extra_urls=()):
+def open_router(context, config, keys, executor_keys, host, port, extra_urls=(), pings=True):
     """The driver's ROUTER socket, bound at ``host``:``port`` (0: a free one) and at
     ``extra_urls``, with the ZAP handler of ``keys`` and ``executor_keys`` (None: insecure)
     and a monitor of lost connections: (router, its SocketState, zap handler or None,
-    monitor, port)."""
+    monitor, port). With ``pings`` it sends ZMTP pings; it answers its peers' pings
+    either way."""
     router = context.socket(zmq.ROUTER)
     router.router_mandatory = 1
     router.linger = 1000
     router.sndhwm = 100_000
     router.rcvhwm = 100_000
     router.maxmsgsize = p.frame_limit(config.max_message_size)
-    set_heartbeats(router, config)
+    router.backlog = 4096  # executors started together connect together (the kernel's limit applies)
+    if pings:
+        set_heartbeats(router, config)
     zap = None
     if keys is not None:
         zap = ZapHandler(context, keys, executor_keys)

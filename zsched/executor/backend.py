@@ -365,6 +365,7 @@ class ExecutorBackend:
     def _on_heartbeat_ack(self, msg):
         if msg.incarnation != self.incarnation:
             self._stop("driver restarted (new incarnation)", 1, driver_gone=True)
+        self.liveness.send_in(msg.next_in, self.clock())  # the driver's pace, if it gives one
 
     def _on_forget_functions(self, msg):
         """The driver dropped these functions (no client needs them): so does this
