@@ -18,6 +18,7 @@ from ..socket_state import SocketState
 log = logging.getLogger("zsched.executor")
 _POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
 _POLLOUT = int(zmq.POLLOUT)
+_NOBLOCK = int(zmq.NOBLOCK)
 LOST = "lost the connection to the driver"
 
 
@@ -140,10 +141,10 @@ class DriverConnection:
         socket = self.socket
         while not stopped():
             try:
-                frame = socket.recv(zmq.NOBLOCK)
+                frame = socket.recv(_NOBLOCK)
             except zmq.Again:
                 break
-            if socket.rcvmore:  # a data message: its head, then its parts
+            if self._socket_state.more():  # a data message: its head, then its parts
                 frame = (frame, *recv_parts(socket))
             handle(frame)
             # whether more waits: a recv that raises zmq.Again costs several times more
