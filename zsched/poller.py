@@ -34,7 +34,8 @@ class Poller:
     def __init__(self):
         self._poll = select.poll()
         self._order = {}     # socket or descriptor -> its registration's number
-        self._sockets = {}   # zmq socket -> [SocketState, events wanted]
+        self._sockets = {}   # zmq socket -> its entry (see ``register``)
+        self._entries = []   # the sockets' entries, in the order they were registered
         self._by_fd = {}     # polled descriptor -> what it stands for (a socket, or itself)
         self._fd_of = {}     # socket or descriptor -> its polled descriptor
         self._count = 0
@@ -57,14 +58,17 @@ class Poller:
         if isinstance(what, zmq.Socket):
             entry = self._sockets.get(what)
             if entry is None:
-                # [its state, the events wanted, read ZMQ_EVENTS before waiting, always]
-                self._sockets[what] = [SocketState(what), flags, True, not only_when_ready]
+                # [the socket, its ZMQ_EVENTS reader, the events wanted, read it before
+                # the next wait, read it before every wait]
+                entry = [what, SocketState(what).events, flags, True, not only_when_ready]
+                self._sockets[what] = entry
+                self._entries.append(entry)
                 fd = what.getsockopt(zmq.FD)
                 self._fd_of[what] = fd
                 self._by_fd[fd] = what
                 self._poll.register(fd, select.POLLIN)  # the socket's commands
             else:
-                entry[1] = flags
+                entry[2] = flags
             return
         fd = what if isinstance(what, int) else what.fileno()
         self._fd_of[what] = fd
@@ -76,7 +80,9 @@ class Poller:
     def unregister(self, what):
         """Stop watching ``what``; KeyError if it is not watched."""
         del self._order[what]
-        self._sockets.pop(what, None)
+        entry = self._sockets.pop(what, None)
+        if entry is not None:
+            self._entries.remove(entry)
         fd = self._fd_of.pop(what)
         if self._by_fd.get(fd) is what:
             del self._by_fd[fd]
@@ -103,14 +109,13 @@ class Poller:
 
     def _ready(self, timeout, release):
         found = {}
-        sockets = self._sockets
-        for sock, entry in sockets.items():
-            if entry[2]:
-                events = entry[0].events() & entry[1]
+        for entry in self._entries:
+            if entry[3]:
+                events = entry[1]() & entry[2]
                 if events:
-                    found[sock] = events
+                    found[entry[0]] = events
                 else:
-                    entry[2] = entry[3]  # until it is ready again, its descriptor tells
+                    entry[3] = entry[4]  # until it is ready again, its descriptor tells
         if found or timeout == 0 or release is None:
             fired = self._poll.poll(0 if found else timeout)
         else:
@@ -119,16 +124,26 @@ class Poller:
                 fired = self._poll.poll(timeout)
             finally:
                 release.acquire()
-        by_fd = self._by_fd
+        if fired:
+            self._add_fired(fired, found)
+        if len(found) < 2:
+            return list(found.items())
+        order = self._order
+        return sorted(found.items(), key=lambda item: order[item[0]])
+
+    def _add_fired(self, fired, found):
+        """Add to ``found`` the sockets and descriptors of ``fired`` (what poll returned)
+        that are ready."""
+        by_fd, sockets = self._by_fd, self._sockets
         for fd, revents in fired:
             what = by_fd.get(fd)
             if what is None or what in found:
                 continue
             entry = sockets.get(what)
             if entry is not None:
-                events = entry[0].events() & entry[1]
+                events = entry[1]() & entry[2]
                 if events:
-                    entry[2] = True  # used once reported: read before the next wait
+                    entry[3] = True  # used once reported: read before the next wait
             else:
                 events = ((POLLIN if revents & select.POLLIN else 0)
                           | (POLLOUT if revents & select.POLLOUT else 0)
@@ -136,7 +151,3 @@ class Poller:
                              else 0))
             if events:
                 found[what] = events
-        if len(found) < 2:
-            return list(found.items())
-        order = self._order
-        return sorted(found.items(), key=lambda item: order[item[0]])

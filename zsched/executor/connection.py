@@ -12,6 +12,7 @@ import time
 import zmq
 
 from .. import protocol as p
+from ..poller import Poller
 from ..socket_options import recv_parts, send_frames
 from ..socket_state import SocketState
 
@@ -50,7 +51,10 @@ class DriverConnection:
             # registered: from now on a lost connection to the driver ends this executor (the
             # driver has dropped it too: a reconnection would be a stranger to it)
             self._monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-            poller.register(self._monitor, zmq.POLLIN)
+            if isinstance(poller, Poller):  # only the loop reads it, once poll says so
+                poller.register(self._monitor, zmq.POLLIN, only_when_ready=True)
+            else:
+                poller.register(self._monitor, zmq.POLLIN)
 
     def unwatch(self, poller):
         """Leave ``poller`` (see ``watch``)."""
