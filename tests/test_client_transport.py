@@ -12,7 +12,6 @@ import time
 import pytest
 
 import zsched
-from zsched import protocol as p
 from zsched.client.socket_transport import SocketTransport
 from zsched.config import Config
 from zsched.driver import Driver, DriverOptions
@@ -223,38 +222,3 @@ def test_a_driver_that_stops_reading_is_found_while_the_clients_output_waits(
             client.shutdown()  # returns: nothing left to wait for
         finally:
             os.kill(cluster.driver_pid, signal.SIGCONT)
-
-
-@pytest.mark.parametrize("transport", ["socket", "pipes"])
-def test_a_lone_task_leaves_from_the_calling_thread_and_a_flood_from_the_io_thread(transport):
-    """A task submitted while no other is pending, the I/O thread asleep, is sent by the
-    thread that submits it (no hand-off); the tasks of a flood are left to the I/O thread,
-    which sends them in batches. Every result comes back either way."""
-    with zsched.LocalCluster(n_executors=2, cores_per_executor=1,
-                             local_executor_link="socket") as cluster:
-        client = a_client_of(cluster, transport)
-        io = client._transport
-        assert client.submit(identity, -1).result(60) == -1
-        senders = []  # (thread name, number of tasks) of every SubmitTasks sent
-        send = io._send_frame
-
-        def recording(frame):
-            msg = p.decode(frame)
-            if isinstance(msg, p.SubmitTasks):
-                senders.append((threading.current_thread().name, len(msg.tasks)))
-            send(frame)
-
-        io._send_frame = recording
-        me = threading.current_thread().name
-        for i in range(20):
-            wait_for(lambda: not io.wakeup.pending and not io._turn.locked(), timeout=60,
-                     message="the I/O thread asleep in its poll")
-            assert client.submit(identity, i).result(60) == i
-        assert senders == [(me, 1)] * 20
-        senders.clear()
-        flood = [client.submit(identity, i) for i in range(5_000)]
-        assert [f.result(60) for f in flood] == list(range(5_000))
-        assert sum(n for _, n in senders) == 5_000
-        assert sum(n for name, n in senders if name == me) <= 1  # the first, at most
-        assert len(senders) < 1_000  # in batches
-        client.shutdown()

@@ -53,10 +53,6 @@ class ChannelTransport:
     def start(self):
         """Nothing to start: the driver's thread already serves the channel."""
 
-    def queued(self, lone):
-        """A calling thread queued rows: wake the driver's thread, which takes them."""
-        self.wakeup.wake()
-
     def in_driver_thread(self):
         return self.channel.in_driver_thread()
 

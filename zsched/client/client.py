@@ -146,7 +146,6 @@ class Client(concurrent.futures.Executor):
         """Connect over ``transport``, then have it serve."""
         self._transport = transport
         self._wakeup = transport.wakeup
-        self._queued = transport.queued
         self.address = transport.address
         try:
             welcome = transport.connect()
@@ -258,8 +257,9 @@ class Client(concurrent.futures.Executor):
         finally:
             if lock is not None:
                 lock.release()
-        if not self._wakeup.pending:  # else the sending thread is awake and takes this row too
-            self._queued(len(futures.tasks) == 1)  # a lone task may leave from this thread
+        wakeup = self._wakeup
+        if not wakeup.pending:  # else the sending thread is awake and takes this row too
+            wakeup.wake()
         if self._shutdown or futures.lost is not None:
             self._submitted_while_closing(future)
         return future

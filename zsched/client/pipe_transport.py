@@ -75,10 +75,10 @@ class PipeTransport(IOThreadTransport):
             events = self._poll(poller, self._idle_ms())
             heard = link.read_fd in events
             try:
-                self._send_outbox()
+                goodbye = self._send_outbox()
                 if link.write_fd in events:
                     link.flush()
-                if self._goodbye_sent:
+                if goodbye:
                     link.flush_within(1.0)  # as a closing socket lingers
                     return
                 if heard and self._receive():

@@ -121,8 +121,7 @@ class SocketTransport(IOThreadTransport):
             ready = events.get(sock, 0)
             if ready & _POLLOUT:
                 self._flush()
-            self._send_outbox()
-            if self._goodbye_sent and closing is None:
+            if self._send_outbox():
                 closing = time.monotonic() + _GOODBYE_LINGER
             if closing is not None and (not self._unsent or time.monotonic() > closing):
                 if self._unsent:
@@ -180,9 +179,6 @@ class SocketTransport(IOThreadTransport):
 
     def _output_waits(self):
         return bool(self._unsent)
-
-    def _input_waits(self):
-        return bool(self._socket_state.events() & _POLLIN)
 
     def _receive(self, drain=False):
         """Handle the messages waiting from the driver. Unless ``drain``, stop after the

@@ -58,10 +58,6 @@ class IOThreadTransport:
         self._outbox = outbox
         self._futures = futures
         self._thread = None
-        # held by the thread using the connection: the I/O thread, except while it waits
-        # in poll, or a calling thread sending a lone task meanwhile (``queued``)
-        self._turn = threading.Lock()
-        self._goodbye_sent = False
         self._done = threading.Event()  # set once nothing leaves for the driver any more
         self._heartbeats = None  # a HeartbeatMonitor of the driver, from its settings
         self._taken = None       # TakenResults, from the driver's settings
@@ -95,39 +91,7 @@ class IOThreadTransport:
             return False
         return True
 
-    def queued(self, lone):
-        """A calling thread queued rows while the I/O thread waits in poll. A ``lone``
-        task (none other pending) leaves from the calling thread, without a thread
-        hand-off, if the I/O thread does not hold the connection; the rows of a flood are
-        left to it, to leave in batches. The I/O thread is woken if it is to send, or if
-        output waits, or a message came meanwhile."""
-        if not (lone and self._turn.acquire(False)):
-            self.wakeup.wake()
-            return
-        try:
-            if self._thread is None or self._done.is_set() or self._output_waits():
-                wake = True
-            else:
-                self._send_outbox()
-                wake = self._goodbye_sent or self._output_waits() or self._input_waits()
-        except BrokenPipeError:  # the driver is gone: the I/O thread finds its end of file
-            wake = True
-        except Exception as exc:
-            log.exception("sending to the driver failed")
-            self._lose(DriverConnectionError(f"the client's connection failed: {exc!r}"))
-            wake = True
-        finally:
-            self._turn.release()
-        if wake:
-            self.wakeup.wake()
-
-    def _input_waits(self):
-        """Whether input may wait that the I/O thread's poll would not see (a socket's
-        send may take the signal of a message that came)."""
-        return False
-
     def _run(self):
-        self._turn.acquire()  # released while the thread waits in poll
         try:
             self.serve()
             log.debug("client I/O thread ended: %s", self._futures.lost or "shutdown")
@@ -137,7 +101,6 @@ class IOThreadTransport:
         finally:
             self._outbox.stopped = True
             self._done.set()
-            self._turn.release()
 
     def _poll(self, poller, idle_ms=1000):
         """Wait for something to do (``idle_ms`` at most when nothing is queued): what poll
@@ -154,7 +117,7 @@ class IOThreadTransport:
         else:
             wakeup.pending = False
             idle = not (outbox.rows or outbox.cancels)  # after pending: none is missed
-            events = dict(poller.poll(idle_ms if idle else 0, self._turn))
+            events = dict(poller.poll(idle_ms if idle else 0))
             wakeup.pending = True
         if wakeup.fd in events:
             wakeup.drain()
@@ -166,17 +129,18 @@ class IOThreadTransport:
 
     def _send_outbox(self):
         """Send a ResultsTaken when one is due, then what the calling threads queued since
-        the last turn; ``_goodbye_sent`` once a ClientGoodbye was among them."""
+        the last turn; True when a ClientGoodbye was among them."""
         send = self._send_frame
         if self._taken.due:
             send(encode(self._taken.message()))
+        goodbye = False
         for msg in self._outbox.messages_for_driver():
             if type(msg) is p.PutData:  # its parts leave as they are
                 self._send_parts(p.encode_parts(msg))
                 continue
             send(encode(msg))
-            if msg.TYPE == MsgType.CLIENT_GOODBYE:
-                self._goodbye_sent = True
+            goodbye = msg.TYPE == MsgType.CLIENT_GOODBYE
+        return goodbye
 
     def _deliver_frame(self, frame):
         try:
