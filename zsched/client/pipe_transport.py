@@ -8,6 +8,7 @@ import zmq
 
 from .. import protocol as p
 from ..errors import DriverConnectionError
+from ..poller import Poller
 from .transport import IOThreadTransport
 
 
@@ -66,7 +67,7 @@ class PipeTransport(IOThreadTransport):
         pipe does not take waits in it, and the loop polls for room meanwhile, so a silent
         driver is found while output waits too."""
         link = self.link
-        poller = zmq.Poller()
+        poller = Poller()
         poller.register(link.read_fd, zmq.POLLIN)
         poller.register(self.wakeup.fd, zmq.POLLIN)
         polling_writes = False

@@ -10,6 +10,7 @@ import zmq
 from .. import protocol as p
 from ..config import Config
 from ..errors import ConfigError, DriverConnectionError
+from ..poller import Poller
 from ..security import HandshakeWatch, make_client
 from ..socket_options import heartbeat_options, recv_parts, send_frames
 from ..socket_state import SocketState
@@ -109,10 +110,10 @@ class SocketTransport(IOThreadTransport):
         (``_check_driver``): a driver that stopped reading is lost after
         ``executor_heartbeat_timeout``, though libzmq still answers its heartbeats."""
         sock = self.socket
-        poller = zmq.Poller()
+        poller = Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self.wakeup.fd, zmq.POLLIN)
-        poller.register(self._monitor, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN, only_when_ready=True)
         polling_out = False
         closing = None  # once a goodbye is queued: when it stops waiting for room
         while True:
@@ -193,8 +194,8 @@ class SocketTransport(IOThreadTransport):
             if not (first or drain) and (outbox.rows or outbox.cancels):
                 return  # one frame per turn at least: results are never starved either
             first = False
-            frame = sock.recv(zmq.NOBLOCK)
-            if sock.rcvmore:  # a data message: its head, then its parts
+            frame = sock.recv(_NOBLOCK)
+            if state.more():  # a data message: its head, then its parts
                 frame = (frame, *recv_parts(sock))
             self._deliver_frame(frame)
 

@@ -219,7 +219,7 @@ class Driver:
         """What the loop polls, with the handler of each, and its timers."""
         loop = self.loop
         if self.zap is not None:
-            loop.watch(self.zap.socket, self.zap.handle)
+            loop.watch(self.zap.socket, self.zap.handle, only_when_ready=True)
         loop.watch(self._wakeup.fd, self._wakeup.clear)
         if self.stop_on_eof_fd is not None:
             loop.watch(self.stop_on_eof_fd, self._on_stdin)
@@ -227,7 +227,7 @@ class Driver:
         if self.client_pipes is not None:
             self.client_pipes.watch(loop, self.peers, self._client_pipes_closed)
         loop.watch(self.channel.wakeup.fd, self._on_local_wakeup)
-        loop.watch(self.monitor, self._on_disconnects)
+        loop.watch(self.monitor, self._on_disconnects, only_when_ready=True)
         loop.every(self.config.revive_interval, self._revive_offers)
         executors = self.executor_endpoint
         loop.every(min(1.0, self.config.executor_heartbeat_timeout / 4), executors.check_heartbeats)

@@ -13,6 +13,8 @@ import time
 
 import zmq
 
+from ..poller import Poller
+
 log = logging.getLogger(__name__)
 
 POLLIN = int(zmq.POLLIN)  # plain ints: an IntFlag & makes an enum
@@ -62,16 +64,17 @@ class Loop:
         self.clock = clock
         self.after_turn = after_turn
         self.pauses = LongestPause()  # by the monotonic clock: pauses are real time
-        self._poller = zmq.Poller()
+        self._poller = Poller()
         self._handlers = {}   # socket or fd -> handler(), called when it is ready
         self._timers = []
         self._next_due = float("inf")
         self.stopping = False
 
-    def watch(self, what, handler, events=POLLIN):
-        """Call ``handler()`` whenever ``what`` (a zmq socket or a descriptor) is ready."""
+    def watch(self, what, handler, events=POLLIN, only_when_ready=False):
+        """Call ``handler()`` whenever ``what`` (a zmq socket or a descriptor) is ready.
+        ``only_when_ready``: only the handler uses the socket (see ``Poller.register``)."""
         self._handlers[what] = handler
-        self._poller.register(what, events)
+        self._poller.register(what, events, only_when_ready=only_when_ready)
 
     def unwatch(self, what):
         if self._handlers.pop(what, None) is not None:

@@ -22,6 +22,7 @@ from ..errors import ConfigError
 from ..heap import keep_freed_buffers
 from ..liveness import DRIVER, HeartbeatMonitor
 from ..pipe_link import PipeLink
+from ..poller import Poller
 from ..protocol import MsgType, TaskState
 from ..wakeup import WakeupPipe
 from ..broadcast import serve_values
@@ -166,7 +167,7 @@ class ExecutorBackend:
 
     def _make_poller(self):
         """The loop's poller: the wake-up pipe, the driver and the worker watch."""
-        poller = zmq.Poller()
+        poller = Poller()
         poller.register(self.wakeup.fd, zmq.POLLIN)
         self.driver.watch(poller)
         if self.worker_url:

@@ -12,12 +12,14 @@ import time
 import zmq
 
 from .. import protocol as p
+from ..poller import Poller
 from ..socket_options import recv_parts, send_frames
 from ..socket_state import SocketState
 
 log = logging.getLogger("zsched.executor")
 _POLLIN = int(zmq.POLLIN)  # a plain int: an IntFlag & makes an enum
 _POLLOUT = int(zmq.POLLOUT)
+_NOBLOCK = int(zmq.NOBLOCK)
 LOST = "lost the connection to the driver"
 
 
@@ -49,7 +51,10 @@ class DriverConnection:
             # registered: from now on a lost connection to the driver ends this executor (the
             # driver has dropped it too: a reconnection would be a stranger to it)
             self._monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-            poller.register(self._monitor, zmq.POLLIN)
+            if isinstance(poller, Poller):  # only the loop reads it, once poll says so
+                poller.register(self._monitor, zmq.POLLIN, only_when_ready=True)
+            else:
+                poller.register(self._monitor, zmq.POLLIN)
 
     def unwatch(self, poller):
         """Leave ``poller`` (see ``watch``)."""
@@ -140,10 +145,10 @@ class DriverConnection:
         socket = self.socket
         while not stopped():
             try:
-                frame = socket.recv(zmq.NOBLOCK)
+                frame = socket.recv(_NOBLOCK)
             except zmq.Again:
                 break
-            if socket.rcvmore:  # a data message: its head, then its parts
+            if self._socket_state.more():  # a data message: its head, then its parts
                 frame = (frame, *recv_parts(socket))
             handle(frame)
             # whether more waits: a recv that raises zmq.Again costs several times more

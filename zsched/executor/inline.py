@@ -25,6 +25,7 @@ import zmq
 from .. import protocol as p
 from ..liveness import DRIVER
 from ..pipe_link import PipeLink
+from ..poller import Poller
 from .connection import DriverConnection
 from .registration import executor_socket
 from .timer import KernelTimer
@@ -191,7 +192,7 @@ class InlinePath:
         except zmq.ZMQError as exc:
             log.warning("the relief thread has no connection to the driver: %s", exc)
             connection = None
-        poller = zmq.Poller()
+        poller = Poller()
         poller.register(self._timer.fd, zmq.POLLIN)
         if connection is not None:
             connection.send(p.AttachRelief(backend.incarnation, backend.executor_id, os.getpid(),
