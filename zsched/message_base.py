@@ -1,0 +1,85 @@
+"""The base of the wire's message types: frozen records whose methods are written once.
+
+A ``dataclass(frozen=True)`` compiles six methods for each class it makes. For the
+protocol's forty-odd message types that is most of the time a driver or an executor
+takes to import zsched. ``record`` makes each a dataclass (``dataclasses.fields`` and
+``replace`` work on it) without generated methods; ``Message`` holds the methods, alike
+for all: construction by position or by name, no assignment, equality and hash of the
+fields in order, and the dataclass's repr.
+"""
+from dataclasses import FrozenInstanceError, dataclass, fields
+
+_set = object.__setattr__
+
+
+class Message:
+    """Base of every message: a frozen record whose fields are checked on decode."""
+
+    # set on each message type: TYPE, its number; CHECKS, a check per field; FIELDS, the
+    # names of its fields, in order
+
+    def __init__(self, *values, **named):
+        names = self.FIELDS
+        if named or len(values) != len(names):
+            values = _bind(type(self), values, named)
+        for name, value in zip(names, values):
+            _set(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return self._values() == other._values()
+        return NotImplemented
+
+    def __hash__(self):
+        return hash(self._values())
+
+    def __getstate__(self):  # pickled as the dataclass would be
+        return list(self._values())
+
+    def __setstate__(self, state):
+        for name, value in zip(self.FIELDS, state):
+            _set(self, name, value)
+
+    def __repr__(self):
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS)
+        return f"{type(self).__qualname__}({shown})"
+
+    def _values(self):
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+
+def record(cls):
+    """``cls`` (a subclass of ``Message`` with annotated fields) as a slotted dataclass
+    whose methods are ``Message``'s."""
+    if not cls.__doc__:  # else dataclass reads the signature of the shared __init__
+        cls.__doc__ = f"{cls.__name__}({', '.join(cls.__dict__.get('__annotations__', ()))})"
+    cls = dataclass(init=False, repr=False, eq=False, slots=True)(cls)
+    cls.FIELDS = tuple(f.name for f in fields(cls))
+    return cls
+
+
+def _bind(cls, values, named):
+    """The field values of ``cls(*values, **named)`` in order; TypeError as a call with
+    the wrong arguments raises."""
+    names = cls.FIELDS
+    where = f"{cls.__qualname__}()"
+    if len(values) > len(names):
+        raise TypeError(f"{where} takes {len(names)} arguments but {len(values)} were given")
+    bound = dict(zip(names, values))
+    for name, value in named.items():
+        if name not in names:
+            raise TypeError(f"{where} got an unexpected keyword argument {name!r}")
+        if name in bound:
+            raise TypeError(f"{where} got multiple values for argument {name!r}")
+        bound[name] = value
+    missing = [name for name in names if name not in bound]
+    if missing:
+        raise TypeError(f"{where} missing {len(missing)} required argument(s): "
+                        + ", ".join(repr(name) for name in missing))
+    return [bound[name] for name in names]
