@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from ..pipe_link import pipe_pair
-from ..security import SECRET_VARIABLES
+from ..secret_file import SECRET_VARIABLES
 from .base import KILL_GRACE, ClusterManager
 from .processes import ChildProcesses
 

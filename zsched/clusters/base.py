@@ -32,8 +32,7 @@ from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
 from ..errors import ConfigError, DriverConnectionError
 from ..pipe_link import PipeLink, close_fds, pipe_pair
 from ..protocol import MAX_CORES, frame_limit
-from ..credentials import write_credential_file
-from ..security import create_secret_file, keys_of, read_secret
+from ..secret_file import create_secret_file, read_secret
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +197,8 @@ class Cluster:
             driver_end.close()
         self._close_at_exit()
         try:
+            # the driver takes a while to start: meanwhile, import the client waiting takes
+            from ..client import client  # noqa: F401
             self._read_addresses(started)
             # what the driver and the executors print later (tasks' output) goes to our stdout
             threading.Thread(target=self._forward_output, name="zsched-cluster-output",
@@ -265,6 +266,8 @@ class Cluster:
         executor. Written once, mode 0600, in the cluster's private directory."""
         if self.secret_file is None:
             raise ConfigError("an insecure cluster has no credentials")
+        from ..credentials import write_credential_file
+        from ..security import keys_of
         path = os.path.join(self._private_dir, "client-credential")
         if not os.path.exists(path):
             keys = keys_of(read_secret(self.secret_file), self.secret_file)

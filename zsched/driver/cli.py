@@ -11,15 +11,13 @@ import sys
 import zmq
 
 from .. import protocol as p
-from ..cluster_managers import SlurmClusterManager, SSHClusterManager
-from ..cluster_managers.hosts_file import read_hosts_file
 from ..heap import keep_freed_buffers
 from .arena_cache import keep_freed_memory
 from ..config import MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config, number_in
 from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
 from ..errors import ConfigError
 from ..credentials import write_credential_file
-from ..security import default_secret_path
+from ..secret_file import default_secret_path
 from .core import Driver
 from .options import DriverOptions, local_manager
 
@@ -151,6 +149,8 @@ def _cluster_manager(args, config):
     if args.local is not None:
         return local_manager(args.host, args.cores_per_executor, args.log_level)
     if args.hosts is not None:
+        from ..cluster_managers.hosts_file import read_hosts_file
+        from ..cluster_managers.ssh import SSHClusterManager
         return SSHClusterManager(read_hosts_file(args.hosts), args.cores_per_executor,
                                  ssh_options=args.ssh_option,
                                  remote_python=args.remote_python or "python3",
@@ -159,6 +159,7 @@ def _cluster_manager(args, config):
     if args.ssh_option:
         raise ConfigError("--ssh-option needs --hosts FILE")
     if args.slurm:
+        from ..cluster_managers.slurm import SlurmClusterManager
         return SlurmClusterManager(args.cores_per_executor, partition=args.partition,
                                    slurm_options=args.slurm_option,
                                    executors_per_job=args.executors_per_job,

@@ -17,7 +17,8 @@ from ..cluster_managers.local import (
 from ..config import Config, check_name
 from ..dynamic_allocation import executors_at_start
 from ..errors import ConfigError
-from ..security import create_secret_file, load_keys
+from ..secret_file import create_secret_file
+from ..security import load_keys
 
 log = logging.getLogger("zsched.driver")
 
