@@ -49,6 +49,11 @@ _RECLAIM_SILENCE = 0.1       # ... on an executor silent this long while cores i
 _LOCALITY_INTERVAL = 0.1     # seconds between offers while tasks wait for their hosts
 
 
+def new_app_id():
+    """A fresh application id, as a driver given none takes."""
+    return f"app-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+
+
 class Driver:
     """Spark's DriverEndpoint with its backend: registration, offers, launches, results."""
 
@@ -57,7 +62,7 @@ class Driver:
         self.config = options.config
         self.host = options.host
         self.port = options.port
-        self.app_id = options.app_id or f"app-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+        self.app_id = options.app_id or new_app_id()
         self.keys = keys = options.keys
         # a key pair for each executor it starts, admitted until that executor is removed
         self.executor_keys = None if keys is None else ExecutorKeys(keys.server_public)
