@@ -22,7 +22,7 @@ WAIT = 60
 def what_the_task_sees():
     """In the executor: whether it is a fork of its driver (the driver's modules are in
     it), its arguments, and where its standard input goes."""
-    return {"forked": "zsched.driver.core" in sys.modules, "argv": sys.argv[1:],
+    return {"forked": "zsched.driver.cli" in sys.modules, "argv": sys.argv[1:],
             "stdin": os.readlink("/proc/self/fd/0"), "pid": os.getpid()}
 
 

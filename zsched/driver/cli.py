@@ -8,18 +8,15 @@ import socket
 import stat
 import sys
 
-import zmq
-
 from .. import protocol as p
-from ..heap import keep_freed_buffers
-from .arena_cache import keep_freed_memory
 from ..config import MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config, number_in
 from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
 from ..errors import ConfigError
-from ..credentials import write_credential_file
 from ..secret_file import default_secret_path
-from .core import Driver, new_app_id
-from .options import DriverOptions, local_manager
+from .options import DriverOptions, local_manager, new_app_id
+
+# The driver's own parts (core, and what it builds) are imported once the executors of
+# --fork-executors are forked: they need none of it, and start meanwhile.
 
 log = logging.getLogger("zsched.driver")
 
@@ -245,6 +242,7 @@ def _fork_first_executors(args, config, manager):
 
 
 def _write_client_credential(parser, path, keys):
+    from ..credentials import write_credential_file
     if keys is None:
         parser.error("--client-credential needs the cluster secret: not with --insecure")
     try:
@@ -293,6 +291,11 @@ def main(argv=None):
 def _new_driver(parser, args, manager):
     """The driver the command line asks for, bound, and its options; a usage error (exit
     status 1) when it cannot be made."""
+    import zmq
+
+    from ..heap import keep_freed_buffers
+    from .arena_cache import keep_freed_memory
+    from .core import Driver
     try:
         options = options_from_args(args, manager)
     except ConfigError as exc:

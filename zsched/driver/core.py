@@ -16,7 +16,6 @@ import os
 import secrets
 import socket
 import threading
-import time
 
 import zmq
 
@@ -35,6 +34,7 @@ from .clients import ClientEndpoint, ClientSessions
 from .data_store import DataStore
 from .executors import ExecutorEndpoint
 from .loop import Loop
+from .options import new_app_id
 from .peer_warnings import PeerWarnings
 from .peers import Peers, Role, open_router
 from .registry import ExecutorRegistry
@@ -47,11 +47,6 @@ _HISTORY_INTERVAL = 0.5      # seconds between the dashboard's snapshots
 _RECLAIM_INTERVAL = 0.1      # seconds between looks for tasks held behind long ones ...
 _RECLAIM_SILENCE = 0.1       # ... on an executor silent this long while cores idle elsewhere
 _LOCALITY_INTERVAL = 0.1     # seconds between offers while tasks wait for their hosts
-
-
-def new_app_id():
-    """A fresh application id, as a driver given none takes."""
-    return f"app-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
 
 
 class Driver:
