@@ -229,7 +229,7 @@ def _fork_first_executors(args, config, manager):
     if not (args.fork_executors and args.local and args.ipc_path is not None
             and config.local_executor_link == "pipe"):
         return False
-    from .forked_executors import can_fork, fork_executor  # the executor's modules too
+    from .forked_executors import can_fork, fork_executor
     if not can_fork():
         return False
     count = executors_at_start(args.local, args.initial_executors, _allocation_policy(args))

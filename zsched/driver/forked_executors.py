@@ -1,7 +1,7 @@
 """Executors started as forks of the driver's process (``bin/driver --fork-executors``).
 
 A new interpreter imports zsched again, which takes most of the time an executor takes
-to start. A fork of the driver's process has it imported already. The driver forks its
+to start. A fork of the driver's process has imported what both use already. The driver forks its
 first executors before it has read its secret or made a socket or a thread (``can_fork``
 says whether it still may), so each child holds nothing that is not its own. The child
 runs ``bin/executor``'s ``main`` on the command line an executor process would get, and
@@ -17,7 +17,6 @@ import threading
 import traceback
 
 from ..cluster_managers.local import module_command
-from ..executor.cli import main as executor_main
 from ..secret_file import SECRET_VARIABLES
 
 
@@ -52,7 +51,9 @@ def _run_in_child(arguments, keep_fds):
         _leave_the_driver(keep_fds)
         _show_command_line(executor_command_line(arguments))
         sys.argv = [sys.argv[0], *arguments]
-        code = executor_main(arguments)
+        # imported here, in each executor: the driver needs none of the executor's modules
+        from ..executor.cli import main
+        code = main(arguments)
     except SystemExit as exc:
         code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     except BaseException:
