@@ -248,9 +248,20 @@ def test_hash_and_calls_with_the_wrong_arguments_are_as_a_dataclass_s():
             call()
 
 
-def test_message_types_share_their_methods_rather_than_compile_their_own():
+def test_message_types_share_their_methods_and_compile_init_at_first_use():
     # a dataclass compiles six methods per class: most of what importing the protocol cost
-    from zsched.message_base import Message
-    for cls in {type(msg) for msg in SAMPLES}:
-        for name in ("__init__", "__eq__", "__hash__", "__repr__", "__setattr__"):
+    from zsched.message_base import Message, record
+
+    @record
+    class Sample(Message):
+        first: int
+        second: str
+
+    assert Sample.__init__ is Message.__init__  # none compiled yet
+    assert Sample(1, second="a") == Sample(first=1, second="a")
+    assert Sample.__init__ is not Message.__init__  # its own, from the first message on
+    with pytest.raises(TypeError, match="second"):
+        Sample(1)
+    for cls in {type(msg) for msg in SAMPLES} | {Sample}:
+        for name in ("__eq__", "__hash__", "__repr__", "__setattr__", "__getstate__"):
             assert getattr(cls, name) is getattr(Message, name), (cls, name)

@@ -4,8 +4,9 @@ A ``dataclass(frozen=True)`` compiles six methods for each class it makes. For t
 protocol's forty-odd message types that is most of the time a driver or an executor
 takes to import zsched. ``record`` makes each a dataclass (``dataclasses.fields`` and
 ``replace`` work on it) without generated methods; ``Message`` holds the methods, alike
-for all: construction by position or by name, no assignment, equality and hash of the
-fields in order, and the dataclass's repr.
+for all: no assignment, equality and hash of the fields in order, the dataclass's repr.
+Only ``__init__`` is a type's own, as fast as a dataclass's: compiled when the first
+message of the type is made, so a process compiles those of the types it uses.
 """
 from dataclasses import FrozenInstanceError, dataclass, fields
 
@@ -19,11 +20,8 @@ class Message:
     # names of its fields, in order
 
     def __init__(self, *values, **named):
-        names = self.FIELDS
-        if named or len(values) != len(names):
-            values = _bind(type(self), values, named)
-        for name, value in zip(names, values):
-            _set(self, name, value)
+        # the first message of its type: compile the type's own, which later ones call
+        _compile_init(type(self))(self, *values, **named)
 
     def __setattr__(self, name, value):
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
@@ -64,22 +62,14 @@ def record(cls):
     return cls
 
 
-def _bind(cls, values, named):
-    """The field values of ``cls(*values, **named)`` in order; TypeError as a call with
-    the wrong arguments raises."""
+def _compile_init(cls):
+    """``cls.__init__`` compiled, as a dataclass's: the fields in order, by position or by
+    name; set on ``cls`` and returned."""
     names = cls.FIELDS
-    where = f"{cls.__qualname__}()"
-    if len(values) > len(names):
-        raise TypeError(f"{where} takes {len(names)} arguments but {len(values)} were given")
-    bound = dict(zip(names, values))
-    for name, value in named.items():
-        if name not in names:
-            raise TypeError(f"{where} got an unexpected keyword argument {name!r}")
-        if name in bound:
-            raise TypeError(f"{where} got multiple values for argument {name!r}")
-        bound[name] = value
-    missing = [name for name in names if name not in bound]
-    if missing:
-        raise TypeError(f"{where} missing {len(missing)} required argument(s): "
-                        + ", ".join(repr(name) for name in missing))
-    return [bound[name] for name in names]
+    body = "".join(f"\n    _set(self, {name!r}, {name})" for name in names) or "\n    pass"
+    namespace = {}
+    exec(f"def __init__(self, {', '.join(names)}):{body}", {"_set": _set}, namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init
+    return init
