@@ -27,7 +27,8 @@ def imported(code, candidates):
     # the driver's own parts load once its first executors are forked
     ("import zsched.driver.cli",
      ["psutil", "ctypes.util", "zsched.cluster_managers.ssh", "zsched.cluster_managers.slurm",
-      "zsched.dashboard", "prometheus_client", "zsched.client.client", "zsched.driver.core"]),
+      "zsched.dashboard", "prometheus_client", "zsched.client.client", "zsched.driver.core",
+      "shutil"]),
 ])
 def test_a_start_imports_nothing_it_does_not_use(code, unwanted):
     assert imported(code, unwanted) == "[]"

@@ -2,7 +2,6 @@
 import argparse
 import logging
 import os
-import shutil
 import signal
 import socket
 import stat
@@ -284,6 +283,7 @@ def main(argv=None):
         driver.run()
     finally:
         if args.private_dir is not None:
+            import shutil  # only here: it loads the compression modules, which a start waits for
             shutil.rmtree(args.private_dir, ignore_errors=True)
     return 0
 
