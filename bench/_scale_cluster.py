@@ -163,7 +163,7 @@ class Cluster:
         if args.insecure:
             command.append("--insecure")
         else:
-            from zsched.security import create_secret_file
+            from zsched.secret_file import create_secret_file
             self.secret_file = os.path.join(workdir, "secret")
             create_secret_file(self.secret_file)
             command += ["--secret-file", self.secret_file]

@@ -214,3 +214,68 @@ def test_drivers_and_executors_start_without_the_client_side_imports(module, unw
     code = f"import sys, {module}; print(sorted(m for m in ({unwanted}) if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------- the messages as records
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_a_message_is_a_frozen_record_equal_to_its_copy(msg):
+    import copy
+    import dataclasses
+    import pickle
+    values = [getattr(msg, name) for name in msg.FIELDS]
+    assert msg.FIELDS == tuple(f.name for f in dataclasses.fields(msg))
+    assert type(msg)(*values) == msg == type(msg)(**dict(zip(msg.FIELDS, values)))
+    assert pickle.loads(pickle.dumps(msg)) == msg and copy.copy(msg) == msg
+    assert repr(msg) == f"{type(msg).__name__}(" + ", ".join(
+        f"{name}={value!r}" for name, value in zip(msg.FIELDS, values)) + ")"
+    assert (msg != p.Probe()) == (type(msg) is not p.Probe)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        msg.some_field = 1
+    if msg.FIELDS:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            delattr(msg, msg.FIELDS[0])
+        assert dataclasses.replace(msg, **{msg.FIELDS[0]: values[0]}) == msg
+
+
+def test_hash_and_calls_with_the_wrong_arguments_are_as_a_dataclass_s():
+    a, b = p.RegisterExecutor("1", "h", 1, "app", 2), p.RegisterExecutor("1", "h", 1, "app", 2)
+    assert hash(a) == hash(b) and len({a, b, p.RegisterExecutor("2", "h", 1, "app", 2)}) == 2
+    for call in (lambda: p.RegisterExecutor("1"), lambda: p.Probe(1),
+                 lambda: p.RegisterExecutor("1", "h", 1, "app", pid=2, port=3),
+                 lambda: p.RegisterExecutor("1", "h", 1, "app", 2, pid=2)):
+        with pytest.raises(TypeError):
+            call()
+
+
+def test_message_types_share_their_methods_and_compile_init_at_first_use():
+    # a dataclass compiles six methods per class: most of what importing the protocol cost
+    from zsched.message_base import Message, record
+
+    @record
+    class Sample(Message):
+        first: int
+        second: str
+
+    assert Sample.__init__ is Message.__init__  # none compiled yet
+    assert Sample(1, second="a") == Sample(first=1, second="a")
+    assert Sample.__init__ is not Message.__init__  # its own, from the first message on
+    with pytest.raises(TypeError, match="second"):
+        Sample(1)
+    for cls in {type(msg) for msg in SAMPLES} | {Sample}:
+        for name in ("__eq__", "__hash__", "__repr__", "__setattr__", "__getstate__"):
+            assert getattr(cls, name) is getattr(Message, name), (cls, name)
+
+
+def test_a_record_s_default_fills_a_field_left_out():
+    from zsched.message_base import Message, record
+
+    @record
+    class WithDefault(Message):
+        first: int
+        later: float = 0.5
+
+    assert WithDefault(1) == WithDefault(1, 0.5) == WithDefault(first=1, later=0.5)
+    assert WithDefault(1, later=2.0).later == 2.0
+    assert p.HeartbeatAck(7).next_in == 0.0
+    assert p.decode(p.encode(p.HeartbeatAck(7, 1.25))) == p.HeartbeatAck(7, 1.25)

@@ -8,8 +8,7 @@ is its own) has malloc serve allocations up to 32 MiB from its heap, and keep up
 ``driver_memory_cache`` bytes of freed heap for reuse.
 """
 import ctypes
-import ctypes.util
-import platform
+import os
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -21,10 +20,11 @@ def keep_freed_buffers(limit):
     did, in words for the log."""
     if limit == 0:
         return "none (driver_memory_cache is 0)"
-    if platform.libc_ver()[0] != "glibc":
+    if not _is_glibc():
         return "none (not glibc's malloc)"
     try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+        # the C library is loaded already: no search for it (find_library runs ldconfig)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return "none (no mallopt)"
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
@@ -33,3 +33,12 @@ def keep_freed_buffers(limit):
             and mallopt(_M_TRIM_THRESHOLD, trim)):
         return "none (mallopt refused)"
     return f"up to {trim / 2**20:g} MiB of buffers"
+
+
+def _is_glibc():
+    """Whether this process runs on glibc (``platform.libc_ver`` reads the interpreter's
+    file to say so; glibc itself answers at once)."""
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc")
+    except (ValueError, OSError, AttributeError):
+        return False

@@ -16,8 +16,6 @@ checks, the rows left in the frame, in a ``SubmitRows`` or a ``StatusRows``). A 
 instead of frames (``check`` applies decode's field checks to them).
 """
 import hashlib
-from dataclasses import dataclass, fields
-from typing import ClassVar
 
 import msgpack
 
@@ -26,6 +24,7 @@ from .task_state import TaskState  # noqa: F401 (part of the protocol; the wire'
 from ._wire_py import batch_tasks  # noqa: F401 (one splitter for LaunchTasks and SubmitTasks)
 from .data_frames import encode_head, is_parts, read as read_data
 from .msg_types import AdminOp, MsgType
+from .message_base import Message, record
 from .field_checks import (DATA_KEY_SIZE, HEARTBEAT_METRICS,  # noqa: F401 (part of the protocol)
                            HOST_NAME_LIMIT, MAX_PREFERRED_HOSTS, dict_of, heartbeat_metrics,
                            is_bool, is_bytes, is_data_key, is_int, is_number, is_placement_row,
@@ -68,19 +67,13 @@ def frame_limit(max_message_size):
 # ---------------------------------------------------------------- messages
 
 
-class Message:
-    """Base of every message: a frozen record whose fields are checked on decode."""
-
-    TYPE: ClassVar[MsgType]
-    CHECKS: ClassVar[tuple]
-
-
 def _message(msg_type, *checks):
+    """A message type (a ``Message`` record) of ``msg_type``, its fields checked on decode
+    by ``checks``, one per field."""
     def wrap(cls):
-        cls = dataclass(frozen=True, slots=True)(cls)
+        cls = record(cls)
         cls.TYPE = msg_type
         cls.CHECKS = checks
-        cls.FIELDS = tuple(f.name for f in fields(cls))
         assert len(cls.FIELDS) == len(checks), cls
         _BY_TYPE[msg_type] = cls
         return cls
@@ -305,7 +298,7 @@ ADMIN_MESSAGES = {}  # AdminOp -> its message type
 class AdminMessage(Message):
     """Base of the admin operations' messages: ``args()`` are the operation's arguments."""
 
-    OP: ClassVar[AdminOp]
+    # OP: its AdminOp, set by _admin
 
     def args(self):
         return [getattr(self, name) for name in self.FIELDS[1:]]

@@ -10,55 +10,19 @@ import hashlib
 import logging
 import os
 import secrets
-import stat
 from dataclasses import dataclass
 
 import zmq
 import zmq.utils.z85
 
 from .credentials import CLIENT, Credential, is_credential, parse_credential
-from .errors import ConfigError
+from .secret_file import SECRET_ENV, SECRET_FILE_ENV, read_secret
 from .socket_events import parse_event
 
 log = logging.getLogger(__name__)
 
-SECRET_ENV = "ZSCHED_SECRET"
-SECRET_FILE_ENV = "ZSCHED_SECRET_FILE"
-SECRET_VARIABLES = (SECRET_ENV, SECRET_FILE_ENV)  # never passed on to executors and tasks
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = b"zsched"
-
-
-def default_secret_path():
-    return os.path.join(os.path.expanduser("~"), ".zsched", "secret")
-
-
-def create_secret_file(path):
-    """Write a fresh random secret to ``path`` (mode 0600) unless the file exists."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32) + "\n")
-    return True
-
-
-def read_secret(path):
-    """The secret in ``path``; an error names the file when it is missing or empty."""
-    try:
-        with open(path, "rb") as f:
-            secret = f.read().strip()
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise ConfigError(f"cannot read secret file {path}: {exc.strerror}") from None
-    if not secret:
-        raise ConfigError(f"secret file {path} is empty")
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        log.warning("secret file %s is readable by others (mode %o); use chmod 600", path, mode & 0o777)
-    return secret
 
 
 MIN_SECRET_BYTES = 32  # a secret file zsched writes has 64 (hex of 32 random bytes)

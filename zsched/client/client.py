@@ -26,7 +26,8 @@ from ..errors import ConfigError, DriverConnectionError, MessageTooLarge, TaskFa
 from ..payload import DATA_PART_MIN as _PART_MIN
 from ..payload import small_buffers_in_band as _in_band
 from ..runtime import gc_untrack
-from ..security import SECRET_ENV, SECRET_FILE_ENV, load_keys
+from ..secret_file import SECRET_ENV, SECRET_FILE_ENV
+from ..security import load_keys
 from .channel_transport import ChannelTransport
 from .future import TaskFuture
 from .future_table import FutureTable

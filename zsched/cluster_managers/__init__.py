@@ -33,9 +33,10 @@ reaps processes, and runs commands (ssh, sbatch, scancel), in a thread of its ow
 takes when it polls. The driver's ``ExecutorAllocator`` (``zsched/driver/allocation.py``)
 decides how many to have.
 """
-from .base import ClusterManager
-from .local import LocalClusterManager
-from .slurm import SlurmClusterManager
-from .ssh import SSHClusterManager
+from ..entry import lazy_exports
 
+# imported on first use: a local cluster's processes do not import the SSH and Slurm managers
+_SOURCES = {"ClusterManager": "base", "LocalClusterManager": "local",
+            "SlurmClusterManager": "slurm", "SSHClusterManager": "ssh"}
 __all__ = ["ClusterManager", "LocalClusterManager", "SlurmClusterManager", "SSHClusterManager"]
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)

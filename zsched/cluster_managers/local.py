@@ -1,4 +1,5 @@
 """Executor processes on this host, started with the executor command line."""
+import collections
 import itertools
 import logging
 import os
@@ -7,7 +8,7 @@ import subprocess
 import sys
 
 from ..pipe_link import pipe_pair
-from ..security import SECRET_VARIABLES
+from ..secret_file import SECRET_VARIABLES
 from .base import KILL_GRACE, ClusterManager
 from .processes import ChildProcesses
 
@@ -71,8 +72,15 @@ def executor_command(driver_url, executor_id, hostname, cores, app_id, credentia
                      python=sys.executable, log_level=None, driver_fds=None, relief_fds=None):
     """The executor's command line: over pipes (``driver_fds``), else with its credential
     on ``credential_fd``, else insecure."""
-    command = module_command("zsched.executor", python) + ["--driver-url", driver_url,
-               "--executor-id", executor_id, "--hostname", hostname,
+    return module_command("zsched.executor", python) + executor_arguments(
+        driver_url, executor_id, hostname, cores, app_id, credential_fd, log_level, driver_fds,
+        relief_fds)
+
+
+def executor_arguments(driver_url, executor_id, hostname, cores, app_id, credential_fd=None,
+                       log_level=None, driver_fds=None, relief_fds=None):
+    """The arguments of ``bin/executor`` in ``executor_command``."""
+    command = ["--driver-url", driver_url, "--executor-id", executor_id, "--hostname", hostname,
                "--cores", str(cores), "--app-id", app_id]
     if driver_fds is not None:
         command += ["--driver-fds", "%d,%d" % driver_fds]
@@ -107,6 +115,7 @@ class LocalClusterManager(ClusterManager):
         self._launched = {}    # executor id -> None, in start order: counted toward the target
         self._leaving = set()  # executor ids killed and not yet reaped
         self._children = ChildProcesses("zsched-local-executors", _how_it_ended)
+        self._forked = collections.deque()  # (executor id, process, our pipes): not yet requested
 
     def request_total(self, n, avoid_hosts=(), local_tasks=None, excluded_hosts=()):
         """Have ``n`` executors: start the missing ones (never kills); none while this host
@@ -118,9 +127,37 @@ class LocalClusterManager(ClusterManager):
     def host_of(self, executor_id):
         return self.hostname
 
+    def fork_first(self, n, driver_url, app_id, fork):
+        """Start the first ``n`` executors at once, before the driver is built, with
+        ``fork(arguments, keep_fds)`` (a process forked to run ``bin/executor``): they start
+        while the driver does. Each talks to the driver over pipe pairs; the driver's first
+        requests take them (``adopt_link``), and what they said meanwhile waits there."""
+        self.driver_url, self.app_id = driver_url, app_id
+        for _ in range(n):
+            executor_id = str(next(self._ids))
+            pairs = []
+            try:
+                for _ in range(2 if self.cores_per_executor == 1 else 1):
+                    pairs.append(pipe_pair())
+                theirs = [fds for _, fds in pairs]
+                arguments = executor_arguments(
+                    driver_url, executor_id, self.hostname, self.cores_per_executor, app_id,
+                    log_level=self.log_level, driver_fds=theirs[0],
+                    relief_fds=theirs[1] if len(theirs) > 1 else None)
+                process = fork(arguments, [fd for fds in theirs for fd in fds])
+            except BaseException:
+                _close([fd for pair in pairs for fds in pair for fd in fds])
+                raise
+            _close([fd for _, fds in pairs for fd in fds])
+            log.info("forked executor %s (pid %d)", executor_id, process.pid)
+            self._forked.append((executor_id, process, [ours for ours, _ in pairs]))
+
     def _start_one(self):
         """Start an executor; with a driver that adopts links (``adopt_link``), it talks to
         the driver over a pipe pair instead of the driver's sockets."""
+        if self._forked and self.adopt_link is not None:
+            self._take_forked()
+            return
         executor_id = str(next(self._ids))
         pairs = []  # (ours, theirs): the executor's link, and its relief thread's (one core)
         credential_fd = None  # the pipes are its credential; else a key of its own
@@ -149,6 +186,15 @@ class LocalClusterManager(ClusterManager):
             raise
         for ours, _ in pairs:  # before it runs: the pipes hold what it says meanwhile
             self.adopt_link(executor_id, *ours)
+
+    def _take_forked(self):
+        """Count the next executor of ``fork_first`` as started, and hand its pipes to the
+        driver."""
+        executor_id, process, ours = self._forked.popleft()
+        self._children.start(executor_id, lambda: process)
+        self._launched[executor_id] = None
+        for fds in ours:
+            self.adopt_link(executor_id, *fds)
 
     def _launch(self, executor_id, command, pass_fds=()):
         """Have the manager's thread start ``command`` as executor ``executor_id``, handing
@@ -184,6 +230,11 @@ class LocalClusterManager(ClusterManager):
 
     def stop(self, timeout):
         """Wait up to ``timeout`` for executors told to stop, then terminate, then kill."""
+        while self._forked:  # never requested: the driver stops as it starts
+            _, process, ours = self._forked.popleft()
+            process.kill()
+            process.wait()
+            _close([fd for fds in ours for fd in fds])
         children = self._children
         if not children.wait_idle(timeout):
             log.warning("executors still running at stop: terminate, then kill")

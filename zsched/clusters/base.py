@@ -32,13 +32,13 @@ from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
 from ..errors import ConfigError, DriverConnectionError
 from ..pipe_link import PipeLink, close_fds, pipe_pair
 from ..protocol import MAX_CORES, frame_limit
-from ..credentials import write_credential_file
-from ..security import create_secret_file, keys_of, read_secret
+from ..secret_file import create_secret_file, read_secret
 
 log = logging.getLogger(__name__)
 
 _live_clusters = weakref.WeakSet()
 _LISTENING = re.compile(r"zsched driver listening on (tcp://\S+)$")
+_REGISTERED_POLL = 0.002  # seconds between looks at the executors registered, while waiting
 
 
 class _Start(NamedTuple):
@@ -198,6 +198,8 @@ class Cluster:
             driver_end.close()
         self._close_at_exit()
         try:
+            # the driver takes a while to start: meanwhile, import the client waiting takes
+            from ..client import client  # noqa: F401
             self._read_addresses(started)
             # what the driver and the executors print later (tasks' output) goes to our stdout
             threading.Thread(target=self._forward_output, name="zsched-cluster-output",
@@ -246,18 +248,21 @@ class Cluster:
     def client(self, **kwargs):
         """A client of this cluster in this process, over a pair of pipes of its own; closed
         with the cluster."""
+        return self._keep(self._new_client(**kwargs))
+
+    def _new_client(self, **kwargs):
+        """A client over a new pipe pair to the driver; over its socket once the cluster
+        has no pipes to give (it is closed)."""
         from ..client import Client
         if (fds := self._pipes_to_driver()) is not None:
             kwargs.pop("secret_file", None)  # the pipes reach the driver alone
             kwargs.pop("insecure", None)
             link = PipeLink(*fds, frame_limit(Config().max_message_size))  # until the welcome
-            client = Client.over_pipes(link, self.local_address, **kwargs)
-        else:
-            if not kwargs.get("insecure"):  # the cluster's credential, or none if it has none
-                kwargs.setdefault("secret_file", self.secret_file)
-                kwargs["insecure"] = kwargs["secret_file"] is None
-            client = Client(self.local_address, **kwargs)
-        return self._keep(client)
+            return Client.over_pipes(link, self.local_address, **kwargs)
+        if not kwargs.get("insecure"):  # the cluster's credential, or none if it has none
+            kwargs.setdefault("secret_file", self.secret_file)
+            kwargs["insecure"] = kwargs["secret_file"] is None
+        return Client(self.local_address, **kwargs)
 
     def client_credential(self):
         """The path of a credential that only submits tasks and calls the client API
@@ -265,6 +270,8 @@ class Cluster:
         executor. Written once, mode 0600, in the cluster's private directory."""
         if self.secret_file is None:
             raise ConfigError("an insecure cluster has no credentials")
+        from ..credentials import write_credential_file
+        from ..security import keys_of
         path = os.path.join(self._private_dir, "client-credential")
         if not os.path.exists(path):
             keys = keys_of(read_secret(self.secret_file), self.secret_file)
@@ -288,10 +295,9 @@ class Cluster:
 
     def wait_for_executors(self, n, timeout):
         """Wait until ``n`` executors have registered."""
-        from ..client import Client
         deadline = time.monotonic() + timeout
-        with Client(self.local_address, secret_file=self.secret_file,
-                    insecure=self.secret_file is None, timeout=timeout) as client:
+        # over pipes: no handshake to make, no socket and no I/O thread of ZeroMQ's
+        with self._new_client(timeout=timeout) as client:
             self._wait_until_registered(n, timeout, deadline, lambda: len(client.executor_ids()),
                                         lambda: self.driver_running)
 
@@ -304,7 +310,7 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise DriverConnectionError(f"only {count} of {n} executors registered "
                                             f"within {timeout:g} s")
-            time.sleep(0.005)
+            time.sleep(_REGISTERED_POLL)
 
     def close(self):
         """Stop the driver and its executors (bounded), and remove the private secret."""

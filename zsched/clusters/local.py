@@ -52,7 +52,8 @@ class LocalCluster(Cluster):
         super().__init__(n_executors, cores_per_executor, **kwargs)
 
     def _manager_arguments(self, n_executors):
-        return ["--local", str(n_executors)]
+        # the first executors fork from the driver's process: they need not import zsched
+        return ["--local", str(n_executors), "--fork-executors"]
 
     def _start(self, values, config, started):
         if self._in_process:

@@ -2,26 +2,20 @@
 import argparse
 import logging
 import os
-import shutil
 import signal
 import socket
 import stat
 import sys
 
-import zmq
-
 from .. import protocol as p
-from ..cluster_managers import SlurmClusterManager, SSHClusterManager
-from ..cluster_managers.hosts_file import read_hosts_file
-from ..heap import keep_freed_buffers
-from .arena_cache import keep_freed_memory
 from ..config import MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config, number_in
 from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
 from ..errors import ConfigError
-from ..credentials import write_credential_file
-from ..security import default_secret_path
-from .core import Driver
-from .options import DriverOptions, local_manager
+from ..secret_file import default_secret_path
+from .options import DriverOptions, local_manager, new_app_id
+
+# The driver's own parts (core, and what it builds) are imported once the executors of
+# --fork-executors are forked: they need none of it, and start meanwhile.
 
 log = logging.getLogger("zsched.driver")
 
@@ -84,6 +78,11 @@ def build_parser():
                         help="a Unix socket inherited from the program that started this "
                              "driver, through which it passes a pipe pair for each of its "
                              "clients (LocalCluster's client())")
+    parser.add_argument("--fork-executors", action="store_true",
+                        help="start the executors of --local N as forks of this process, "
+                             "before it reads its secret or opens a socket: they start "
+                             "without importing zsched again (those started later are "
+                             "new processes)")
     parser.add_argument("--exit-on-stdin-close", action="store_true",
                         help="stop (and stop the executors) when standard input closes: "
                              "fate-sharing with the program that started the driver")
@@ -151,6 +150,8 @@ def _cluster_manager(args, config):
     if args.local is not None:
         return local_manager(args.host, args.cores_per_executor, args.log_level)
     if args.hosts is not None:
+        from ..cluster_managers.hosts_file import read_hosts_file
+        from ..cluster_managers.ssh import SSHClusterManager
         return SSHClusterManager(read_hosts_file(args.hosts), args.cores_per_executor,
                                  ssh_options=args.ssh_option,
                                  remote_python=args.remote_python or "python3",
@@ -159,6 +160,7 @@ def _cluster_manager(args, config):
     if args.ssh_option:
         raise ConfigError("--ssh-option needs --hosts FILE")
     if args.slurm:
+        from ..cluster_managers.slurm import SlurmClusterManager
         return SlurmClusterManager(args.cores_per_executor, partition=args.partition,
                                    slurm_options=args.slurm_option,
                                    executors_per_job=args.executors_per_job,
@@ -187,17 +189,13 @@ def _report(text):
     print(f"zsched: {text}", flush=True)
 
 
-def options_from_args(args):
-    """The ``DriverOptions`` the command line asks for; ConfigError if malformed."""
+def options_from_args(args, manager=None):
+    """The ``DriverOptions`` the command line asks for (with ``manager``, the cluster
+    manager it asks for, if made already); ConfigError if malformed."""
     config = Config.from_conf_pairs(args.conf)
-    if args.max_executors is not None and args.min_executors > args.max_executors:
-        raise ConfigError(f"--min-executors {args.min_executors} is above "
-                          f"--max-executors {args.max_executors}")
-    policy = None
-    if args.dynamic_allocation:
-        policy = DynamicAllocationPolicy(args.min_executors, args.max_executors,
-                                         args.backlog_timeout, args.executor_idle_timeout)
-    manager = _cluster_manager(args, config)
+    policy = _allocation_policy(args)
+    if manager is None:
+        manager = _cluster_manager(args, config)
     if manager is not None and (manager.capacity() or 0) > MAX_EXECUTORS:
         raise ConfigError(f"--hosts {args.hosts} lists {manager.capacity()} executors, "
                           f"more than {MAX_EXECUTORS}")
@@ -211,7 +209,39 @@ def options_from_args(args):
         stop_on_eof_fd=sys.stdin.fileno() if args.exit_on_stdin_close else None)
 
 
+def _allocation_policy(args):
+    """The dynamic allocation policy the command line asks for, or None."""
+    if args.max_executors is not None and args.min_executors > args.max_executors:
+        raise ConfigError(f"--min-executors {args.min_executors} is above "
+                          f"--max-executors {args.max_executors}")
+    if not args.dynamic_allocation:
+        return None
+    return DynamicAllocationPolicy(args.min_executors, args.max_executors,
+                                   args.backlog_timeout, args.executor_idle_timeout)
+
+
+def _fork_first_executors(args, config, manager):
+    """With ``--fork-executors``, fork the executors ``--local`` starts with, before this
+    process reads its secret or makes a socket or a thread: whether it did. It does not
+    where an executor could not reach it over pipes at a known address, or where a fork
+    would hold more than an executor may (see ``forked_executors``)."""
+    if not (args.fork_executors and args.local and args.ipc_path is not None
+            and config.local_executor_link == "pipe"):
+        return False
+    from .forked_executors import can_fork, fork_executor
+    if not can_fork():
+        return False
+    count = executors_at_start(args.local, args.initial_executors, _allocation_policy(args))
+    if count == 0:
+        return False
+    if args.app_id is None:  # the executors are told it now
+        args.app_id = new_app_id()
+    manager.fork_first(count, f"ipc://{args.ipc_path}", args.app_id, fork_executor)
+    return True
+
+
 def _write_client_credential(parser, path, keys):
+    from ..credentials import write_credential_file
     if keys is None:
         parser.error("--client-credential needs the cluster secret: not with --insecure")
     try:
@@ -228,17 +258,17 @@ def main(argv=None):
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        options = options_from_args(args)
+        config = Config.from_conf_pairs(args.conf)
+        manager = _cluster_manager(args, config)
+        forked = _fork_first_executors(args, config, manager)
     except ConfigError as exc:
         parser.error(str(exc))
-    if args.client_credential is not None:
-        _write_client_credential(parser, args.client_credential, options.keys)
-    log.info("freed memory kept for reuse: %s; %s", keep_freed_memory(options.config.driver_memory_cache),
-             keep_freed_buffers(options.config.driver_memory_cache))
     try:
-        driver = Driver(options)
-    except (OSError, zmq.ZMQError) as exc:
-        parser.exit(1, f"{parser.prog}: cannot listen on {args.host}: {exc}\n")
+        driver, options = _new_driver(parser, args, manager)
+    except BaseException:
+        if forked:  # executors that no driver will take
+            manager.stop(0)
+        raise
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: driver.request_stop())
     print(f"zsched driver listening on {driver.url}", flush=True)
@@ -253,5 +283,28 @@ def main(argv=None):
         driver.run()
     finally:
         if args.private_dir is not None:
+            import shutil  # only here: it loads the compression modules, which a start waits for
             shutil.rmtree(args.private_dir, ignore_errors=True)
     return 0
+
+
+def _new_driver(parser, args, manager):
+    """The driver the command line asks for, bound, and its options; a usage error (exit
+    status 1) when it cannot be made."""
+    import zmq
+
+    from ..heap import keep_freed_buffers
+    from .arena_cache import keep_freed_memory
+    from .core import Driver
+    try:
+        options = options_from_args(args, manager)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    if args.client_credential is not None:
+        _write_client_credential(parser, args.client_credential, options.keys)
+    log.info("freed memory kept for reuse: %s; %s", keep_freed_memory(options.config.driver_memory_cache),
+             keep_freed_buffers(options.config.driver_memory_cache))
+    try:
+        return Driver(options), options
+    except (OSError, zmq.ZMQError) as exc:
+        parser.exit(1, f"{parser.prog}: cannot listen on {args.host}: {exc}\n")

@@ -16,7 +16,6 @@ import os
 import secrets
 import socket
 import threading
-import time
 
 import zmq
 
@@ -36,6 +35,7 @@ from .data_store import DataStore
 from .executors import ExecutorEndpoint
 from .heartbeats import HeartbeatPace, driver_pings
 from .loop import Loop
+from .options import new_app_id
 from .peer_warnings import PeerWarnings
 from .peers import Peers, Role, open_router
 from .registry import ExecutorRegistry
@@ -58,7 +58,7 @@ class Driver:
         self.config = options.config
         self.host = options.host
         self.port = options.port
-        self.app_id = options.app_id or f"app-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+        self.app_id = options.app_id or new_app_id()
         self.keys = keys = options.keys
         # a key pair for each executor it starts, admitted until that executor is removed
         self.executor_keys = None if keys is None else ExecutorKeys(keys.server_public)

@@ -3,6 +3,7 @@ by ``LocalCluster``, and the steps both take to build it (secret, cluster manage
 executors at start)."""
 import logging
 import os
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -17,7 +18,8 @@ from ..cluster_managers.local import (
 from ..config import Config, check_name
 from ..dynamic_allocation import executors_at_start
 from ..errors import ConfigError
-from ..security import create_secret_file, load_keys
+from ..secret_file import create_secret_file
+from ..security import load_keys
 
 log = logging.getLogger("zsched.driver")
 
@@ -89,6 +91,11 @@ def _secure(secret_file):
     if created:
         log.info("created secret file %s", secret_file)
     return load_keys(secret_file, use_environment=False)
+
+
+def new_app_id():
+    """A fresh application id, as a driver given none takes."""
+    return f"app-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
 
 
 def local_options(config, n_executors, cores_per_executor, *, host="127.0.0.1",

@@ -13,7 +13,6 @@ import os
 import sys
 import time
 
-import psutil
 import zmq
 
 from .. import protocol as p
@@ -30,6 +29,7 @@ from ..payload import REF_BYTE
 from .connection import LOST, DriverConnection
 from .data import ExecutorData
 from .inline import InlinePath
+from .metrics import ProcessMetrics
 from .registration import Registration, RegistrationError
 from .tasks import TaskRunner
 from .worker import WorkerWatch
@@ -84,7 +84,7 @@ class ExecutorBackend:
         self._driver_gone = False            # nothing more to tell the driver
         self._charge_tasks = True            # the driver counts this exit against its tasks
         self._reaper_exit = False            # a task thread cannot be stopped: leave at once
-        self._process = psutil.Process()
+        self._metrics = ProcessMetrics()     # this process's memory and CPU, for heartbeats
 
     @property
     def socket(self):
@@ -400,10 +400,8 @@ class ExecutorBackend:
 
     def send_heartbeat(self, connection=None):
         """Send the driver a Heartbeat with this process's memory, CPU and task figures."""
-        with self._process.oneshot():
-            metrics = {"rss": self._process.memory_info().rss,
-                       "cpu": self._process.cpu_percent(None),
-                       **self.tasks.metrics()}
+        metrics = {"rss": self._metrics.rss(), "cpu": self._metrics.cpu_percent(),
+                   **self.tasks.metrics()}
         self._send(p.Heartbeat(self.incarnation, self.executor_id, metrics), connection)
 
     def send_status_updates(self, connection=None):

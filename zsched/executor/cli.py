@@ -13,7 +13,8 @@ from .. import protocol as p
 from ..config import Config, check_name, check_url
 from ..errors import ConfigError
 from ..credentials import read_credential_fd
-from ..security import SECRET_ENV, SECRET_FILE_ENV, SECRET_VARIABLES, CurveKeys, load_keys
+from ..secret_file import SECRET_ENV, SECRET_FILE_ENV, SECRET_VARIABLES
+from ..security import CurveKeys, load_keys
 from .backend import ExecutorBackend
 
 REGISTRATION_TIMEOUT_ENV = "ZSCHED_REGISTRATION_TIMEOUT"
