@@ -105,7 +105,7 @@ def run_config(args, task, n_executors, round_index, log, killed):
         cluster.start_executors(n_executors, processes, args.cores)
         client = cluster.connect_client()
         figures.update(register(cluster, n_executors, log))
-        figures.update(idle(cluster, client, args.quick))
+        figures.update(idle(cluster, client, args.quick, args.idle_seconds))
         figures.update(throughput(args, task, cluster, client, n_executors, round_index, log))
         loss_s, left = cluster.vanish(n_executors, 60 + n_executors / 10)
         figures["loss_s"] = loss_s
@@ -137,18 +137,24 @@ def register(cluster, n_executors, log):
     return figures
 
 
-def idle(cluster, client, quick):
+def idle(cluster, client, quick, idle_s=None):
     """An idle cluster, heartbeats (ours and ZeroMQ's) and the driver's timers only: the
-    driver's CPU; then one ``client.status()``."""
+    driver's CPU over ``idle_s`` seconds; then one ``client.status()``."""
     figures = {}
-    time.sleep(0.5 if quick else 1.0)  # the first heartbeats are answered
-    idle_s = 1.0 if quick else 6.0
+    # every executor has sent a heartbeat at the longest interval the driver gave
+    time.sleep(0.5 if quick else 1.0 + client.status()["heartbeat_interval"])
+    if idle_s is None:
+        idle_s = 1.0 if quick else 6.0
+    counters0 = client.status()["counters"]
     driver_cpu0 = cpu_seconds([cluster.driver.pid])
     driver_main0 = main_thread_cpu_seconds(cluster.driver.pid)
     time.sleep(idle_s)
     figures["idle_driver_cpu_pct"] = (cpu_seconds([cluster.driver.pid]) - driver_cpu0) / idle_s * 100
     figures["idle_driver_loop_cpu_pct"] = (
         (main_thread_cpu_seconds(cluster.driver.pid) - driver_main0) / idle_s * 100)
+    counters = client.status()["counters"]  # a status is costly at this size: outside the window
+    for name in ("messages_in", "messages_out"):
+        figures[f"idle_{name}_per_s"] = (counters[name] - counters0[name]) / idle_s
     t0 = time.perf_counter()
     client.status()
     figures["status_ms"] = (time.perf_counter() - t0) * 1e3

@@ -60,6 +60,8 @@ ROWS = [
     ("driver_rss_per_executor_kib", "  driver RSS per executor, KiB", "{:.1f}", False),
     ("idle_driver_cpu_pct", "driver CPU while idle, %", "{:.1f}", False),
     ("idle_driver_loop_cpu_pct", "  of which its loop (main thread), %", "{:.1f}", False),
+    ("idle_messages_in_per_s", "  messages in a second, in", "{:,.0f}", False),
+    ("idle_messages_out_per_s", "  messages in a second, out", "{:,.0f}", False),
     ("status_ms", "client.status() round trip, ms", "{:.1f}", False),
     ("submit_tasks_per_s", "submit: tasks/s", "{:,.0f}", True),
     ("submit_driver_cpu_us", "  driver CPU per task, us", "{:.1f}", True),
@@ -153,6 +155,9 @@ def parse_args(argv=None):
     parser.add_argument("--phases", default="submit,map",
                         help="comma-separated throughput phases: submit, map (default both)")
     parser.add_argument("--no-memory", action="store_true", help="skip the queued-task memory figure")
+    parser.add_argument("--idle-seconds", type=float, default=None, metavar="S",
+                        help="how long the idle driver's CPU is measured (default 6; 1 with "
+                             "--quick): two heartbeat intervals of a large cluster or more")
     parser.add_argument("--insecure", action="store_true", help="no secret, no CURVE")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="driver setting, as bin/driver --conf (repeatable)")

@@ -26,14 +26,15 @@ class FakeClock:
 @pytest.mark.parametrize("peers, expected", [
     (0, 5.0), (1, 5.0), (500, 5.0),   # few: the interval set
     (1000, 10.0), (1200, 12.0),       # more: together at most 100 a second
-    (1500, 15.0), (10_000, 15.0),     # never longer than half the timeout
+    (1500, 15.0), (2000, 20.0),
+    (10_000, 20.0),                   # never longer than two thirds of the timeout
 ])
-def test_the_interval_grows_with_the_peers_up_to_half_the_timeout(peers, expected):
+def test_the_interval_grows_with_the_peers_up_to_two_thirds_of_the_timeout(peers, expected):
     assert paced_interval(5.0, 30.0, peers, 100.0) == pytest.approx(expected)
 
 
-def test_an_interval_set_longer_than_half_the_timeout_is_kept():
-    assert paced_interval(20.0, 30.0, 10_000, 100.0) == 20.0
+def test_an_interval_set_longer_than_two_thirds_of_the_timeout_is_kept():
+    assert paced_interval(25.0, 30.0, 10_000, 100.0) == 25.0
 
 
 def test_registration_settings_pace_the_heartbeats_and_keep_the_timeout():

@@ -320,15 +320,15 @@ def test_a_task_holding_the_gil_does_not_lose_its_executor():
 
 
 def test_paced_heartbeats_still_find_a_stopped_executor_within_the_timeout():
-    """At most 0.5 heartbeats a second from 2 executors: each sends one every 1.5 s (half
-    the timeout), not every 0.5 s; a SIGSTOPped one is still lost for a silence of 3 s,
+    """At most 0.5 heartbeats a second from 2 executors: each sends one every 2 s (two
+    thirds of the timeout), not every 0.5 s; a SIGSTOPped one is still lost for a silence of 3 s,
     found by the check that runs every 0.75 s (a quarter of the timeout)."""
     timeout, check_period = 3.0, 0.75
     with zsched.LocalCluster(2, executor_heartbeat_interval=0.5, executor_heartbeat_timeout=timeout,
                              executor_heartbeat_rate=0.5) as cluster:
         client = cluster.client(timeout=20)
         status = client.status()
-        assert status["heartbeat_interval"] == timeout / 2
+        assert status["heartbeat_interval"] == pytest.approx(timeout * 2 / 3)
         victim = status["executors"][0]
         os.kill(victim["pid"], signal.SIGSTOP)
         stopped_at = time.time()

@@ -159,5 +159,16 @@ def test_the_next_heartbeat_is_due_when_told():
     assert not m.due_to_send(T0 + 15.7)    # then at its own interval again
     assert m.due_to_send(T0 + 15.75)
     m.send_in(0, T0 + 16)                  # no word: nothing changes
-    m.send_in(100, T0 + 16)                # never later than half the timeout
-    assert m.until_send(T0 + 16) == 15
+    m.send_in(100, T0 + 16)                # never later than two thirds of the timeout
+    assert m.until_send(T0 + 16) == pytest.approx(20)
+
+
+def test_overdue_is_silent_and_late_in_one_look():
+    m = HeartbeatMonitor(5, 30)
+    m.heard("quiet", T0)
+    m.heard("slow", T0 + 15)
+    m.heard("fresh", T0 + 28)
+    silent, late = m.overdue(T0 + 31)
+    assert silent == ["quiet"] and late == ["slow"]
+    assert m.overdue(T0 + 31) == (["quiet"], [])  # a late peer is reported once
+    assert m.is_late("slow") and not m.is_late("fresh")

@@ -10,12 +10,16 @@ import time
 
 DRIVER = "driver"  # the one peer an executor's or a client's monitor watches
 
+# the longest paced interval, as a share of the timeout: a heartbeat may be a third late
+PACED_SHARE = 2 / 3
+
 
 def paced_interval(interval, timeout, peers, rate):
     """The heartbeat interval of each of ``peers`` peers watched together: ``interval``, or
     longer so that together they send at most ``rate`` heartbeats a second, but never
-    longer than half the ``timeout``: two heartbeats still fit in it."""
-    return max(interval, min(peers / rate, timeout / 2))
+    longer than two thirds of the ``timeout``: a heartbeat that comes a third of the
+    timeout late is still in time."""
+    return max(interval, min(peers / rate, timeout * PACED_SHARE))
 
 
 def _late_after(interval, timeout):
@@ -77,9 +81,9 @@ class HeartbeatMonitor:
 
     def send_in(self, seconds, now=None):
         """The next heartbeat is due ``seconds`` after ``now`` (the driver's word), but
-        within half the timeout; 0 changes nothing."""
+        within two thirds of the timeout; 0 changes nothing."""
         if seconds > 0:
-            self._next_send = (self.clock() if now is None else now) + min(seconds, self.timeout / 2)
+            self._next_send = (self.clock() if now is None else now) + min(seconds, self.timeout * PACED_SHARE)
 
     def until_send(self, now=None):
         """Seconds from ``now`` until the next heartbeat is due (0 when it is due)."""
@@ -118,6 +122,22 @@ class HeartbeatMonitor:
         """The peers silent for longer than the timeout at ``now``: lost."""
         now = self.clock() if now is None else now
         return [peer for peer, heard in self._heard.items() if now - heard > self.timeout]
+
+    def overdue(self, now=None):
+        """``(silent, late)`` at ``now``: what ``silent`` and ``late`` return, from one look
+        at each peer."""
+        now = self.clock() if now is None else now
+        timeout, late_after, reported = self.timeout, self.late_after, self._late
+        silent, late = [], []
+        for peer, heard in self._heard.items():
+            quiet = now - heard
+            if quiet > late_after:
+                if quiet > timeout:
+                    silent.append(peer)
+                elif peer not in reported:
+                    late.append(peer)
+        reported.update(late)
+        return silent, late
 
     def late(self, now=None):
         """The peers that became late by ``now`` (silent past ``late_after``, not past the

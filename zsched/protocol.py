@@ -28,7 +28,7 @@ from .message_base import Message, record
 from .field_checks import (DATA_KEY_SIZE, HEARTBEAT_METRICS,  # noqa: F401 (part of the protocol)
                            HOST_NAME_LIMIT, MAX_PREFERRED_HOSTS, dict_of, heartbeat_metrics,
                            is_bool, is_bytes, is_data_key, is_int, is_number, is_placement_row,
-                           is_scalar, is_settings, is_str, list_of, optional, rows_of)
+                           is_scalar, is_settings, is_str, is_type, list_of, optional, rows_of)
 from .wire import StatusRows, SubmitRows, read_status_updates, read_submit_tasks
 
 VERSION = 1
@@ -101,7 +101,8 @@ class StatusUpdates(Message):
     updates: list  # [[task_id, attempt, TaskState, payload], ...]
 
 
-@_message(MsgType.HEARTBEAT, is_int, is_str, dict_of(is_str, is_scalar))
+# its metrics: any dict, of which the driver keeps the known figures (heartbeat_metrics)
+@_message(MsgType.HEARTBEAT, is_int, is_str, is_type(dict))
 class Heartbeat(Message):
     incarnation: int
     executor_id: str

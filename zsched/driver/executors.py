@@ -225,10 +225,11 @@ class ExecutorEndpoint:
         those silent for a third of it (a task holding the GIL stalls heartbeats)."""
         now = self._clock()
         liveness = self._registry.liveness
-        for executor_id in liveness.silent(now):
+        silent, late = liveness.overdue(now)  # one look at each executor
+        for executor_id in silent:
             self.remove_executor(executor_id,
                                  f"heartbeat timeout (no message for {liveness.timeout:g} s)")
-        for executor_id in liveness.late(now):
+        for executor_id in late:
             log.warning("executor %s has been silent for %.1f s (a task holding the GIL?); "
                         "it is declared lost after %g s", executor_id,
                         liveness.silence(executor_id, now), liveness.timeout)

@@ -5,7 +5,7 @@ driver little at any size.
   answer, and ZeroMQ's I/O thread a decryption and an encryption. An executor learns its
   interval when it registers (``executor_heartbeat_interval`` in its settings): the one
   set, or longer, so that all the executors registered together send at most
-  ``executor_heartbeat_rate`` heartbeats a second. It never exceeds half of
+  ``executor_heartbeat_rate`` heartbeats a second. It never exceeds two thirds of
   ``executor_heartbeat_timeout``, which stays as set: a silent executor is lost as soon as
   before. The driver reports an executor late only past the longest interval it gave,
   plus a share of what is left of the timeout.
