@@ -10,17 +10,11 @@ from zsched.driver.heartbeats import (HELLO_WINDOW, QUIET_ZMTP, SLOT, ZMTP_PEERS
 from zsched.dynamic_allocation import DynamicAllocationPolicy
 from zsched.liveness import paced_interval
 
+from conftest import FakeClock
+
 pytestmark = pytest.mark.unit
 
 T0 = 1000.0
-
-
-class FakeClock:
-    def __init__(self, now=T0):
-        self.now = now
-
-    def __call__(self):
-        return self.now
 
 
 @pytest.mark.parametrize("peers, expected", [
