@@ -196,3 +196,16 @@ def test_an_unkillable_task_in_the_loop_thread_is_reaped_and_its_executor_replac
         assert "task_kill_timeout" in losses[0]["reason"]
         assert client.submit(os.getpid).result(60) not in (old["pid"], None)
         client.shutdown()
+
+
+@pytest.mark.unit
+def test_a_forget_read_from_the_loop_s_connection_spares_functions_sent_during_the_cover():
+    # During a cover the relief reads both connections. A ForgetFunctions on the relief's
+    # was sent after a launch sent the function again; one on the loop's, before it.
+    from zsched.executor.inline import InlinePath
+    path = InlinePath(None, None)
+    path._covering = True
+    path.note_functions([b"f"], holds=lambda digest: True)
+    assert path.to_forget([b"f", b"g"]) == [b"f", b"g"]
+    path._reading_loop_connection = True
+    assert path.to_forget([b"f", b"g"]) == [b"g"]

@@ -7,12 +7,15 @@ if it runs longer than ``INLINE_GRACE`` the relief thread, woken by a kernel tim
 wake-up at all for shorter tasks), covers for it until the task ends: heartbeats, kills,
 stops, launches (they wait for the one core) and requests to give tasks back.
 
-The relief thread has a connection of its own (a DEALER, or a pipe pair of its own): each
-connection is used by one thread only. The driver sends it a copy of every kill and
-stop, and, once it hears a heartbeat there, everything, until the loop's connection
-speaks again. What the relief thread reads while it does not cover goes to the loop's
-thread, which obeys it in its next turn; what the loop's thread has not taken when a
-cover begins (a kill of the task that has just started) the relief thread obeys itself.
+The relief thread has a connection of its own (a DEALER, or a pipe pair of its own). The
+driver sends it a copy of every kill and stop, and, once it hears a heartbeat there,
+everything, until the loop's connection speaks again. What the relief thread reads while
+it does not cover goes to the loop's thread, which obeys it in its next turn; what the
+loop's thread has not taken when a cover begins (a kill of the task that has just
+started) the relief thread obeys itself. During a cover it also reads the loop's
+connection, which the loop's thread leaves alone until the hand-back: what the driver
+sent there before it heard the cover begin (tasks dealt behind the long one) can then
+be given back.
 """
 import collections
 import logging
@@ -79,6 +82,8 @@ class InlinePath:
         self._handover = threading.Lock()    # guards _inline_running and _covering
         self._inline_running = False
         self._covering = False               # the relief thread stands in for the loop
+        self._loop_connection = None         # the loop's, read by the relief during a cover
+        self._reading_loop_connection = False  # what is handled was sent before the cover
         self._handed_back = threading.Event()
         self._relief_lost = False            # the relief's connection ended: so did the driver
         self._worker = None                  # the relief's own WorkerWatch of --worker-url
@@ -110,9 +115,10 @@ class InlinePath:
             self._resent.update(digest for digest in functions if holds(digest))
 
     def to_forget(self, digests):
-        """Of the digests of a ForgetFunctions, those to drop (see ``note_functions``)."""
+        """Of the digests of a ForgetFunctions, those to drop (see ``note_functions``): of
+        one sent before a cover, not those sent again during it."""
         resent = self._resent
-        if not resent or self._covering:
+        if not resent or (self._covering and not self._reading_loop_connection):
             return digests
         kept = resent.intersection(digests)
         resent -= kept
@@ -254,6 +260,10 @@ class InlinePath:
             backend.send_heartbeat(connection)
         for frame in self.forwarded():  # not taken by the loop's thread before the task
             backend.handle_frame(frame)
+        # what the driver sent the loop's connection before it heard that heartbeat (a
+        # launch dealt behind the task) is read here too: the loop's thread is in the task
+        self._loop_connection = backend.driver
+        poller.register(backend.driver.key, zmq.POLLIN)
         if connection is None and self._relief_lost:  # lost before this cover began
             backend.driver_lost(connection_lost=True)
         if self._worker_lost is not None:
@@ -268,12 +278,16 @@ class InlinePath:
                 exit_while_a_task_runs(backend, connection)
             connection = self._cover_turn(connection, poller)
         poller.unregister(backend.wakeup.fd)
+        if self._loop_connection is not None:
+            poller.unregister(self._loop_connection.key)
+            self._loop_connection = None
         self._handed_back.set()
         return connection
 
     def _cover_turn(self, connection, poller):
-        """One turn of the cover: a heartbeat when due, then wait for the driver, the
-        timer or a stop; the relief's connection (None once it is lost)."""
+        """One turn of the cover: a heartbeat when due, then wait for the driver (on
+        either connection), the timer or a stop; the relief's connection (None once it
+        is lost)."""
         backend = self._backend
         liveness = backend.liveness
         now = backend.clock()
@@ -287,6 +301,7 @@ class InlinePath:
         self._watch_worker(events)
         if self._worker_lost is not None:
             backend.fail(self._worker_lost)
+        self._read_loop_connection(poller, events)
         if connection is not None:
             heard = connection.readable(events)
             connection = self._read(connection, poller, events, backend.handle_frame)
@@ -303,6 +318,23 @@ class InlinePath:
         backend.send_status_updates(connection)
         backend.reap_killed_tasks()
         return connection
+
+
+    def _read_loop_connection(self, poller, events):
+        """During a cover, handle what came on the loop's connection: all of it was sent
+        before the driver heard the cover begin. Once that connection ends, it is left to
+        the loop's thread, which finds its end after the task."""
+        loop_connection = self._loop_connection
+        if loop_connection is None or not loop_connection.readable(events):
+            return
+        self._reading_loop_connection = True
+        try:
+            loop_connection.read(self._backend.handle_frame, lambda: False)
+        finally:
+            self._reading_loop_connection = False
+        if loop_connection.lost(events) is not None:
+            poller.unregister(loop_connection.key)
+            self._loop_connection = None
 
 
 def exit_while_a_task_runs(backend, connection):
