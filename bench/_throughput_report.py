@@ -25,14 +25,20 @@ EFFICIENCY = [
 ALL_FIGURES = FIGURES + EFFICIENCY
 
 
+def print_header(order, labels, columns):
+    """Print a table's header of ``columns`` (key, heading, format): its first column's width."""
+    width = max(len(labels[n]) for n in order) + 2
+    header = "system".ljust(width) + "".join(h.rjust(CELL) for _, h, _ in columns)
+    print(header)
+    print("-" * len(header))
+    return width
+
+
 def print_table(order, labels, status, medians, per_round, args):
     print(f"zsched throughput: {args.executors} executor(s) x 1 core, {args.tasks} no-op tasks, "
           f"{args.latency_samples} latency samples; median of {args.rounds} round(s); "
           f"{os.cpu_count()} CPUs")
-    width = max(len(labels[n]) for n in order) + 2
-    header = "system".ljust(width) + "".join(h.rjust(CELL) for _, h, _ in FIGURES)
-    print(header)
-    print("-" * len(header))
+    width = print_header(order, labels, FIGURES)
     for name in order:
         row = labels[name].ljust(width)
         if status[name] != "ok":
@@ -58,10 +64,7 @@ def print_efficiency(order, labels, status, medians, n_eff):
     print()
     print(f"efficiency: ideal / measured time (1.000 = perfect) of {10 * n_eff} calls of 1 ms and "
           f"{n_eff} of 10 ms (time.sleep)")
-    width = max(len(labels[n]) for n in order) + 2
-    header = "system".ljust(width) + "".join(h.rjust(CELL) for _, h, _ in EFFICIENCY)
-    print(header)
-    print("-" * len(header))
+    width = print_header(order, labels, EFFICIENCY)
     for name in order:
         if status[name] == "ok":
             print(labels[name].ljust(width)
