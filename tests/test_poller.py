@@ -125,27 +125,3 @@ def test_a_socket_used_only_when_ready_is_reported_until_it_is_read(pair):
     assert poller.poll(HOUR_MS) == [(dealer, POLLIN)]
     assert dealer.recv() == b"two"
     assert poller.poll(0) == []
-
-
-def test_the_lock_given_is_let_go_while_it_waits_and_held_after(pair):
-    router, dealer, rid = pair
-    poller = Poller()
-    poller.register(dealer, zmq.POLLIN)
-    lock = threading.Lock()
-    taken = threading.Event()
-
-    def take_then_send():
-        with lock:  # only while the poller waits
-            taken.set()
-            router.send_multipart([rid, b"x"])
-
-    lock.acquire()
-    other = threading.Thread(target=take_then_send)
-    other.start()
-    try:
-        assert poller.poll(HOUR_MS, lock) == [(dealer, POLLIN)]
-        assert lock.locked()
-    finally:
-        lock.release()
-        other.join()
-    assert taken.is_set()

@@ -88,18 +88,16 @@ class Poller:
             del self._by_fd[fd]
             self._poll.unregister(fd)
 
-    def poll(self, timeout=None, release=None):
+    def poll(self, timeout=None):
         """What is ready, waiting up to ``timeout`` milliseconds for it (None or negative:
-        until something is). ``release``, a lock the caller holds, is let go while it
-        waits: another thread may then use the sockets, and must read their ZMQ_EVENTS
-        after it did (see ``zsched.client.transport``)."""
+        until something is)."""
         if timeout is None or timeout < 0:
             timeout = None
             deadline = None
         elif timeout > 0:
             deadline = time.monotonic() + timeout / 1000
         while True:
-            ready = self._ready(timeout, release)
+            ready = self._ready(timeout)
             if ready or timeout == 0:
                 return ready
             if deadline is not None:  # a command that brought no event: wait on
@@ -107,7 +105,7 @@ class Poller:
                 if timeout <= 0:
                     return ready
 
-    def _ready(self, timeout, release):
+    def _ready(self, timeout):
         found = {}
         for entry in self._entries:
             if entry[3]:
@@ -116,14 +114,7 @@ class Poller:
                     found[entry[0]] = events
                 else:
                     entry[3] = entry[4]  # until it is ready again, its descriptor tells
-        if found or timeout == 0 or release is None:
-            fired = self._poll.poll(0 if found else timeout)
-        else:
-            release.release()
-            try:
-                fired = self._poll.poll(timeout)
-            finally:
-                release.acquire()
+        fired = self._poll.poll(0 if found else timeout)
         if fired:
             self._add_fired(fired, found)
         if len(found) < 2:
