@@ -142,11 +142,7 @@ class HeartbeatMonitor:
     def late(self, now=None):
         """The peers that became late by ``now`` (silent past ``late_after``, not past the
         timeout): each is returned once, until it is heard from again."""
-        now = self.clock() if now is None else now
-        late = [peer for peer, heard in self._heard.items()
-                if self.late_after < now - heard <= self.timeout and peer not in self._late]
-        self._late.update(late)
-        return late
+        return self.overdue(now)[1]
 
     def is_late(self, peer):
         """Whether ``peer`` was reported late and has not been heard from since."""
