@@ -1,5 +1,5 @@
 """What every cluster users start has: a driver process on this host (``python -m
-zsched.driver``), a secret file private to the cluster, its clients, waiting for its
+zsched.driver``, or a fork of this process: ``driver_start``), a secret file private to the cluster, its clients, waiting for its
 executors, and closing it all.
 
 The driver runs in a process of its own, not in a thread of the caller: a driver thread
@@ -25,7 +25,7 @@ import time
 import weakref
 from typing import NamedTuple, Optional, Union
 
-from ..cluster_managers.local import child_environment, fits_a_unix_socket, module_command
+from ..cluster_managers.local import fits_a_unix_socket, module_command
 from ..config import (MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config,
                       check_name, check_number)
 from ..dynamic_allocation import DynamicAllocationPolicy, executors_at_start
@@ -33,6 +33,7 @@ from ..errors import ConfigError, DriverConnectionError
 from ..pipe_link import PipeLink, close_fds, pipe_pair
 from ..protocol import MAX_CORES, frame_limit
 from ..secret_file import create_secret_file, read_secret
+from .driver_start import start_driver
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class Cluster:
                  secret_file=None, insecure=False, app_id=None, conf=None, wait=True,
                  log_level="WARNING", dynamic_allocation=False, min_executors=0,
                  max_executors=None, initial_executors=None, backlog_timeout=1.0,
-                 executor_idle_timeout=60.0, dashboard=False, **settings):
+                 executor_idle_timeout=60.0, dashboard=False, fork=True, **settings):
         # bad arguments fail here, naming them, rather than in the driver or in ZeroMQ
         n_executors, cores_per_executor, port, initial_executors, policy = self._checked(
             n_executors, cores_per_executor, port, initial_executors, dynamic_allocation,
@@ -104,6 +105,7 @@ class Cluster:
             secret_file = os.path.join(self._private_dir, "secret")
         self.secret_file = None if insecure else secret_file
         self._process = None
+        self._fork = bool(fork)  # the driver may be a fork of this process (driver_start)
         self._client_pipes = None  # hands the driver process a pipe pair per client()
         self._client_pipes_lock = threading.Lock()
         self._start(values, config, _Start(
@@ -188,9 +190,7 @@ class Cluster:
         self._client_pipes, driver_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         command += ["--client-pipes", str(driver_end.fileno())]
         try:
-            self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             env=child_environment(), text=True,
-                                             pass_fds=[driver_end.fileno()])
+            self._process = start_driver(command, driver_end.fileno(), self._fork)
         except BaseException:
             self._close_client_pipes()
             raise

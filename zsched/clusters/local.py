@@ -30,6 +30,9 @@ class LocalCluster(Cluster):
     ``wait=True`` returns once every executor registered, ``wait=N`` once N have.
     ``dashboard=True`` serves the live dashboard and Prometheus ``/metrics`` on a free port
     of 127.0.0.1; ``dashboard_url`` is its address (with the token it needs).
+    The driver process is a fork of this one while this process runs a single thread
+    (it starts sooner: nothing to import again); ``fork=False`` always starts a new
+    interpreter, as does a process with other threads (see ``driver_start``).
 
     ``in_process=True`` runs the driver in a thread of this process instead (the executors
     are processes either way): ``client()`` and the embedded ``zsched.Client()`` then hand
