@@ -16,10 +16,12 @@ import logging
 import os
 import pickle
 import threading
+import weakref
 
 
 from .. import protocol as p
 from ..config import Config, check_url
+from ..async_closing import AsyncClosing
 from ..embedded import start_cluster
 from ..broadcast import Broadcast, made_here
 from ..errors import ConfigError, DriverConnectionError, MessageTooLarge, TaskFailed
@@ -29,6 +31,7 @@ from ..runtime import gc_untrack
 from ..secret_file import SECRET_ENV, SECRET_FILE_ENV
 from ..security import load_keys
 from .channel_transport import ChannelTransport
+from .cluster_admin import ClusterAdmin
 from .future import TaskFuture
 from .future_table import FutureTable
 from .map_tasks import run_map
@@ -40,6 +43,7 @@ from .socket_transport import SocketTransport
 
 _dumps = pickle.dumps
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
+_connected = []  # weak references to the clients, in the order they connected: current()
 
 log = logging.getLogger(__package__)
 
@@ -62,7 +66,7 @@ def _keys_to_connect(address, secret_file, insecure):
     return keys
 
 
-class Client(concurrent.futures.Executor):
+class Client(ClusterAdmin, AsyncClosing, concurrent.futures.Executor):
     """Submit Python callables to a zsched driver.
 
     ``Client()`` starts an embedded local cluster (its driver in a thread of this process,
@@ -161,6 +165,22 @@ class Client(concurrent.futures.Executor):
         transport.welcomed(self.config)
         self._cores_answer = self._request(p.AdminTotalCores)  # for the first map
         transport.start()
+        _connected.append(weakref.ref(self))
+
+    @classmethod
+    def current(cls):
+        """The open client this process connected last; ValueError when there is none."""
+        while _connected:
+            client = _connected[-1]()
+            if client is not None and not client.closed:
+                return client
+            _connected.pop()
+        raise ValueError("no zsched client is open in this process")
+
+    @property
+    def closed(self):
+        """Whether this client is shut down (or shutting down): it takes no more tasks."""
+        return self._shutdown
 
     # ------------------------------------------------------------ submitting
 
@@ -329,50 +349,6 @@ class Client(concurrent.futures.Executor):
             operation = getattr(message_type, "OP", message_type.TYPE).name.lower()
             raise DriverConnectionError(
                 f"driver {self.address} did not answer {operation} within {self.timeout:g} s") from None
-
-    def executor_ids(self):
-        """Ids of the registered executors."""
-        return self._admin(p.AdminExecutorIds)
-
-    def is_executor_active(self, executor_id):
-        return self._admin(p.AdminIsExecutorActive, executor_id)
-
-    def status(self):
-        """Executors, task counts and recent executor losses, as the driver sees them."""
-        return self._admin(p.AdminStatus)
-
-    def decommission_executors(self, executor_ids):
-        """Decommission executors: they take no new tasks, finish their running ones
-        (whose results arrive as usual), then exit; not counted as failures, not replaced.
-        Their unstarted tasks run elsewhere. Returns the ids the driver acknowledged."""
-        return self._admin(p.AdminDecommissionExecutors, list(executor_ids))
-
-    def request_total_executors(self, n, locality_aware_tasks=0, host_to_local_task_count=None):
-        """Have ``n`` executors (a later request overrides this one; running executors are
-        never killed to reach a lower number). True when the driver acknowledged it."""
-        if n < 0:
-            raise ValueError(f"cannot request a negative number of executors ({n})")
-        return self._admin(p.AdminRequestTotalExecutors, n, locality_aware_tasks,
-                           host_to_local_task_count)
-
-    def request_executors(self, n):
-        """``n`` executors more than requested so far."""
-        if n < 0:
-            raise ValueError(f"cannot request a negative number of additional executors ({n})")
-        return self._admin(p.AdminRequestExecutors, n)
-
-    def kill_executors(self, executor_ids, *, replace=False, force=False):
-        """Kill executors (busy ones only with ``force``); without ``replace`` none replaces
-        them. Returns the ids the driver acknowledged."""
-        return self._admin(p.AdminKillExecutors, list(executor_ids), bool(replace), bool(force))
-
-    def kill_executors_on_host(self, host):
-        """Kill every executor on ``host`` (they are replaced); True if there was one."""
-        return self._admin(p.AdminKillExecutorsOnHost, host)
-
-    def decommission_executors_on_host(self, host):
-        """Decommission every executor on ``host``; True if there was one."""
-        return self._admin(p.AdminDecommissionExecutorsOnHost, host)
 
     # ------------------------------------------------------------ the connection
 

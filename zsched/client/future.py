@@ -113,6 +113,13 @@ class TaskFuture(concurrent.futures.Future):
         """The id of this future's task at its client."""
         return self._task_id
 
+    def __await__(self):
+        """``await future`` in a running event loop: its result, or its exception raised.
+        No thread waits: the future's completion wakes the loop (``asyncio.wrap_future``).
+        Cancelling the awaiting task cancels this future, and so the task."""
+        import asyncio  # here: a process that never awaits does not import it
+        return asyncio.wrap_future(self).__await__()
+
     @property
     def _waiters(self):
         waiters = self._waiter_list

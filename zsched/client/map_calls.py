@@ -62,14 +62,25 @@ class MapResults(itertools.chain):
     Its items come from C (one chain of per-task iterators), so handing out a result costs
     no Python frame. ``close()`` stops it, as for a generator, and cancels what is left."""
 
-    __slots__ = ("_tasks", "_futures")
+    __slots__ = ("_tasks", "_futures", "_arguments")
 
     @classmethod
     def of(cls, futures, chunked, end_time, submit_next=None, on_end=None):
         tasks = results_in_order(futures, chunked, end_time, submit_next, on_end)
         results = cls.from_iterable(tasks)
         results._tasks, results._futures = tasks, futures
+        results._arguments = (futures, chunked, end_time, submit_next, on_end)
         return results
+
+    def __aiter__(self):
+        """``async for``: the same results in the same order, each awaited in the running
+        event loop, not waited for. Once only, and not after a plain ``for`` began."""
+        import inspect
+        if self._arguments is None or inspect.getgeneratorstate(self._tasks) != "GEN_CREATED":
+            raise RuntimeError("the results of this map are already being consumed")
+        arguments, self._arguments = self._arguments, None
+        self._tasks.close()  # never started: the async generator takes its place
+        return results_in_order_async(*arguments)
 
     def close(self):
         self._tasks.close()
@@ -154,6 +165,18 @@ def handed_out(values):
     return map(values.pop, itertools.repeat(-1, len(values)))
 
 
+def _values_and_error(outcome, chunked):
+    """A task's results to hand out, and the exception to raise after them (or None)."""
+    if not chunked:
+        return [outcome], None
+    values, failures = outcome
+    if not failures:
+        return values, None
+    first = min(failures)
+    del values[first:]
+    return values, load_exception(failures[first])
+
+
 def results_in_order(futures, chunked, end_time, submit_next=None, on_end=None):
     """Iterators over the results of ``futures`` (a deque, in call order): a chunk's
     results up to its first exception, or a lone call's result. A call's exception is
@@ -172,17 +195,35 @@ def results_in_order(futures, chunked, end_time, submit_next=None, on_end=None):
                 following = submit_next()
                 if following is not None:
                     futures.append(following)
-            error = None
-            if not chunked:
-                values = [outcome]
-            else:
-                values, failures = outcome
-                if failures:
-                    first = min(failures)
-                    error = load_exception(failures[first])
-                    del values[first:]
+            values, error = _values_and_error(outcome, chunked)
             outcome = None
             yield handed_out(values)
+            if error is not None:
+                raise error
+    finally:
+        for future in futures:
+            future.cancel()
+        if on_end is not None:
+            on_end()
+
+
+async def results_in_order_async(futures, chunked, end_time, submit_next=None, on_end=None):
+    """``results_in_order`` for ``async for``: each task's future is awaited."""
+    import asyncio  # here: executors import this module, and never await
+    try:
+        while futures:
+            future = futures[0]
+            remaining = None if end_time is None else end_time - time.monotonic()
+            await asyncio.wait_for(asyncio.wrap_future(future), remaining)
+            outcome = future.result(0)
+            futures.popleft()
+            if submit_next is not None:
+                following = submit_next()
+                if following is not None:
+                    futures.append(following)
+            values, error = _values_and_error(outcome, chunked)
+            for value in values:
+                yield value
             if error is not None:
                 raise error
     finally:

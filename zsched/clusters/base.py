@@ -25,6 +25,7 @@ import time
 import weakref
 from typing import NamedTuple, Optional, Union
 
+from ..async_closing import AsyncClosing
 from ..cluster_managers.local import fits_a_unix_socket, module_command
 from ..config import (MAX_EXECUTORS, MAX_EXECUTORS_PER_HOST, MAX_PORT, MIN_WAIT, WEEK, Config,
                       check_name, check_number)
@@ -63,7 +64,7 @@ def _close_live_clusters():
         cluster.close()
 
 
-class Cluster:
+class Cluster(AsyncClosing):
     """A driver process on this host and the executors it starts; a context manager.
 
     ``address`` and ``secret_file`` let any process connect (``zsched.Client(address,
