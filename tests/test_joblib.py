@@ -139,3 +139,18 @@ def test_with_no_client_it_starts_an_embedded_cluster_and_closes_it_at_exit(tmp_
                          text=True, timeout=WAIT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["20", "True"]  # executors of a driver in the script
+
+
+def column_sums(array, column):
+    return float(array[:, column].sum())
+
+
+def test_large_arrays_reach_the_calls_whole(client):
+    import numpy as np
+    whole = np.arange(200_000, dtype=np.float64).reshape(1000, 200)  # 1.6 MB, contiguous
+    strided = whole[:, ::2]  # not contiguous: pickled in band, a large pickle
+    with joblib.parallel_config(backend="zsched"):
+        for array in (whole, strided):
+            sums = joblib.Parallel(batch_size=1)(joblib.delayed(column_sums)(array, c)
+                                                 for c in range(5))
+            assert sums == [float(array[:, c].sum()) for c in range(5)]

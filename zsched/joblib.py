@@ -27,6 +27,7 @@ from joblib import register_parallel_backend
 from joblib._parallel_backends import AutoBatchingMixin, ParallelBackendBase
 
 from .client import Client
+from .payload import DATA_PART_MIN
 
 __all__ = ["ZschedBackend"]
 
@@ -34,10 +35,32 @@ _clients = {}  # the clients this module made: (address, secret_file, insecure) 
 _clients_lock = threading.Lock()
 
 
-def _run_batch(pickled):
-    """In the executor: run a batch of joblib's calls. The batch is pickled with
-    cloudpickle, so calls defined in a script (``__main__``) travel by value."""
-    return pickle.loads(pickled)()
+def _run_batch(pickled, buffers):
+    """In the executor: run a batch of joblib's calls, pickled by ``_pickled``."""
+    return pickle.loads(pickled, buffers=buffers)()
+
+
+def _pickled(batch):
+    """``(pickle, buffers)`` of ``batch`` for an executor, through cloudpickle (a call
+    defined in a script, ``__main__``, travels by value), as joblib's own processes get it.
+    Its large buffers (arrays) stay apart, and so does the pickle when it is large: they
+    travel as frames of their own, never copied."""
+    buffers = []
+    data = cloudpickle.dumps(batch, 5, buffer_callback=_apart(buffers))
+    if len(data) >= DATA_PART_MIN:
+        data = pickle.PickleBuffer(data)
+    return data, buffers
+
+
+def _apart(buffers):
+    """A pickle buffer callback that keeps small buffers in band, and puts large ones in
+    ``buffers``."""
+    def callback(buffer):
+        if buffer.raw().nbytes < DATA_PART_MIN:
+            return True
+        buffers.append(buffer)
+        return False
+    return callback
 
 
 class ZschedBackend(AutoBatchingMixin, ParallelBackendBase):
@@ -80,7 +103,7 @@ class ZschedBackend(AutoBatchingMixin, ParallelBackendBase):
         return self.effective_n_jobs(n_jobs)
 
     def submit(self, func, callback=None):
-        future = self.client.submit(_run_batch, cloudpickle.dumps(func))
+        future = self.client.submit(_run_batch, *_pickled(func))
         with self._pending_lock:
             self._pending.add(future)
         future.add_done_callback(self._done)

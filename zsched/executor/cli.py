@@ -16,6 +16,7 @@ from ..credentials import read_credential_fd
 from ..secret_file import SECRET_ENV, SECRET_FILE_ENV, SECRET_VARIABLES
 from ..security import CurveKeys, load_keys
 from .backend import ExecutorBackend
+from .threads import limit_threads
 
 REGISTRATION_TIMEOUT_ENV = "ZSCHED_REGISTRATION_TIMEOUT"
 USAGE = """\
@@ -151,6 +152,7 @@ def main(argv=None):
     except ConfigError as exc:
         sys.stderr.write(f"{exc}\n")
         return 1
+    limit_threads(args.cores)
     backend = ExecutorBackend(args.driver_url, args.executor_id, args.hostname, args.cores,
                               args.app_id, keys=keys, worker_url=args.worker_url,
                               registration_timeout=timeout, driver_fds=args.driver_fds,
