@@ -294,3 +294,20 @@ def test_a_live_cluster_on_the_page(page, tmp_path):
         finally:
             stop.set()
             worker.join(60)
+
+
+def test_a_clusters_notebook_view_renders(page):
+    """What a notebook shows for a LocalCluster and its client (``_repr_html_``), rendered:
+    the figures read as text, and the dashboard's link opens the dashboard."""
+    import zsched
+    with zsched.LocalCluster(2, dashboard=True) as cluster, cluster.client() as client:
+        page.set_content(f"<html><body>{cluster._repr_html_()}{client._repr_html_()}</body></html>")
+        tables = page.locator("div.zsched table")
+        assert tables.count() == 2
+        text = tables.nth(1).inner_text()
+        assert "Executors\t2" in text and "Cores\t2" in text
+        link = tables.nth(1).locator("a")
+        assert link.get_attribute("href") == cluster.dashboard_url
+        page.goto(link.get_attribute("href"))
+        page.wait_for_function("() => document.querySelectorAll('#executors tbody tr').length === 2",
+                               timeout=WAIT_MS)

@@ -177,6 +177,17 @@ class Client(ClusterAdmin, AsyncClosing, concurrent.futures.Executor):
             _connected.pop()
         raise ValueError("no zsched client is open in this process")
 
+    def _repr_html_(self):
+        """The client in a notebook: its driver's address, executors, cores and tasks."""
+        from ..notebook import status_table
+        title = "zsched Client" + (" (closed)" if self.closed else "")
+        if self.closed:
+            return status_table(title, self.address)
+        try:
+            return status_table(title, self.address, status=self._admin(p.AdminStatus, timeout=5))
+        except Exception as exc:  # a repr never raises: it says why it has no figures
+            return status_table(title, self.address, error=f"cannot ask the driver: {exc}")
+
     @property
     def closed(self):
         """Whether this client is shut down (or shutting down): it takes no more tasks."""

@@ -14,7 +14,8 @@ class ProgressBar:
         self.done = 0
         self.failed = 0
         self._lock = threading.Lock()
-        from tqdm import tqdm  # imported when a bar is first shown: slow to import
+        # imported when a bar is first shown (slow to import); a widget in a notebook
+        from tqdm.auto import tqdm
         self._bar = tqdm(total=total, desc=desc, unit=unit, file=file, leave=leave,
                          dynamic_ncols=True)
 

@@ -362,6 +362,21 @@ class Cluster(AsyncClosing):
                 self._client_pipes.close()
                 self._client_pipes = None
 
+    def _repr_html_(self):
+        """The cluster in a notebook: its address, secret file, executors, cores and tasks."""
+        from ..notebook import status_table
+        title = f"zsched {type(self).__name__}"
+        rows = [("Secret file", self.secret_file)] if self.secret_file else []
+        if self._closed:
+            return status_table(title + " (closed)", self.address, rows=rows)
+        try:
+            with self.client(timeout=5) as client:
+                status = client.status()
+        except Exception as exc:  # a repr never raises: it says why it has no figures
+            return status_table(title, self.address, error=f"cannot ask the driver: {exc}",
+                                rows=rows)
+        return status_table(title, self.address, status, rows=rows)
+
     def __enter__(self):
         return self
 

@@ -99,6 +99,14 @@ class DashboardServer:
         url = f"http://{host}:{self.port}/"
         return url + f"?token={self.token}" if self.token else url
 
+    @property
+    def public_url(self) -> str:
+        """``url`` as another host reaches it: a wildcard address becomes this host's name."""
+        if self.host in ("0.0.0.0", "::", "*", ""):
+            return self.url.replace(f"//{'[::]' if self.host == '::' else self.host}:",
+                                    f"//{socket.gethostname()}:", 1)
+        return self.url
+
     def close(self):
         """Stop serving, free the port and join the serving thread; idempotent."""
         with self._lock:

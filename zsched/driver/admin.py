@@ -48,6 +48,7 @@ class Admin:
         self._longest_pause = longest_pause  # of the driver's loop, over the last minute
         self._clients = clients  # routing id -> ClientData, of the connected clients
         self._data = data  # the DataStore: large arguments and broadcast values
+        self.dashboard_url = None  # set once the dashboard serves: status() tells clients
         self._history = deque(maxlen=_HISTORY_POINTS)
         self._snapshot = None
         self._idle_since = {}         # executor id -> when it was first seen idle
@@ -109,6 +110,7 @@ class Admin:
         return {
             "app_id": self._app_id,
             "url": self._url,
+            "dashboard_url": self.dashboard_url,
             "fast_path": FASTPATH_IMPLEMENTATION,
             "memory_cache": memory_cache_stats(),
             "ready": self._is_ready(),

@@ -3,7 +3,6 @@ import argparse
 import logging
 import os
 import signal
-import socket
 import stat
 import sys
 
@@ -276,9 +275,7 @@ def main(argv=None):
     if secret_file:
         print(f"zsched secret file: {secret_file}", flush=True)
     if driver.dashboard is not None:
-        bound = args.dashboard_host
-        host = bound if bound not in ("0.0.0.0", "::", "*", "") else socket.gethostname()
-        print(f"zsched dashboard at {driver.dashboard.url.replace(bound, host, 1)}", flush=True)
+        print(f"zsched dashboard at {driver.dashboard.public_url}", flush=True)
     try:
         driver.run()
     finally:
