@@ -1,8 +1,8 @@
 """A short job through `bin/driver --local 2`, as a user runs it after `pip install .`.
 
 Run with the installed venv active, from the checkout's root. It checks that the driver
-and this client both run the installed, compiled zsched, and that the driver stops
-cleanly on SIGTERM."""
+and this client both run the installed, compiled zsched, that the installed
+`zsched status` reports the cluster, and that the driver stops cleanly on SIGTERM."""
 import os
 import selectors
 import signal
@@ -52,6 +52,11 @@ def main():
                 status = client.status()
             executors = len(status["executors"])
             assert executors == 2, f"{executors} executors, expected 2"
+            # the installed command tells the same
+            shown = subprocess.run(["zsched", "status", address, "--secret-file", secret],
+                                   capture_output=True, text=True, timeout=60)
+            assert shown.returncode == 0, shown.stderr
+            assert "2 executor(s)" in shown.stdout, shown.stdout
             # the arena cache exists only in the compiled build: the driver runs it too
             assert status["memory_cache"] is not None, "the driver runs no compiled zsched"
         finally:
