@@ -10,6 +10,8 @@ until its result is back:
 
 - ``pool``: ``multiprocessing.Pool(2)``, ``apply_async(noop, (i,)).get()``;
 - ``pipes``: ``LocalCluster(2, 1)``, its executors and ``cluster.client()`` on pipes;
+- ``await``: as ``pipes``, each result awaited (``await client.submit(noop, i)``) in a
+  running asyncio event loop instead of ``result()``;
 - ``tcp``: ``LocalCluster(2, 1, local_executor_link="socket")`` and
   ``zsched.Client(cluster.address, secret_file=...)``: every hop on loopback TCP, CURVE;
 - ``ipc``: as ``tcp``, the client at ``cluster.local_address`` (a Unix socket, CURVE);
@@ -34,7 +36,7 @@ import time
 
 from _common import about_machine, about_zsched, median, print_json, require_positive
 
-SYSTEMS = ("pool", "pipes", "tcp", "ipc", "floor")
+SYSTEMS = ("pool", "pipes", "await", "tcp", "ipc", "floor")
 
 
 def noop(x):
@@ -83,11 +85,38 @@ def _pool_kind(process):
     return None if "resource_tracker" in " ".join(process.cmdline()) else "workers"
 
 
-def measure(call, trips, warm, kind_of, expect_workers):
-    """Warm up, then time ``trips`` calls of ``call(i)``: wall p50, p99 and CPU µs per
-    round trip of each kind of process, split into main thread and the others."""
-    for i in range(warm):
+def timed_calls(call, trips):
+    """The wall time of each of ``trips`` calls of ``call(i)``."""
+    times = []
+    clock = time.perf_counter
+    for i in range(trips):
+        t0 = clock()
         call(i)
+        times.append(clock() - t0)
+    return times
+
+
+def timed_awaits(call, trips):
+    """The wall time of each of ``trips`` awaits of ``call(i)``, in a running event loop."""
+    import asyncio
+
+    async def trips_in_a_loop():
+        times = []
+        clock = time.perf_counter
+        for i in range(trips):
+            t0 = clock()
+            await call(i)
+            times.append(clock() - t0)
+        return times
+
+    return asyncio.run(trips_in_a_loop())
+
+
+def measure(call, trips, warm, kind_of, expect_workers, timed=timed_calls):
+    """Warm up, then time ``trips`` calls of ``call(i)`` (with ``timed``): wall p50, p99
+    and CPU µs per round trip of each kind of process, split into main thread and the
+    others."""
+    timed(call, warm)
     deadline = time.monotonic() + 30
     while True:
         processes = _processes(kind_of)
@@ -97,12 +126,7 @@ def measure(call, trips, warm, kind_of, expect_workers):
         time.sleep(0.05)
     gc.collect()
     before = {name: cpu_seconds(*pm) for name, pm in processes.items()}
-    times = []
-    clock = time.perf_counter
-    for i in range(trips):
-        t0 = clock()
-        call(i)
-        times.append(clock() - t0)
+    times = timed(call, trips)
     after = {name: cpu_seconds(*pm) for name, pm in processes.items()}
     q = statistics.quantiles(times, n=100)
     figures = {"p50_us": q[49] * 1e6, "p99_us": q[98] * 1e6}
@@ -124,9 +148,13 @@ def run_pool(args):
 
 def run_zsched(args, system):
     import zsched
-    link = "pipe" if system == "pipes" else "socket"
+    link = "pipe" if system in ("pipes", "await") else "socket"
     with zsched.LocalCluster(n_executors=2, cores_per_executor=1,
                              local_executor_link=link) as cluster:
+        if system == "await":
+            with cluster.client() as client:
+                return measure(lambda i: client.submit(noop, i), args.trips, args.warm,
+                               _zsched_kind, 2, timed=timed_awaits)
         if system == "pipes":
             client = cluster.client()
         else:

@@ -139,3 +139,28 @@ def test_async_with_closes_a_client_and_a_cluster_without_blocking_the_loop(clus
     assert slow.done() and slow.exception() is None
     assert len(ticks_while_closing) >= 5  # the loop ran while they closed
     assert not own.driver_running
+
+
+def test_an_awaited_future_that_is_already_done_does_not_wait(client):
+    future = client.submit(square, 5)
+    assert future.result(WAIT) == 25
+
+    async def main():
+        return await future
+
+    assert asyncio.run(main()) == 25
+
+
+def test_awaits_in_two_loops_of_two_threads_at_once(client):
+    def in_a_loop(base, out):
+        async def main():
+            return [await client.submit(square, base + i) for i in range(200)]
+        out[base] = asyncio.run(main())
+
+    out = {}
+    threads = [threading.Thread(target=in_a_loop, args=(base, out)) for base in (0, 1000)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    assert out == {base: [(base + i) ** 2 for i in range(200)] for base in (0, 1000)}
