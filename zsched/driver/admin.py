@@ -162,6 +162,12 @@ class Admin:
         self._snapshot = {**status, "time": now, "history": list(self._history),
                           "scheduling_latency": self._scheduler.latency.snapshot()}
 
+    def dashboard_started(self, url):
+        """The dashboard serves at ``url``: ``status()`` tells clients, and it gets its
+        first snapshot."""
+        self.dashboard_url = url
+        self.publish_snapshot()
+
     def last_snapshot(self):
         """The snapshot published last; read by the dashboard's threads."""
         return self._snapshot

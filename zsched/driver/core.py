@@ -171,8 +171,7 @@ class Driver:
         token = dashboard_token(self.keys.client_secret) if self.keys is not None else None
         self.dashboard = DashboardServer(self.dashboard_host, self.dashboard_port, self.admin.last_snapshot, token)
         self.dashboard.start()
-        self.admin.dashboard_url = self.dashboard.public_url
-        self.admin.publish_snapshot()
+        self.admin.dashboard_started(self.dashboard.public_url)
 
     # ------------------------------------------------------------ running
 
