@@ -11,7 +11,8 @@ until its result is back:
 - ``pool``: ``multiprocessing.Pool(2)``, ``apply_async(noop, (i,)).get()``;
 - ``pipes``: ``LocalCluster(2, 1)``, its executors and ``cluster.client()`` on pipes;
 - ``await``: as ``pipes``, each result awaited (``await client.submit(noop, i)``) in a
-  running asyncio event loop instead of ``result()``;
+  running asyncio event loop instead of ``result()``; then as many ``result()`` round
+  trips on the same cluster, for their ratio (``await_vs_result``);
 - ``tcp``: ``LocalCluster(2, 1, local_executor_link="socket")`` and
   ``zsched.Client(cluster.address, secret_file=...)``: every hop on loopback TCP, CURVE;
 - ``ipc``: as ``tcp``, the client at ``cluster.local_address`` (a Unix socket, CURVE);
@@ -153,8 +154,14 @@ def run_zsched(args, system):
                              local_executor_link=link) as cluster:
         if system == "await":
             with cluster.client() as client:
-                return measure(lambda i: client.submit(noop, i), args.trips, args.warm,
-                               _zsched_kind, 2, timed=timed_awaits)
+                figures = measure(lambda i: client.submit(noop, i), args.trips, args.warm,
+                                  _zsched_kind, 2, timed=timed_awaits)
+                # result() on the same cluster at once: the ratio without the spread
+                # between one cluster and the next
+                same = timed_calls(lambda i: client.submit(noop, i).result(), args.trips)
+                figures["result_p50_us"] = statistics.median(same) * 1e6
+                figures["await_vs_result"] = figures["p50_us"] / figures["result_p50_us"]
+                return figures
         if system == "pipes":
             client = cluster.client()
         else:

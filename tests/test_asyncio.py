@@ -1,6 +1,7 @@
 """zsched from asyncio, in real event loops on a real cluster: awaited futures, ``async
 for`` over a map, ``async with`` that closes without blocking the loop, and cancelling."""
 import asyncio
+import os
 import threading
 import time
 
@@ -164,3 +165,17 @@ def test_awaits_in_two_loops_of_two_threads_at_once(client):
     for thread in threads:
         thread.join(WAIT)
     assert out == {base: [(base + i) ** 2 for i in range(200)] for base in (0, 1000)}
+
+
+def test_each_loop_gives_back_its_wake_up_descriptor(client):
+    import gc
+
+    async def main(i):
+        return await client.submit(square, i)
+
+    asyncio.run(main(0))
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    assert [asyncio.run(main(i)) for i in range(100)] == [i * i for i in range(100)]
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before + 2

@@ -42,54 +42,6 @@ class FuturesCondition(_thread.RLock):
         self._condition.notify_all()
 
 
-class LoopWaiter:
-    """What an asyncio task awaiting a ``TaskFuture`` waits on: the part of a future that
-    a task uses. asyncio.Future would take two turns of the loop to resume the task once
-    woken from another thread (its callbacks are scheduled, never called); this schedules
-    the task's wake-up itself, from whichever thread ends the future, in one."""
-
-    __slots__ = ("_future", "_loop", "_wakeup", "_context", "_asyncio_future_blocking")
-
-    def __init__(self, future):
-        import asyncio  # here: a process that never awaits does not import it
-        self._future = future
-        self._loop = asyncio.get_running_loop()
-        self._wakeup = self._context = None
-        self._asyncio_future_blocking = True  # the task waits for the wake-up
-
-    def get_loop(self):
-        return self._loop
-
-    def add_done_callback(self, fn, *, context=None):  # the task's wake-up: once
-        self._wakeup, self._context = fn, context
-        self._future.add_done_callback(self._wake)
-
-    def _wake(self, _future):
-        try:
-            self._loop.call_soon_threadsafe(self._wakeup, self, context=self._context)
-        except RuntimeError:  # its loop is closed: nobody awaits any more
-            pass
-
-    def cancel(self, msg=None):
-        """The awaiting task is cancelled: so is the future (the wake-up follows)."""
-        return self._future.cancel()
-
-    def cancelled(self):
-        return self._future.cancelled()
-
-    def done(self):
-        return self._future.done()
-
-    def result(self):
-        """What the task's wake-up asks: nothing, or CancelledError once cancelled."""
-        if self._future.cancelled():
-            import asyncio
-            raise asyncio.CancelledError()
-
-    def exception(self):
-        return None
-
-
 class Waiters(list):
     """A future's waiters: ``concurrent.futures.wait`` and ``as_completed`` put theirs in
     and take them out. The future empties it once it has told them it is done
@@ -163,10 +115,11 @@ class TaskFuture(concurrent.futures.Future):
 
     def __await__(self):
         """``await future`` in a running event loop: its result, or its exception raised.
-        No thread waits: the future's completion schedules the awaiting task's next step
-        in its loop at once (``LoopWaiter``). Cancelling the awaiting task cancels this
-        future, and so the task."""
+        No thread waits: the future's completion wakes the awaiting task's loop, which
+        resumes the task in the same turn (``awaiting.py``). Cancelling the awaiting task
+        cancels this future, and so the task."""
         if not self.done():
+            from .awaiting import LoopWaiter  # here: a process that never awaits does not import it
             yield LoopWaiter(self)
         return self.result()
 
