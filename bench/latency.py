@@ -13,6 +13,7 @@ until its result is back:
 - ``await``: as ``pipes``, each result awaited (``await client.submit(noop, i)``) in a
   running asyncio event loop instead of ``result()``; then as many ``result()`` round
   trips on the same cluster, for their ratio (``await_vs_result``);
+- ``await-uvloop``: as ``await``, in uvloop's event loop (``pip install uvloop``);
 - ``tcp``: ``LocalCluster(2, 1, local_executor_link="socket")`` and
   ``zsched.Client(cluster.address, secret_file=...)``: every hop on loopback TCP, CURVE;
 - ``ipc``: as ``tcp``, the client at ``cluster.local_address`` (a Unix socket, CURVE);
@@ -28,6 +29,7 @@ workers together (their main threads and their others: ZeroMQ's I/O threads, tas
 threads). Figures are medians over rounds. Output: a table, then one line ``JSON {...}``.
 """
 import argparse
+import functools
 import gc
 import os
 import statistics
@@ -37,7 +39,7 @@ import time
 
 from _common import about_machine, about_zsched, median, print_json, require_positive
 
-SYSTEMS = ("pool", "pipes", "await", "tcp", "ipc", "floor")
+SYSTEMS = ("pool", "pipes", "await", "await-uvloop", "tcp", "ipc", "floor")
 
 
 def noop(x):
@@ -97,8 +99,9 @@ def timed_calls(call, trips):
     return times
 
 
-def timed_awaits(call, trips):
-    """The wall time of each of ``trips`` awaits of ``call(i)``, in a running event loop."""
+def timed_awaits(call, trips, new_loop=None):
+    """The wall time of each of ``trips`` awaits of ``call(i)``, in a running event loop
+    (asyncio's, or ``new_loop()``)."""
     import asyncio
 
     async def trips_in_a_loop():
@@ -110,7 +113,13 @@ def timed_awaits(call, trips):
             times.append(clock() - t0)
         return times
 
-    return asyncio.run(trips_in_a_loop())
+    if new_loop is None:
+        return asyncio.run(trips_in_a_loop())
+    loop = new_loop()
+    try:
+        return loop.run_until_complete(trips_in_a_loop())
+    finally:
+        loop.close()
 
 
 def measure(call, trips, warm, kind_of, expect_workers, timed=timed_calls):
@@ -149,13 +158,17 @@ def run_pool(args):
 
 def run_zsched(args, system):
     import zsched
-    link = "pipe" if system in ("pipes", "await") else "socket"
+    link = "pipe" if system in ("pipes", "await", "await-uvloop") else "socket"
     with zsched.LocalCluster(n_executors=2, cores_per_executor=1,
                              local_executor_link=link) as cluster:
-        if system == "await":
+        if system.startswith("await"):
+            timed = timed_awaits
+            if system == "await-uvloop":
+                import uvloop
+                timed = functools.partial(timed_awaits, new_loop=uvloop.new_event_loop)
             with cluster.client() as client:
                 figures = measure(lambda i: client.submit(noop, i), args.trips, args.warm,
-                                  _zsched_kind, 2, timed=timed_awaits)
+                                  _zsched_kind, 2, timed=timed)
                 # result() on the same cluster at once: the ratio without the spread
                 # between one cluster and the next
                 same = timed_calls(lambda i: client.submit(noop, i).result(), args.trips)
