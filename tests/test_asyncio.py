@@ -13,18 +13,6 @@ from conftest import wait_for
 WAIT = 60
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with zsched.LocalCluster(n_executors=2, cores_per_executor=1) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def client(cluster):
-    with cluster.client() as client:
-        yield client
-
-
 def square(x):
     return x * x
 

@@ -20,18 +20,6 @@ from conftest import REPO, wait_for  # noqa: E402
 WAIT = 60
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with zsched.LocalCluster(n_executors=2, cores_per_executor=1) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def client(cluster):
-    with cluster.client() as client:
-        yield client
-
-
 def double(x):
     return 2 * x
 

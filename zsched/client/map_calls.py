@@ -189,22 +189,15 @@ def results_in_order(futures, chunked, end_time, submit_next=None, on_end=None):
             future = futures[0]
             remaining = None if end_time is None else end_time - time.monotonic()
             outcome = future.result(remaining)
-            futures.popleft()
             future = None  # no reference kept to a result once it is handed out
-            if submit_next is not None:
-                following = submit_next()
-                if following is not None:
-                    futures.append(following)
+            _take_next(futures, submit_next)
             values, error = _values_and_error(outcome, chunked)
             outcome = None
             yield handed_out(values)
             if error is not None:
                 raise error
     finally:
-        for future in futures:
-            future.cancel()
-        if on_end is not None:
-            on_end()
+        _end(futures, on_end)
 
 
 async def results_in_order_async(futures, chunked, end_time, submit_next=None, on_end=None):
@@ -213,24 +206,37 @@ async def results_in_order_async(futures, chunked, end_time, submit_next=None, o
     try:
         while futures:
             future = futures[0]
-            remaining = None if end_time is None else end_time - time.monotonic()
-            await asyncio.wait_for(asyncio.wrap_future(future), remaining)
-            outcome = future.result(0)
-            futures.popleft()
-            if submit_next is not None:
-                following = submit_next()
-                if following is not None:
-                    futures.append(following)
+            if end_time is None:
+                outcome = await future
+            else:
+                outcome = await asyncio.wait_for(future, end_time - time.monotonic())
+            future = None
+            _take_next(futures, submit_next)
             values, error = _values_and_error(outcome, chunked)
+            outcome = None
             for value in values:
                 yield value
             if error is not None:
                 raise error
     finally:
-        for future in futures:
-            future.cancel()
-        if on_end is not None:
-            on_end()
+        _end(futures, on_end)
+
+
+def _take_next(futures, submit_next):
+    """Take the first of ``futures`` out (it ended), and submit the next task, if any."""
+    futures.popleft()
+    if submit_next is not None:
+        following = submit_next()
+        if following is not None:
+            futures.append(following)
+
+
+def _end(futures, on_end):
+    """A map's results are no longer read: cancel the tasks left, and say so."""
+    for future in futures:
+        future.cancel()
+    if on_end is not None:
+        on_end()
 
 
 def count_calls(future, calls):
