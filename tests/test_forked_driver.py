@@ -115,3 +115,45 @@ def test_a_forked_driver_and_its_executors_leave_with_their_killed_caller(tmp_pa
         caller.wait()
         caller.stdin.close()
         caller.stdout.close()
+
+
+EMBEDDED = textwrap.dedent("""
+    import json, os, sys, threading, types
+    import zsched
+
+    sys.modules["caller_marker"] = types.ModuleType("caller_marker")
+    if sys.argv[1] == "thread":
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
+
+    def what_the_task_sees():
+        return {"caller_module": "caller_marker" in sys.modules, "parent": os.getppid(),
+                "stdin": os.readlink("/proc/self/fd/0")}
+
+    if sys.argv[1] == "no fork":
+        cluster = zsched.LocalCluster(n_executors=2, in_process=True, fork=False)
+        client = cluster.client()
+    else:
+        cluster, client = None, zsched.Client()
+    seen = [client.submit(what_the_task_sees).result(60) for _ in range(4)]
+    total = sum(client.map(abs, range(-100, 0)))
+    client.shutdown()
+    if cluster is not None:
+        cluster.close()
+    print(json.dumps({"seen": seen, "total": total, "me": os.getpid()}))
+""")
+
+
+@pytest.mark.parametrize("mode", ["fork", "thread", "no fork"])
+def test_a_driver_in_this_process_forks_its_first_executors_when_it_may(tmp_path, mode):
+    script = tmp_path / "embedded.py"
+    script.write_text(EMBEDDED)
+    out = subprocess.run([sys.executable, str(script), mode], cwd=REPO, capture_output=True,
+                         text=True, timeout=WAIT)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["total"] == 5050
+    for task in report["seen"]:
+        assert task["parent"] == report["me"]
+        assert task["caller_module"] == (mode == "fork")
+        if mode == "fork":
+            assert task["stdin"] == "/dev/null"

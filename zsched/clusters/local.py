@@ -32,7 +32,8 @@ class LocalCluster(Cluster):
     of 127.0.0.1; ``dashboard_url`` is its address (with the token it needs).
     The driver process is a fork of this one while this process runs a single thread
     (it starts sooner: nothing to import again); ``fork=False`` always starts a new
-    interpreter, as does a process with other threads (see ``driver_start``).
+    interpreter, as does a process with other threads (see ``driver_start``). With
+    ``in_process=True`` the first executors are forks of this process, on the same terms.
 
     ``in_process=True`` runs the driver in a thread of this process instead (the executors
     are processes either way): ``client()`` and the embedded ``zsched.Client()`` then hand
@@ -75,7 +76,13 @@ class LocalCluster(Cluster):
                 insecure=self.secret_file is None, ipc_path=started.ipc_path, port=started.port,
                 app_id=self.app_id, inproc=True,
                 dashboard_port=0 if started.dashboard else None)
-            self._driver = Driver(options)
+            forked = self._fork_first_executors(options, config, started)
+            try:
+                self._driver = Driver(options)
+            except BaseException:
+                if forked:  # executors that no driver will take
+                    options.cluster_manager.stop(0)
+                raise
         except BaseException:
             shutil.rmtree(self._private_dir, ignore_errors=True)
             raise
@@ -92,6 +99,23 @@ class LocalCluster(Cluster):
         except BaseException:
             self.close()
             raise
+
+    def _fork_first_executors(self, options, config, started):
+        """With the driver in this process: fork its first executors from this process
+        before the driver makes a socket or a thread, as ``bin/driver --fork-executors``
+        does; whether it did. Only where they reach it over pipes at a known address, and
+        a fork of this process is safe (``zsched.forking.fork_is_safe``)."""
+        count = options.initial_executors
+        if not (self._fork and count and started.ipc_path is not None
+                and config.local_executor_link == "pipe"):
+            return False
+        from ..driver.forked_executors import can_fork, fork_executor
+        from ..executor import cli  # noqa: F401  imported once here, not in each fork
+        if not can_fork():
+            return False
+        options.cluster_manager.fork_first(count, f"ipc://{started.ipc_path}", self.app_id,
+                                           fork_executor)
+        return True
 
     def client(self, **kwargs):
         """A client of this cluster in this process; closed with the cluster. With the
