@@ -37,7 +37,9 @@ def test_ten_thousand_awaited_tasks_with_no_thread_per_await(client):
 
     results, more_threads = asyncio.run(main())
     assert results == [i * i for i in range(10**4)]
-    assert more_threads == 0
+    # none per await; a driver in this process runs done-callbacks in one thread of its
+    # client's, started at the first
+    assert more_threads <= 1
 
 
 def test_a_tasks_exception_is_raised_at_the_await(client):
