@@ -1,6 +1,6 @@
 """What every cluster users start has: a driver process on this host (``python -m
-zsched.driver``, or a fork of this process: ``driver_start``), a secret file private to the cluster, its clients, waiting for its
-executors, and closing it all.
+zsched.driver``, or a fork of this process: ``driver_start``), a secret file private to
+the cluster, its clients, waiting for its executors, and closing it all.
 
 The driver runs in a process of its own, not in a thread of the caller: a driver thread
 would share the caller's GIL, so the caller's own Python work (building futures,

@@ -105,14 +105,11 @@ class LocalCluster(Cluster):
         before the driver makes a socket or a thread, as ``bin/driver --fork-executors``
         does; whether it did. Only where they reach it over pipes at a known address, and
         a fork of this process is safe (``zsched.forking.fork_is_safe``)."""
+        from ..driver.forked_executors import fork_executor, may_fork_first
         count = options.initial_executors
-        if not (self._fork and count and started.ipc_path is not None
-                and config.local_executor_link == "pipe"):
+        if not (self._fork and may_fork_first(count, started.ipc_path, config)):
             return False
-        from ..driver.forked_executors import can_fork, fork_executor
         from ..executor import cli  # noqa: F401  imported once here, not in each fork
-        if not can_fork():
-            return False
         options.cluster_manager.fork_first(count, f"ipc://{started.ipc_path}", self.app_id,
                                            fork_executor)
         return True

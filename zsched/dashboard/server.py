@@ -95,17 +95,18 @@ class DashboardServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        url = f"http://{host}:{self.port}/"
-        return url + f"?token={self.token}" if self.token else url
+        return self._url_at(self.host)
 
     @property
     def public_url(self) -> str:
         """``url`` as another host reaches it: a wildcard address becomes this host's name."""
-        if self.host in ("0.0.0.0", "::", "*", ""):
-            return self.url.replace(f"//{'[::]' if self.host == '::' else self.host}:",
-                                    f"//{socket.gethostname()}:", 1)
-        return self.url
+        wildcard = self.host in ("0.0.0.0", "::", "*", "")
+        return self._url_at(socket.gethostname() if wildcard else self.host)
+
+    def _url_at(self, host):
+        host = f"[{host}]" if ":" in host else host
+        url = f"http://{host}:{self.port}/"
+        return url + f"?token={self.token}" if self.token else url
 
     def close(self):
         """Stop serving, free the port and join the serving thread; idempotent."""

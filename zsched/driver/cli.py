@@ -224,14 +224,11 @@ def _fork_first_executors(args, config, manager):
     process reads its secret or makes a socket or a thread: whether it did. It does not
     where an executor could not reach it over pipes at a known address, or where a fork
     would hold more than an executor may (see ``forked_executors``)."""
-    if not (args.fork_executors and args.local and args.ipc_path is not None
-            and config.local_executor_link == "pipe"):
+    if not (args.fork_executors and args.local):
         return False
-    from .forked_executors import can_fork, fork_executor
-    if not can_fork():
-        return False
+    from .forked_executors import fork_executor, may_fork_first
     count = executors_at_start(args.local, args.initial_executors, _allocation_policy(args))
-    if count == 0:
+    if not may_fork_first(count, args.ipc_path, config):
         return False
     if args.app_id is None:  # the executors are told it now
         args.app_id = new_app_id()

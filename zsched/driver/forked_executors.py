@@ -14,7 +14,8 @@ import threading
 
 from ..forking import ForkedProcess, fork_is_safe, fork_process
 
-__all__ = ["ForkedProcess", "can_fork", "executor_command_line", "fork_executor"]
+__all__ = ["ForkedProcess", "can_fork", "executor_command_line", "fork_executor",
+           "may_fork_first"]
 
 
 def executor_command_line(arguments):
@@ -31,6 +32,14 @@ def can_fork():
     """Whether a fork of this process holds nothing an executor must not have
     (``zsched.forking.fork_is_safe``); no thread of Python's either."""
     return threading.active_count() == 1 and fork_is_safe()
+
+
+def may_fork_first(count, ipc_path, config):
+    """Whether a driver's first ``count`` executors may be forks of this process: there
+    are some, they reach the driver over pipes at a known address (``ipc_path``), and a
+    fork holds nothing an executor must not have (``can_fork``)."""
+    return (count > 0 and ipc_path is not None and config.local_executor_link == "pipe"
+            and can_fork())
 
 
 def fork_executor(arguments, keep_fds):
