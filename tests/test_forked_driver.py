@@ -32,6 +32,12 @@ CALLER = textwrap.dedent("""
     kept_open = open(log_file + ".open", "w")  # a descriptor of the caller's
     if MODE == "thread":
         threading.Thread(target=threading.Event().wait, daemon=True).start()
+    if MODE == "fork handler":  # as libuv's: in each new child, close a remembered pipe
+        remembered = list(os.pipe())
+        def renew():
+            os.close(remembered[0]), os.close(remembered[1])
+            remembered[:] = os.pipe()
+        os.register_at_fork(after_in_child=renew)
 
     def what_the_task_sees():
         return {"caller_module": "caller_marker" in sys.modules, "pid": os.getpid()}
@@ -51,6 +57,7 @@ CALLER = textwrap.dedent("""
             "executor_pids": [c.pid for c in driver.children()],
             "task": seen,
             "results": list(client.map(abs, range(-50, 0))),
+            "executor_ids": sorted(e["id"] for e in client.status()["executors"]),
         }
         if MODE == "killed":
             print(json.dumps({**report, "driver_pid": driver.pid}), flush=True)
@@ -83,6 +90,16 @@ def test_a_single_threaded_caller_forks_a_driver_that_is_a_process_of_its_own(tm
     assert report["task"]["caller_module"] and report["task"]["pid"] in report["executor_pids"]
     assert report["results"] == list(range(50, 0, -1))
     assert not report["driver_left"]
+
+
+def test_a_fork_handler_that_closes_a_remembered_descriptor_spares_the_executors(tmp_path):
+    """A library's fork handler closes, in each child, a pipe it made in the parent. The
+    driver (a child) lets go of that pipe; its executors (grandchildren) must not lose a
+    pipe of theirs that reused its number."""
+    report, _ = run_caller(tmp_path, "fork handler")
+    assert report["forked"]
+    assert report["executor_ids"] == ["1", "2"]  # each registered at its first start
+    assert report["results"] == list(range(50, 0, -1))
 
 
 @pytest.mark.parametrize("mode, env", [("thread", None), ("no fork", None),

@@ -85,15 +85,27 @@ def _leave_the_parent(keep_fds, stdin, stdout):
     os.dup2(stdin, 0)
     if stdout is not None:
         os.dup2(stdout, 1)
-    low = 3
-    for fd in sorted(set(keep_fds)):
-        os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+    _release_descriptors(set(keep_fds))
     _kept.extend((sys.stdin, sys.stdout, sys.stderr))
     sys.stdin = _text(0, "r")
     sys.stdout = _text(1, "w", line_buffering=os.isatty(1))
     sys.stderr = _text(2, "w", errors="backslashreplace", line_buffering=True)
+
+
+def _release_descriptors(keep_fds):
+    """Let go of every descriptor of the parent's but standard streams and ``keep_fds``.
+    Each becomes /dev/null rather than closed: its number stays taken. A library that
+    remembers a number (libuv's fork handler closes its own pipe in each new child) then
+    never closes a pipe of this process's that would have reused it."""
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd != null and fd not in keep_fds:
+            try:
+                os.fstat(fd)  # the listing's own descriptor is closed already
+            except OSError:
+                continue
+            os.dup2(null, fd, inheritable=False)
 
 
 def _text(fd, mode, errors=None, line_buffering=False):
