@@ -11,8 +11,9 @@ import asyncio
 import collections
 import os
 import weakref
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED
 
-_wakeups = weakref.WeakKeyDictionary()  # event loop -> its LoopWakeups
+_CANCELLED_STATES = (CANCELLED, CANCELLED_AND_NOTIFIED)
 
 
 class LoopWaiter:
@@ -25,10 +26,7 @@ class LoopWaiter:
     def __init__(self, future):
         self._future = future
         loop = self._loop = asyncio.get_running_loop()
-        wakeups = _wakeups.get(loop)
-        if wakeups is None:
-            wakeups = _wakeups[loop] = LoopWakeups(loop)
-        self._wakeups = wakeups
+        self._wakeups = LoopWakeups.of(loop)
         self._wakeup = self._context = None
         self._asyncio_future_blocking = True  # the task waits for the wake-up
 
@@ -61,7 +59,7 @@ class LoopWaiter:
 
     def result(self):
         """What the task's wake-up asks: nothing, or CancelledError once cancelled."""
-        if self._future.cancelled():
+        if self._future._state in _CANCELLED_STATES:  # done: read without its lock
             raise asyncio.CancelledError()
 
     def exception(self):
@@ -70,6 +68,21 @@ class LoopWaiter:
 
 class LoopWakeups:
     """The wake-ups queued for one event loop, and the descriptor that wakes it."""
+
+    _of_loop = weakref.WeakKeyDictionary()  # event loop -> its LoopWakeups
+    _last = None  # the LoopWakeups asked for last: most programs run one loop
+
+    @classmethod
+    def of(cls, loop):
+        """The wake-ups of ``loop``, made at its first await."""
+        last = cls._last
+        if last is not None and last._loop() is loop:
+            return last
+        wakeups = cls._of_loop.get(loop)
+        if wakeups is None:
+            wakeups = cls._of_loop[loop] = cls(loop)
+        cls._last = wakeups
+        return wakeups
 
     def __init__(self, loop):
         self._loop = weakref.ref(loop)

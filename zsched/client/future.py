@@ -118,9 +118,8 @@ class TaskFuture(concurrent.futures.Future):
         No thread waits: the future's completion wakes the awaiting task's loop, which
         resumes the task in the same turn (``awaiting.py``). Cancelling the awaiting task
         cancels this future, and so the task."""
-        if not self.done():
-            from .awaiting import LoopWaiter  # here: a process that never awaits does not import it
-            yield LoopWaiter(self)
+        if self._state not in DONE_STATES:
+            yield _loop_waiter(self)
         return self.result()
 
     @property
@@ -264,6 +263,15 @@ class DataResult:
         if parts is None:
             raise TaskFailed(f"the data of the result {key.hex()} did not arrive")
         return pl.loads(parts[0], parts[1:])
+
+
+def _loop_waiter(future):
+    """A ``LoopWaiter`` of ``future``. Its module is imported at the first await: a
+    process that never awaits does not import asyncio."""
+    global _loop_waiter
+    from .awaiting import LoopWaiter
+    _loop_waiter = LoopWaiter
+    return LoopWaiter(future)
 
 
 def complete_batch(pop_future, condition, results):
