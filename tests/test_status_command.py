@@ -13,6 +13,8 @@ import zsched
 from zsched.secret_file import create_secret_file
 from zsched.status_report import report
 
+from conftest import wait_for
+
 WAIT = 60
 INSTALLED = os.path.join(os.path.dirname(sys.executable), "zsched")
 
@@ -111,3 +113,31 @@ def test_the_report_shows_exclusions_and_a_cluster_without_a_manager():
     assert "host c: 2 executors excluded (12 s left)" in text
     assert "suspended" in text
     assert report({"executors": [], "tasks": {}}).count("(none registered)") == 1
+
+
+def test_busy_cores_are_the_tasks_running_now(tmp_path):
+    """The last heartbeat of an executor with task threads may be seconds old while its
+    tasks run: its busy cores come from the driver's count."""
+    gate = tmp_path / "go"
+    with zsched.LocalCluster(n_executors=2, cores_per_executor=2, executor_heartbeat_interval=60,
+                             executor_heartbeat_timeout=120) as cluster, cluster.client() as client:
+        futures = [client.submit(_wait_for_file, str(gate)) for _ in range(5)]
+        try:
+            wait_for(lambda: [e["running"] for e in client.status()["executors"]].count(2) == 2,
+                     timeout=WAIT, message="two tasks launched at each executor")
+            out = run("status", cluster.address, "--secret-file", cluster.secret_file)
+        finally:
+            gate.touch()
+        assert [f.result(WAIT) for f in futures] == [True] * 5
+    assert out.returncode == 0, out.stderr
+    busy = [line.split("busy ")[1].split()[0] for line in out.stdout.splitlines()
+            if line.startswith("  executor ")]
+    assert busy == ["2/2", "2/2"]
+
+
+def _wait_for_file(path):
+    import os
+    import time
+    while not os.path.exists(path):
+        time.sleep(0.02)
+    return True

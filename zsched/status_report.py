@@ -31,8 +31,10 @@ def _executors(executors):
         held = sum(e.get("running", 0) for e in group)
         lines.append(f"{host}: {len(group)} executor(s), {cores} core(s), {held} task(s) held")
         for e in group:
-            busy = e.get("busy_threads")
-            busy = "-" if busy is None else f"{busy}/{e.get('cores', 0)}"
+            cores = e.get("cores", 0)
+            # the driver's own count, not the last heartbeat's: an executor runs its held
+            # tasks up to its cores, the others wait there
+            busy = f"{min(e.get('running', 0), cores)}/{cores}"
             age = e.get("last_heartbeat_age")
             heard = "-" if age is None else f"{age:.1f} s ago"
             lines.append(f"  executor {e.get('id'):<6} {e.get('state', '?'):<15} "
