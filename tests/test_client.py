@@ -399,10 +399,44 @@ time.sleep(120)
 """
 
 
+LEFT_OPEN_SCRIPT = """
+import os, time
+import zsched
+client = zsched.Client() if os.environ["CLIENT"] == "embedded" else zsched.LocalCluster(2).client()
+futures = [client.submit(time.sleep, 30) for _ in range(4)]
+while client.status()["tasks"]["running"] < 2:
+    time.sleep(0.02)
+print(" ".join(str(e["pid"]) for e in client.status()["executors"]), flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["embedded", "cluster"])
+def test_a_client_left_open_with_running_tasks_ends_quietly_at_exit(tmp_path, kind):
+    """The program ends with tasks running: its client is closed before its cluster, so
+    no error about a lost driver is printed, and no executor is left."""
+    script = tmp_path / "left_open.py"
+    script.write_text(LEFT_OPEN_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "CLIENT": kind})
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    pids = [int(pid) for pid in out.stdout.split()]
+    assert pids
+    wait_for(lambda: all(_gone(pid) for pid in pids), timeout=30, message="the executors to stop")
+
+
+def _gone(pid):
+    """Whether process ``pid`` has ended (a zombie has)."""
+    import psutil
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def test_cluster_dies_with_its_owner(tmp_path):
     """A process that owns a LocalCluster is SIGKILLed: its driver and executors stop, and
     the cluster's private directory (its secret, its socket) goes with the driver."""
-    import psutil
     script = tmp_path / "owner.py"
     script.write_text(OWNER_SCRIPT)
     owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
@@ -413,14 +447,7 @@ def test_cluster_dies_with_its_owner(tmp_path):
         assert os.path.isdir(private) and os.path.exists(os.path.join(private, "driver.sock"))
         owner.kill()
         owner.wait(10)
-
-        def gone(pid):
-            try:
-                return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-            except psutil.NoSuchProcess:
-                return True
-
-        wait_for(lambda: all(gone(pid) for pid in pids), timeout=30,
+        wait_for(lambda: all(_gone(pid) for pid in pids), timeout=30,
                  message="the cluster's driver and executors to stop")
         assert not os.path.exists(private)
     finally:

@@ -10,7 +10,8 @@ def register(factory):
     """Have ``Client()`` start its cluster with ``factory(n_executors)``.
 
     The factory returns a cluster whose driver runs in this process: it has ``channel``
-    (a ``zsched.channel.Channel``) and ``close()``."""
+    (a ``zsched.channel.Channel``), ``close()``, and ``keep(client)``, which has it close
+    ``client`` before its driver."""
     global _factory
     _factory = factory
 

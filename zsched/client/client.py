@@ -97,6 +97,7 @@ class Client(ClusterAdmin, AsyncClosing, concurrent.futures.Executor):
                 cluster.close()
                 raise
             self._owned_cluster = cluster
+            cluster.keep(self)  # closed first when its cluster closes (at exit too)
             return
         check_url("address", address)
         keys = _keys_to_connect(address, secret_file, insecure)

@@ -249,7 +249,7 @@ class Cluster(AsyncClosing):
     def client(self, **kwargs):
         """A client of this cluster in this process, over a pair of pipes of its own; closed
         with the cluster."""
-        return self._keep(self._new_client(**kwargs))
+        return self.keep(self._new_client(**kwargs))
 
     def _new_client(self, **kwargs):
         """A client over a new pipe pair to the driver; over its socket once the cluster
@@ -279,7 +279,7 @@ class Cluster(AsyncClosing):
             write_credential_file(path, keys.client_credential)
         return path
 
-    def _keep(self, client):
+    def keep(self, client):
         """``client``, to be closed with the cluster."""
         self._clients.add(client)
         return client

@@ -123,7 +123,7 @@ class LocalCluster(Cluster):
         from ..client import Client
         kwargs.pop("secret_file", None)  # nothing to authenticate in this process
         kwargs.pop("insecure", None)
-        return self._keep(Client.in_process(self.channel, **kwargs))
+        return self.keep(Client.in_process(self.channel, **kwargs))
 
     @property
     def driver_pid(self):
