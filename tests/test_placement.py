@@ -63,11 +63,19 @@ def test_a_task_that_opted_out_is_never_copied(tmp_path):
         assert future.result(30)[1] == "first attempt"
 
 
-def test_a_speculated_task_cancelled_kills_both_attempts(tmp_path):
+def every_attempt_sleeps(seconds):
+    """Sleep ``seconds`` on every attempt, in short sleeps: a kill lands between two."""
+    import time
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_speculated_task_cancelled_kills_both_attempts():
     with zsched.LocalCluster(2, 2, speculation=True, speculation_min_runtime=0.2) as cluster:
         client = cluster.client()
-        list(client.map(first_attempt_sleeps, range(1, 9), [99] * 8, [str(tmp_path)] * 8, [0] * 8))
-        slow = client.submit(first_attempt_sleeps, 0, 0, str(tmp_path), 60)
+        list(client.map(every_attempt_sleeps, [0.02] * 8))
+        slow = client.submit(every_attempt_sleeps, 60)  # its copy sleeps too: both run
         wait_for(lambda: client.status()["tasks"]["speculated"] >= 1, 30, message="a copy")
         assert slow.cancel()
         wait_for(lambda: client.status()["tasks"]["running"] == 0, 30, message="both killed")
