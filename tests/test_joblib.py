@@ -53,6 +53,27 @@ def test_a_hundred_thousand_calls_come_back_right_and_in_order(client):
         assert list(out) == [2 * i for i in range(1000)]
 
 
+def sleep_a_while(i):
+    time.sleep(1.0)
+    return i
+
+
+@pytest.mark.filterwarnings("ignore:.*have been cancelled:UserWarning")  # joblib's, on the close
+def test_results_as_they_come_and_a_generator_closed_early(client):
+    with joblib.parallel_config(backend="zsched"):
+        out = joblib.Parallel(n_jobs=-1, return_as="generator_unordered")(
+            joblib.delayed(double)(i) for i in range(1000))
+        assert sorted(out) == [2 * i for i in range(1000)]
+        # 40 calls of 1 s on two cores: 20 s, were the rest not cancelled at the close
+        out = joblib.Parallel(n_jobs=-1, batch_size=1, return_as="generator")(
+            joblib.delayed(sleep_a_while)(i) for i in range(40))
+        assert next(out) == 0
+        out.close()
+    wait_for(lambda: client.status()["tasks"]["running"] == 0
+             and client.status()["tasks"]["queued"] == 0,
+             timeout=10, message="the rest to be cancelled")
+
+
 def slow_or_failing(i, marks):
     if i == 5:
         raise KeyError(f"call {i} failed")
