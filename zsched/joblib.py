@@ -27,7 +27,7 @@ from joblib import register_parallel_backend
 from joblib._parallel_backends import AutoBatchingMixin, ParallelBackendBase
 
 from .client import Client
-from .payload import DATA_PART_MIN
+from .payload import DATA_PART_MIN, large_buffers_apart
 
 __all__ = ["ZschedBackend"]
 
@@ -46,21 +46,10 @@ def _pickled(batch):
     Its large buffers (arrays) stay apart, and so does the pickle when it is large: they
     travel as frames of their own, never copied."""
     buffers = []
-    data = cloudpickle.dumps(batch, 5, buffer_callback=_apart(buffers))
+    data = cloudpickle.dumps(batch, 5, buffer_callback=large_buffers_apart(buffers))
     if len(data) >= DATA_PART_MIN:
         data = pickle.PickleBuffer(data)
     return data, buffers
-
-
-def _apart(buffers):
-    """A pickle buffer callback that keeps small buffers in band, and puts large ones in
-    ``buffers``."""
-    def callback(buffer):
-        if buffer.raw().nbytes < DATA_PART_MIN:
-            return True
-        buffers.append(buffer)
-        return False
-    return callback
 
 
 class ZschedBackend(AutoBatchingMixin, ParallelBackendBase):

@@ -79,7 +79,7 @@ def dumps(value):
     buffers = []
     try:
         try:
-            data = pickle.dumps(value, _PROTOCOL, buffer_callback=_taker(buffers))
+            data = pickle.dumps(value, _PROTOCOL, buffer_callback=large_buffers_apart(buffers))
         except Exception:  # a lambda, a memoryview: plain pickle cannot, ours can
             data = None
         if data is None or len(data) >= DATA_PART_MIN:
@@ -87,14 +87,16 @@ def dumps(value):
             if data is None or wrapped is not value:
                 del buffers[:], broadcasts[:]
                 out = io.BytesIO()
-                _OutOfBand(out, _PROTOCOL, buffer_callback=_taker(buffers)).dump(wrapped)
+                _OutOfBand(out, _PROTOCOL, buffer_callback=large_buffers_apart(buffers)).dump(wrapped)
                 data = out.getvalue()
     finally:
         _collecting.keys = None
     return data, [buffer.raw() for buffer in buffers], broadcasts
 
 
-def _taker(buffers):
+def large_buffers_apart(buffers):
+    """A pickle ``buffer_callback`` that keeps a small buffer in band and puts a large
+    one in ``buffers``."""
     def take(buffer):
         if buffer.raw().nbytes < DATA_PART_MIN:
             return True  # in band
