@@ -4,7 +4,7 @@ and ``driver`` and ``executor``, the same as ``bin/driver`` and ``bin/executor``
     zsched status tcp://host:port --secret-file FILE [--json] [--timeout S]
 
 ``status`` prints what the driver reports: its executors by host, with their cores, the
-tasks each holds, its busy threads and its last heartbeat; the tasks queued, running,
+tasks each holds, its busy cores and when it was last heard; the tasks queued, running,
 done and failed; the allocation target; and the exclusions. ``--json`` prints the
 driver's whole report as JSON, for scripts. It exits with status 1, saying why, when the
 driver cannot be reached or refuses the credential.
