@@ -70,19 +70,13 @@ class LoopWakeups:
     """The wake-ups queued for one event loop, and the descriptor that wakes it."""
 
     _of_loop = weakref.WeakKeyDictionary()  # event loop -> its LoopWakeups
-    _last = None  # a weak reference to the LoopWakeups asked for last
 
     @classmethod
     def of(cls, loop):
-        """The wake-ups of ``loop``, made at its first await. Those asked for last are
-        at hand: most programs run one loop."""
-        last = cls._last() if cls._last is not None else None
-        if last is not None and last._loop() is loop:
-            return last
+        """The wake-ups of ``loop``, made at its first await."""
         wakeups = cls._of_loop.get(loop)
         if wakeups is None:
             wakeups = cls._of_loop[loop] = cls(loop)
-        cls._last = weakref.ref(wakeups)
         return wakeups
 
     def __init__(self, loop):
