@@ -1,5 +1,6 @@
 """Shared fixtures: real drivers and executors on loopback, and a check that every test
 leaves no process behind."""
+import faulthandler
 import os
 import re
 import subprocess
@@ -251,3 +252,23 @@ def pytest_collection_modifyitems(items):
             item.add_marker(tier)
     for module in {item.module for item in items if getattr(item, "module", None)}:
         cloudpickle.register_pickle_by_value(module)
+
+
+_REAL_STDERR = []  # a copy of the run's own stderr, made before any test captures it
+
+
+def pytest_configure(config):
+    _REAL_STDERR.append(os.dup(2))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    """A test that hangs is ended at its timeout by pytest-timeout's thread method, which
+    under xdist leaves no trace: every thread's stack is printed a few seconds before."""
+    marker = item.get_closest_marker("timeout")
+    timeout = float(marker.args[0] if marker else item.config.getini("timeout"))
+    faulthandler.dump_traceback_later(max(timeout - 5, 1), file=_REAL_STDERR[0])
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()

@@ -103,11 +103,13 @@ class LoopWakeups:
                 pass
 
     def _run(self):
-        self._signalled = False  # first: a wake-up queued from now on signals again
+        # the signals so far are taken before the flag is cleared: a wake-up queued after
+        # this read signals again, one queued before it is run below
         try:
             os.read(self._read_fd, 4096)
         except BlockingIOError:
             pass
+        self._signalled = False
         queued = self._queued
         while queued:
             waiter = queued.popleft()
