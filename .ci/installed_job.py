@@ -1,8 +1,9 @@
 """A short job through `bin/driver --local 2`, as a user runs it after `pip install .`.
 
 Run with the installed venv active, from the checkout's root. It checks that the driver
-and this client both run the installed, compiled zsched, that the installed
-`zsched status` reports the cluster, and that the driver stops cleanly on SIGTERM."""
+and this client both run the installed, compiled zsched, that the dashboard's page was
+installed, that the installed `zsched status` reports the cluster, and that the driver
+stops cleanly on SIGTERM."""
 import os
 import selectors
 import signal
@@ -13,6 +14,7 @@ import time
 
 import zsched
 import zsched.fastpath
+from zsched.dashboard.server import load_static_files
 
 
 def read_address(driver, timeout=60):
@@ -36,6 +38,8 @@ def main():
     if installed == os.path.join(checkout, "zsched") or not zsched.fastpath.COMPILED:
         sys.exit(f"this client runs {installed} ({zsched.fastpath.IMPLEMENTATION}), "
                  "not an installed, compiled zsched")
+    page = {"index.html", "dashboard.js", "dashboard.css"} - set(load_static_files())
+    assert not page, f"the installed dashboard lacks {sorted(page)}"
     with tempfile.TemporaryDirectory() as tmp:
         secret = os.path.join(tmp, "secret")
         driver = subprocess.Popen([os.path.join(checkout, "bin", "driver"), "--local", "2",
