@@ -91,3 +91,24 @@ def queue_from_a_thread(wakeups, woken):
     thread = threading.Thread(target=wakeups.queue, args=(Waiter(woken),))
     thread.start()
     thread.join()
+
+
+def test_a_wake_up_that_raises_is_reported_and_the_others_still_run():
+    class Failing:
+        def wake(self):
+            raise LookupError("no such task")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        reported = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        woken = loop.create_future()
+        wakeups = LoopWakeups.of(loop)
+        wakeups.queue(Failing())
+        wakeups.queue(Waiter(woken))
+        await asyncio.wait_for(woken, WAIT)
+        return reported
+
+    [context] = asyncio.run(main())
+    assert isinstance(context["exception"], LookupError)
+    assert "waking an awaiting task failed" in context["message"]
