@@ -254,17 +254,27 @@ def pytest_collection_modifyitems(items):
         cloudpickle.register_pickle_by_value(module)
 
 
-_REAL_STDERR = []  # a copy of the run's own stderr, made before any test captures it
+_REAL_STDERR = []  # under xdist, a copy of the worker's own stderr, made before any capture
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
-    _REAL_STDERR.append(os.dup(2))
+    """Under xdist, a test past its timeout ends its worker, which xdist replaces: the
+    signal method's one alarm cannot end, say, an asyncio loop that waits for its tasks'
+    cancelling. Run in order, pytest's process keeps no thread: clusters fork drivers."""
+    if hasattr(config, "workerinput"):
+        if config.option.timeout_method is None:
+            config.option.timeout_method = "thread"
+        _REAL_STDERR.append(os.dup(2))
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item):
-    """A test that hangs is ended at its timeout by pytest-timeout's thread method, which
-    under xdist leaves no trace: every thread's stack is printed a few seconds before."""
+    """The thread method leaves no trace under xdist: every thread's stack is printed a few
+    seconds before it ends the worker."""
+    if not _REAL_STDERR:
+        yield
+        return
     marker = item.get_closest_marker("timeout")
     timeout = float(marker.args[0] if marker else item.config.getini("timeout"))
     faulthandler.dump_traceback_later(max(timeout - 5, 1), file=_REAL_STDERR[0])
