@@ -32,7 +32,8 @@ def test_new_executors_start_first_on_the_host_the_waiting_tasks_prefer(
             assert client.request_total_executors(2, 4, {h2.name: 4}) is True
             wait_for_executors(client, 2)
             assert sorted(hosts_of(client).values()) == [h2.name, h2.name]
-            assert f"goes to {h2.name}: 4 waiting task(s) prefer it" in driver.stderr_so_far()
+            wait_for(lambda: f"goes to {h2.name}: 4 waiting task(s) prefer it"
+                     in driver.stderr_so_far(), 10, message="the choice in the log")
             assert client.status()["allocation"]["host_to_local_task_count"] == {h2.name: 4}
             # h2 is full: the next one goes where there is room
             assert client.request_total_executors(3, 4, {h2.name: 4}) is True
