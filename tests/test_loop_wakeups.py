@@ -16,7 +16,7 @@ WAIT = 30  # a bound that only a lost wake-up reaches
 
 
 class Waiter:
-    """Counts its wake-ups and tells the round that waits for them."""
+    """Ends its asyncio future when the loop's thread wakes it."""
 
     def __init__(self, woken):
         self._woken = woken
@@ -27,8 +27,8 @@ class Waiter:
 
 @pytest.fixture
 def fine_switching():
-    """Threads switch after about a microsecond: each interleaving of the queueing thread
-    and the loop's comes up many times in a test."""
+    """Threads switch after about a microsecond, so the queueing thread and the loop's
+    interleave often. A window as narrow as a system call needs a test of its own."""
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     yield
