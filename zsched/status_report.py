@@ -31,14 +31,14 @@ def _executors(executors):
         held = sum(e.get("running", 0) for e in group)
         lines.append(f"{host}: {len(group)} executor(s), {cores} core(s), {held} task(s) held")
         for e in group:
-            own, held = e.get("cores", 0), e.get("running", 0)
+            own, running = e.get("cores", 0), e.get("running", 0)
             # the driver's own count, not the last heartbeat's: an executor runs its held
             # tasks up to its cores, the others wait there
-            busy = f"{min(held, own)}/{own}"
+            busy = f"{min(running, own)}/{own}"
             age = e.get("last_heartbeat_age")
             heard = "-" if age is None else f"{age:.1f} s ago"
             lines.append(f"  executor {e.get('id'):<6} {e.get('state', '?'):<15} "
-                         f"cores {own:<3} held {held:<5} "
+                         f"cores {own:<3} held {running:<5} "
                          f"busy {busy:<6} heartbeat {heard:<12} pid {e.get('pid')}")
     return lines
 
